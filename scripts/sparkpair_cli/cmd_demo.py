@@ -1,0 +1,153 @@
+"""``sparkpair demo``: the main job on an embedded default, end to end on this machine.
+
+Generates the tiny model, serves it with the real vLLM CPU build (the sparkpair overlay
+plugin loads in every vLLM process), waits for readiness with progress, runs the health
+suite after readiness, prints the report (with the overlay's kernel plan), and stops the
+server — on success, on failure and on Ctrl-C/SIGTERM, leaving no process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from types import FrameType
+
+import typer
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from sparkpair_health.profile import ProfileError, load_profile
+
+from .server import ServerStartError, VllmServer
+from .tinymodel import generate_tiny_model
+
+console = Console()
+
+PLAN_LINE_MARK = "sparkpair overlay plan:"
+"""Prefix of the one line the overlay logs per vLLM process (see overlay/PATCHES.md)."""
+
+
+def default_workdir() -> Path:
+    """``$SPARKPAIR_HOME`` or ``$XDG_CACHE_HOME/sparkpair`` (``~/.cache/sparkpair``)."""
+    if os.environ.get("SPARKPAIR_HOME"):
+        return Path(os.environ["SPARKPAIR_HOME"])
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "sparkpair"
+
+
+def plan_lines(log_text: str) -> list[str]:
+    """Lines of a vLLM server log that carry the overlay's kernel-plan line, one per process."""
+    return [line.strip() for line in log_text.splitlines() if PLAN_LINE_MARK in line]
+
+
+def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_demo(
+    profile_name: str = "tiny-demo",
+    workdir: Path | None = None,
+    ready_timeout_s: float = 420.0,
+    keep_running: bool = False,
+) -> int:
+    """Run the demo; return the process exit code (0 only when every applicable check passed).
+
+    Raises:
+        ProfileError: the profile does not exist or does not validate.
+    """
+    from sparkpair_health.suite import SuiteSettings, run_suite
+
+    profile = load_profile(profile_name)
+    if not profile.server.model.startswith("generated:"):
+        raise ProfileError(
+            f"demo: profile {profile.name!r} serves {profile.server.model!r}; the demo serves a "
+            "generated model (server.model: 'generated:tiny'). Use `sparkpair health` against "
+            "a running server for other profiles."
+        )
+    workdir = workdir or default_workdir()
+    run_dir = workdir / "runs" / time.strftime("%Y%m%d-%H%M%S")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    model_dir = generate_tiny_model(workdir / "models" / "tiny")
+    console.print(f"[bold]sparkpair demo[/] profile={profile.name} model={model_dir} run={run_dir}")
+
+    plan_path = run_dir / "kernel-plan.json"
+    server = VllmServer.from_profile(
+        profile,
+        model_dir,
+        log_path=run_dir / "vllm-server.log",
+        env={"SPARKPAIR_PLAN_PATH": str(plan_path)},
+    )
+    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        console.print(f"starting vLLM: {' '.join(server.command())}")
+        server.start()
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("waiting for the vLLM server to listen", total=None)
+
+            def tick(waited: float, state: str) -> None:
+                progress.update(task, description=f"waiting for the vLLM server: {state}")
+
+            waited = server.wait_ready(timeout_s=ready_timeout_s, on_tick=tick)
+        console.print(f"vLLM server listening at {server.base_url} after {waited:.0f} s")
+
+        settings = SuiteSettings(
+            base_url=server.base_url,
+            profile=profile,
+            report_json=run_dir / "health-report.json",
+            junit_xml=run_dir / "health-report.xml",
+            plan_file=plan_path,
+        )
+        report = run_suite(settings, console=console)
+
+        lines = plan_lines(server.log_path.read_text(errors="replace"))
+        console.print(f"[bold]overlay plan[/] ({len(lines)} vLLM processes logged it):")
+        for line in lines:
+            console.print(f"  {line}")
+        if plan_path.exists():
+            console.print(f"  plan JSON {plan_path}: {json.dumps(json.loads(plan_path.read_text()))}")
+        console.print(f"report: {settings.report_json}  junit: {settings.junit_xml}  log: {server.log_path}")
+        if keep_running and report.passed:
+            console.print(f"server stays up at {server.base_url}; Ctrl-C to stop")
+            while server.alive():
+                time.sleep(1.0)
+        return 0 if report.passed else 1
+    except ServerStartError as e:
+        console.print(f"[red]demo failed: {e}[/]")
+        return 1
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: stopping the vLLM server[/]")
+        return 130
+    finally:
+        server.stop()
+        signal.signal(signal.SIGTERM, previous)
+        left = server.pids()
+        if left:
+            console.print(f"[red]processes left behind: {left}[/]")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``sparkpair demo`` to ``app``."""
+
+    @app.command()
+    def demo(
+        profile: str = typer.Option("tiny-demo", help="model profile (configs/profiles/NAME.yaml)"),
+        workdir: Path = typer.Option(None, help="model cache and run folder [default: ~/.cache/sparkpair]"),
+        ready_timeout: float = typer.Option(420.0, help="seconds to wait for the server to listen"),
+        keep_running: bool = typer.Option(False, help="leave the server up after a passing suite"),
+    ) -> None:
+        """Serve a generated tiny model through the real vLLM + overlay stack and run the health suite."""
+        try:
+            code = run_demo(profile, workdir, ready_timeout, keep_running)
+        except ProfileError as e:
+            console.print(f"[red]{e}[/]")
+            raise typer.Exit(2) from None
+        raise typer.Exit(code)
