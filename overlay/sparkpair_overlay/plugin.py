@@ -1,6 +1,209 @@
-"""Plugin body (placeholder until the overlay mechanics land)."""
+"""Plugin body: read settings, guard the vLLM version, make the plan, patch, log, write.
+
+vLLM calls :func:`sparkpair_overlay.register` once per process (``load_general_plugins``
+with its ``plugins_loaded`` guard, vllm/plugins/__init__.py:77-90 in 0.32.0): in the API
+server (``EngineArgs.__post_init__``), the engine core (``EngineCore.__init__``) and every
+worker (``WorkerWrapperBase.init_worker``) (audit §4). A ``fork``ed child inherits both the
+patched modules and ``plugins_loaded=True`` and so never calls us; an ``os.register_at_fork``
+hook logs the plan line in such a child so that every process still logs it exactly once.
+
+Order inside :func:`register`:
+
+1. parse every ``SPARKPAIR_*`` variable (:mod:`sparkpair_overlay.envs`); a bad value raises
+   :class:`~sparkpair_overlay.envs.EnvError` and vLLM stops with it;
+2. version guard (:mod:`sparkpair_overlay.versions`): an unverified vLLM is named in an
+   ERROR and nothing is patched unless ``SPARKPAIR_ALLOW_UNVERIFIED_VLLM=1``;
+3. device (:mod:`sparkpair_overlay.device`), probe results, then :func:`plan.build_plan`;
+   the kernel modules are imported only if a decision needs them, and an import failure
+   turns that decision into ``upstream`` with the error as the reason;
+4. patches (:mod:`sparkpair_overlay.patches`) where the plan says so; a patch that fails
+   to apply turns its decision into ``upstream`` with the reason;
+5. the plan line (INFO, one per process) and the plan JSON (``SPARKPAIR_PLAN_PATH``,
+   atomic replace; the content carries no pid, so every process writes the same bytes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from . import device, envs, versions
+from ._log import get_logger
+from .plan import (
+    KernelPlan,
+    OProjDecision,
+    PlanError,
+    ProbeResults,
+    RouterDecision,
+    build_plan,
+)
+
+logger = get_logger("plugin")
+
+ROUTER_KERNEL_MODULE = "sparkpair_overlay.kernels.router_gemm"
+O_PROJ_KERNEL_MODULE = "sparkpair_overlay.kernels.fp8_einsum"
+
+_LOCK = threading.Lock()
+_PLAN: KernelPlan | None = None
+_FORK_HOOK_INSTALLED = False
+_KERNELS: dict[str, Any] = {}
+
+
+def current_plan() -> KernelPlan | None:
+    """The plan this process made (``None`` before :func:`register` ran)."""
+    return _PLAN
+
+
+def _load_kernel(module: str, attr: str) -> tuple[Any, str | None]:
+    """Import ``module.attr`` lazily; return ``(obj, None)`` or ``(None, reason)``."""
+    key = f"{module}.{attr}"
+    if key in _KERNELS:
+        return _KERNELS[key], None
+    try:
+        import importlib
+
+        obj = getattr(importlib.import_module(module), attr)
+    except Exception as exc:  # noqa: BLE001 - any failure means: fall back to upstream, with the reason
+        return None, f"{key}: {type(exc).__name__}: {exc}"
+    _KERNELS[key] = obj
+    return obj, None
+
+
+def _load_probe(path: str) -> tuple[ProbeResults | None, list[str]]:
+    if not path:
+        return None, []
+    p = Path(path)
+    if not p.exists():
+        return None, [f"SPARKPAIR_PROBE_PLAN={path} does not exist; plan uses built-in defaults"]
+    try:
+        return ProbeResults.from_json(json.loads(p.read_text()), source=f"SPARKPAIR_PROBE_PLAN={path}"), []
+    except (OSError, ValueError) as exc:  # PlanError and JSONDecodeError are ValueErrors
+        logger.error("sparkpair overlay: %s", exc)
+        return None, [f"probe results unusable ({exc}); plan uses built-in defaults"]
+
+
+def make_plan(environ: dict[str, str] | None = None) -> KernelPlan:
+    """Gather the inputs and build the plan (imports kernel modules only if needed).
+
+    Raises:
+        envs.EnvError: a ``SPARKPAIR_*`` variable is malformed.
+    """
+    import vllm
+
+    settings = envs.read_all(environ)
+    version = str(vllm.__version__)
+    verified = versions.is_verified(version)
+    allow = bool(settings["SPARKPAIR_ALLOW_UNVERIFIED_VLLM"])
+    platform, cap, source = device.detect(environ)
+    probe, notes = _load_probe(settings["SPARKPAIR_PROBE_PLAN"])
+    raw = {k: (os.environ if environ is None else environ).get(k) for k in envs.REGISTRY}
+    kw: dict[str, Any] = dict(
+        vllm_version=version, version_verified=verified, allow_unverified=allow, platform=platform,
+        capability=cap, capability_source=source, router_mode=settings["SPARKPAIR_ROUTER"],
+        router_max_m=settings["SPARKPAIR_ROUTER_MAX_M"], o_proj_mode=settings["SPARKPAIR_O_PROJ"],
+        o_proj_recipe=settings["SPARKPAIR_O_PROJ_RECIPE"], probe=probe,
+        settings={k: v for k, v in raw.items() if v is not None}, notes=notes,
+    )
+    plan = build_plan(**kw)
+    # Import our kernels only if a decision takes them; a failure becomes the reason.
+    if plan.router_bf16.path != "upstream" or plan.router_fp32.path != "upstream":
+        _, kw["router_kernel_error"] = _load_kernel(ROUTER_KERNEL_MODULE, "router_gemm")
+    if plan.o_proj.backend == "triton":
+        _, kw["o_proj_kernel_error"] = _load_kernel(O_PROJ_KERNEL_MODULE, "fp8_einsum")
+    if kw.get("router_kernel_error") or kw.get("o_proj_kernel_error"):
+        plan = build_plan(**kw)
+    return plan
+
+
+def _apply_patches(plan: KernelPlan) -> KernelPlan:
+    """Apply what the plan says; degrade a decision to upstream if its patch fails."""
+    from .patches import o_proj as o_proj_patch
+    from .patches import router as router_patch
+
+    notes = list(plan.notes)
+    if plan.patches_router:
+        kernel, err = _load_kernel(ROUTER_KERNEL_MODULE, "router_gemm")
+        try:
+            if err:
+                raise RuntimeError(err)
+            router_patch.apply(plan, kernel)
+        except Exception as exc:  # noqa: BLE001 - never leave vLLM half-patched without saying so
+            why = f"router patch failed: {type(exc).__name__}: {exc}"
+            logger.error("sparkpair overlay: %s; router left to vLLM", why)
+            up = RouterDecision("upstream", None, why)
+            plan = dataclasses.replace(plan, router_bf16=up, router_fp32=up, router_mode="upstream")
+    if plan.patches_o_proj:
+        kernel = None
+        if plan.o_proj.backend == "triton":
+            kernel, _ = _load_kernel(O_PROJ_KERNEL_MODULE, "fp8_einsum")
+        try:
+            notes += o_proj_patch.apply(plan.o_proj, plan.capability, kernel, plan.o_proj.patch_recipe)
+        except Exception as exc:  # noqa: BLE001
+            o_proj_patch.restore()
+            why = f"o_proj patch failed: {type(exc).__name__}: {exc}"
+            logger.error("sparkpair overlay: %s; o_proj left to vLLM", why)
+            plan = dataclasses.replace(plan, o_proj=OProjDecision("upstream", None, False, why))
+    plan = dataclasses.replace(plan, notes=tuple(notes))
+    if plan.patches_router:
+        router_patch._PLAN = plan  # layers built from now on ask the final plan
+    return plan
+
+
+def write_plan(plan: KernelPlan, path: str) -> None:
+    """Write ``plan.dumps()`` to ``path`` atomically (temp file in the same folder + ``os.replace``).
+
+    Errors are logged, not raised: a plan file that cannot be written must not stop vLLM.
+    """
+    if not path:
+        return
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w") as f:
+            f.write(plan.dumps())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except OSError as exc:
+        logger.error("sparkpair overlay: cannot write the plan to SPARKPAIR_PLAN_PATH=%s: %s", path, exc)
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+
+
+def _log_plan_in_forked_child() -> None:
+    if _PLAN is not None:
+        logger.info("%s", _PLAN.line())
 
 
 def register() -> None:
-    """Apply nothing yet."""
-    return None
+    """Make the plan, patch, log the plan line and write the plan JSON (idempotent).
+
+    Raises:
+        envs.EnvError: a ``SPARKPAIR_*`` variable is malformed (vLLM stops with this error).
+        plan.PlanError: likewise for a mode the plan does not know.
+    """
+    global _PLAN, _FORK_HOOK_INSTALLED
+    with _LOCK:
+        if _PLAN is not None:
+            return
+        plan = make_plan()
+        if not plan.version_verified:
+            logger.error("%s", versions.unverified_message(plan.vllm_version, plan.patching_allowed))
+        if plan.patching_allowed:
+            plan = _apply_patches(plan)
+        _PLAN = plan
+        logger.info("%s", plan.line())
+        write_plan(plan, envs.read("SPARKPAIR_PLAN_PATH"))
+        if not _FORK_HOOK_INSTALLED and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_log_plan_in_forked_child)
+            _FORK_HOOK_INSTALLED = True
+
+
+__all__ = ["register", "current_plan", "make_plan", "write_plan", "PlanError"]

@@ -1,0 +1,667 @@
+"""The kernel plan: pure decisions from device facts, probe results and overrides.
+
+Everything here is a pure function of its arguments (no vLLM, no torch, no
+environment reads), so the whole decision table is unit-tested on a CPU. The
+plugin (:mod:`sparkpair_overlay.plugin`) gathers the inputs (capability from vLLM's
+``current_platform`` or ``SPARKPAIR_FAKE_CAPABILITY``, env overrides, the probe JSON,
+whether our kernel modules import) and calls :func:`build_plan`.
+
+Decisions
+---------
+Router (vLLM ``GateLinear``, ``vllm/model_executor/layers/fused_moe/router/gate_linear.py``):
+
+* ``triton-bf16-lowM``: bf16 weight, tokens ``M <= max_m`` go to our Triton kernel, larger
+  ``M`` to the same cuBLAS ``torch.mm(x, W.T, out_dtype=fp32)`` vLLM runs
+  (gate_linear.py:282-285 in 0.32.0).
+* ``triton-fp32-accurate``: fp32 weight, every ``M`` goes to our kernel (fp32 GEMV for small
+  M, BF16x3 for large M, chosen inside the kernel module) instead of vLLM's fp32
+  ``F.linear`` fallback (gate_linear.py:287-302).
+* ``upstream``: vLLM's own tiers.
+
+On GB10 (capability 12.1) vLLM enables none of its specialised tiers because they are
+gated on Hopper or family 100 (gate_linear.py:63-82; audit §1), so the overlay acts on
+capability family 120 only and is a no-op elsewhere.
+
+o_proj (``fp8_einsum("bhr,hdr->bhd", ...)`` in
+``vllm/models/deepseek_v4/nvidia/ops/o_proj.py:89-95``):
+
+* ``deepgemm``: the dispatcher is installed and hands every call to vLLM's original
+  ``fp8_einsum`` (DeepGEMM).
+* ``triton``: calls that pass :func:`einsum_route`'s predicate go to our Triton kernel,
+  others to the original.
+* ``upstream``: nothing is patched.
+
+The recipe: vLLM picks ``(1,128,128)`` for ``major <= 9`` and ``(1,1,128)`` (packed UE8M0
+``int32`` scales, TMA-aligned) otherwise (o_proj.py:28-31), so GB10 gets the SM100 recipe.
+The plan may select ``(1,128,128)`` on family 120 (probe or ``SPARKPAIR_O_PROJ_RECIPE``);
+then ``compute_fp8_einsum_recipe`` is patched in every module that bound it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+Capability = tuple[int, int]
+Recipe = tuple[int, int, int]
+
+#: Schema tag of the plan JSON written to ``SPARKPAIR_PLAN_PATH``.
+PLAN_SCHEMA = "sparkpair-kernel-plan/1"
+#: Schema tag of the probe results JSON read from ``SPARKPAIR_PROBE_PLAN``.
+PROBE_SCHEMA = "sparkpair-probe/1"
+
+#: Default M threshold (tokens) of the bf16 low-M router tier when the probe gives none.
+#: Source: the decode range vLLM's own low-M router tier covers, ``GateLinear.FP32_MAX_TOKENS
+#: = 32`` (gate_linear.py:45 in 0.32.0); the probe replaces it with the measured crossover.
+DEFAULT_ROUTER_MAX_M = 32
+
+#: The einsum equation of DeepSeek-V4's grouped ``wo_a`` (o_proj.py:89-90 in 0.32.0).
+O_PROJ_EQUATION = "bhr,hdr->bhd"
+
+RECIPE_SM100: Recipe = (1, 1, 128)
+RECIPE_SM90: Recipe = (1, 128, 128)
+
+#: Scale encodings our Triton ``fp8_einsum`` accepts, per recipe, as (activation sf,
+#: weight sf). ``ue8m0-int32``: four UE8M0 bytes packed per int32 (byte k at bits 8k),
+#: the layout of ``fused_inv_rope_fp8_quant(tma_aligned_scales=True)``
+#: (fused_inv_rope_fp8_quant.py:402-405, :455-461) and of DeepGEMM's weight transform on
+#: arch 10/12 (audit §2 "Weight side" step 5). ``fp32``: one fp32 per 128 block
+#: (``tma_aligned_scales=False``). For ``(1,128,128)`` on family 120 the weight scale stays
+#: whatever vLLM's weight post-processing made of it: DeepGEMM's
+#: ``transform_sf_into_required_layout`` packs it per row as ``ue8m0-int32`` on arch 12,
+#: which is exact (the checkpoint's scales are UE8M0 already; a per-row broadcast of a
+#: 128x128 block scale loses nothing), so both weight encodings are accepted.
+#: ``float8_e8m0fnu`` tensors are never passed to Triton (DESIGN.md).
+TRITON_SCALE_ENCODINGS: Mapping[Recipe, frozenset[tuple[str, str]]] = {
+    RECIPE_SM100: frozenset({("ue8m0-int32", "ue8m0-int32")}),
+    RECIPE_SM90: frozenset({("fp32", "fp32"), ("fp32", "ue8m0-int32")}),
+}
+
+ROUTER_PATHS = ("triton-bf16-lowM", "triton-fp32-accurate", "upstream")
+O_PROJ_BACKENDS = ("deepgemm", "triton", "upstream")
+
+
+class PlanError(ValueError):
+    """An input to the plan (probe JSON, override) is malformed; the message says which."""
+
+
+def capability_family(cap: Capability | None) -> int | None:
+    """vLLM's capability family: ``(major*10+minor)//10*10`` (e.g. (12,1) -> 120).
+
+    Mirrors ``Platform.is_device_capability_family`` (platforms/interface.py:577-588 in
+    0.32.0): 12.1 is family 120, not family 100, although ``has_device_capability(100)`` is
+    True (audit §1). ``None`` (no CUDA device) has no family.
+    """
+    if cap is None:
+        return None
+    return (cap[0] * 10 + cap[1]) // 10 * 10
+
+
+def format_capability(cap: Capability | None) -> str:
+    """``"12.1"`` or ``"cpu"``."""
+    return "cpu" if cap is None else f"{cap[0]}.{cap[1]}"
+
+
+def upstream_recipe(cap: Capability) -> tuple[Recipe, bool]:
+    """The ``(recipe, tma_aligned_scales)`` vLLM's ``compute_fp8_einsum_recipe`` returns.
+
+    Source: ``vllm/models/deepseek_v4/nvidia/ops/o_proj.py:28-31`` (0.32.0 and 0.33.0):
+    ``(1,128,128)`` if ``major <= 9`` else ``(1,1,128)``; ``tma_aligned = major >= 10``.
+    """
+    recipe = RECIPE_SM90 if cap[0] <= 9 else RECIPE_SM100
+    return recipe, cap[0] >= 10
+
+
+def recipe_scales_tma_aligned(recipe: Recipe) -> bool:
+    """``tma_aligned_scales`` the overlay pairs with a recipe it selects on family 120.
+
+    ``(1,1,128)`` needs packed UE8M0 ``int32`` (True); ``(1,128,128)`` uses plain fp32 per-128
+    scales (False), as SM90 does (o_proj.py:31) and as upstream PR #52357 proposed for SM12x.
+    """
+    return recipe == RECIPE_SM100
+
+
+# --------------------------------------------------------------------------- probe results
+
+
+@dataclass(frozen=True)
+class RouterProbe:
+    """One router measurement from ``sparkpair probe``.
+
+    Attributes:
+        path: ``triton-bf16-lowM`` | ``triton-fp32-accurate`` | ``cublas`` | ``fp32-linear``.
+        weight_dtype: ``bfloat16`` or ``float32``.
+        m: tokens (rows of x).
+        ok: output matched the fp64 reference within tolerance.
+        us: median time, microseconds (``None`` if it did not run).
+        shape: ``(N, K)`` = (experts, hidden), or ``None`` if not recorded.
+    """
+
+    path: str
+    weight_dtype: str
+    m: int
+    ok: bool
+    us: float | None = None
+    shape: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class OProjProbe:
+    """One o_proj measurement: backend ``deepgemm``/``triton``, recipe, T tokens, ok, us."""
+
+    backend: str
+    recipe: Recipe
+    t: int
+    ok: bool
+    us: float | None = None
+
+
+@dataclass(frozen=True)
+class ProbeResults:
+    """Parsed ``SPARKPAIR_PROBE_PLAN`` JSON (schema :data:`PROBE_SCHEMA`).
+
+    Layout::
+
+        {"schema": "sparkpair-probe/1", "capability": [12, 1],
+         "router": [{"path": "triton-bf16-lowM", "weight_dtype": "bfloat16", "m": 8,
+                     "ok": true, "us": 9.1, "shape": [256, 4096]}, ...],
+         "o_proj": [{"backend": "triton", "recipe": [1, 1, 128], "t": 1,
+                     "ok": true, "us": 20.5}, ...]}
+    """
+
+    capability: Capability
+    router: tuple[RouterProbe, ...] = ()
+    o_proj: tuple[OProjProbe, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "probe JSON") -> ProbeResults:
+        """Parse the probe JSON object.
+
+        Raises:
+            PlanError: wrong schema tag, missing capability, or a malformed entry; the
+                message names ``source``, the field, the value seen and the value wanted.
+        """
+        if not isinstance(data, dict):
+            raise PlanError(f"{source}: top level is {type(data).__name__}; wanted an object")
+        if data.get("schema") != PROBE_SCHEMA:
+            raise PlanError(f"{source}: schema={data.get('schema')!r}; wanted {PROBE_SCHEMA!r}")
+        try:
+            major, minor = (int(v) for v in data["capability"])
+            router = tuple(
+                RouterProbe(
+                    path=str(r["path"]),
+                    weight_dtype=str(r["weight_dtype"]),
+                    m=int(r["m"]),
+                    ok=bool(r["ok"]),
+                    us=None if r.get("us") is None else float(r["us"]),
+                    shape=None if r.get("shape") is None else (int(r["shape"][0]), int(r["shape"][1])),
+                )
+                for r in data.get("router", [])
+            )
+            o_proj = tuple(
+                OProjProbe(
+                    backend=str(o["backend"]),
+                    recipe=tuple(int(v) for v in o["recipe"]),  # type: ignore[arg-type]
+                    t=int(o["t"]),
+                    ok=bool(o["ok"]),
+                    us=None if o.get("us") is None else float(o["us"]),
+                )
+                for o in data.get("o_proj", [])
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PlanError(
+                f"{source}: malformed entry ({type(exc).__name__}: {exc}); wanted the layout in "
+                "sparkpair_overlay.plan.ProbeResults"
+            ) from None
+        return cls(capability=(major, minor), router=router, o_proj=o_proj)
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True)
+class RouterDecision:
+    """Which path a ``GateLinear`` with a given weight dtype takes.
+
+    Attributes:
+        path: one of :data:`ROUTER_PATHS`.
+        max_m: for ``triton-bf16-lowM``, the largest token count (rows of x) sent to Triton;
+            ``None`` for the other paths (fp32-accurate takes every M).
+        reason: why, in words.
+    """
+
+    path: str
+    max_m: int | None
+    reason: str
+
+    @property
+    def label(self) -> str:
+        """``triton-bf16-lowM(M<=32)``, ``triton-fp32-accurate`` or ``upstream``."""
+        return f"{self.path}(M<={self.max_m})" if self.max_m is not None else self.path
+
+
+@dataclass(frozen=True)
+class OProjDecision:
+    """What the o_proj ``fp8_einsum`` does on this device.
+
+    Attributes:
+        backend: one of :data:`O_PROJ_BACKENDS`.
+        recipe: the recipe the model will use (``None`` where nothing is decided: no CUDA).
+        patch_recipe: True when ``recipe`` differs from upstream's, so
+            ``compute_fp8_einsum_recipe`` must be patched.
+        reason: why, in words.
+    """
+
+    backend: str
+    recipe: Recipe | None
+    patch_recipe: bool
+    reason: str
+
+    @property
+    def label(self) -> str:
+        """``triton(1,1,128)``, ``deepgemm(1,128,128)`` or ``upstream``."""
+        if self.backend == "upstream" or self.recipe is None:
+            return "upstream"
+        return f"{self.backend}({','.join(str(v) for v in self.recipe)})"
+
+
+def _probe_for(probe: ProbeResults | None, cap: Capability) -> tuple[ProbeResults | None, str]:
+    if probe is None:
+        return None, "no probe results"
+    if probe.capability != cap:
+        return None, (
+            f"probe results are for cap {format_capability(probe.capability)}, "
+            f"this device is {format_capability(cap)}: ignored"
+        )
+    return probe, "probe results"
+
+
+def decide_router(
+    cap: Capability | None,
+    weight_dtype: str,
+    *,
+    mode: str = "auto",
+    max_m_override: int | None = None,
+    probe: ProbeResults | None = None,
+    kernel_error: str | None = None,
+    shape: tuple[int, int] | None = None,
+    platform: str = "cuda",
+) -> RouterDecision:
+    """Decide the router path for one weight dtype.
+
+    Args:
+        cap: device capability ``(major, minor)``; ``None`` for no CUDA device.
+        weight_dtype: ``"bfloat16"`` or ``"float32"`` (anything else: upstream).
+        mode: ``SPARKPAIR_ROUTER`` (``auto`` | ``triton`` | ``upstream``).
+        max_m_override: ``SPARKPAIR_ROUTER_MAX_M`` (tokens) or ``None``.
+        probe: probe results (ignored unless measured on ``cap``).
+        kernel_error: why ``sparkpair_overlay.kernels.router_gemm`` could not be imported,
+            or ``None`` if it imports.
+        shape: ``(N, K)`` of the gate weight (experts, hidden); probe entries recorded for
+            another shape are ignored. ``None`` = any shape.
+        platform: ``cuda``, ``rocm``, ``cpu``, ... (only ``cuda`` is ever patched).
+
+    Returns:
+        A :class:`RouterDecision`; ``upstream`` unless the device is CUDA family 120.
+
+    Raises:
+        PlanError: ``mode`` is not one of auto, triton, upstream.
+    """
+    if mode not in ("auto", "triton", "upstream"):
+        raise PlanError(f"SPARKPAIR_ROUTER={mode!r}; wanted auto, triton or upstream")
+    if mode == "upstream":
+        return RouterDecision("upstream", None, "SPARKPAIR_ROUTER=upstream")
+    if cap is None or platform != "cuda":
+        return RouterDecision("upstream", None, f"no CUDA device (platform {platform})")
+    if capability_family(cap) != 120:
+        forced = " (SPARKPAIR_ROUTER=triton ignored)" if mode == "triton" else ""
+        return RouterDecision(
+            "upstream", None,
+            f"cap {format_capability(cap)} is not family 120: vLLM's tiers apply{forced}",
+        )
+    if weight_dtype not in ("bfloat16", "float32"):
+        return RouterDecision("upstream", None, f"weight dtype {weight_dtype} has no Triton tier")
+    if kernel_error is not None:
+        return RouterDecision("upstream", None, f"router kernel unavailable: {kernel_error}")
+    usable, probe_note = _probe_for(probe, cap)
+    entries = [
+        r for r in (usable.router if usable else ())
+        if r.weight_dtype == weight_dtype and (shape is None or r.shape is None or r.shape == shape)
+    ]
+    if weight_dtype == "float32":
+        ours = [r for r in entries if r.path == "triton-fp32-accurate"]
+        failed = sorted(r.m for r in ours if not r.ok)
+        if failed and mode == "auto":
+            return RouterDecision("upstream", None, f"probe: triton-fp32-accurate failed at M={failed}")
+        note = f"forced over probe failure at M={failed}" if failed else (
+            "probe: correct at M=" + str(sorted(r.m for r in ours)) if ours else probe_note)
+        return RouterDecision("triton-fp32-accurate", None, f"fp32 weight, family 120; {note}")
+    # bf16 weight: low-M Triton tier in front of vLLM's cuBLAS tier.
+    ours = {r.m: r for r in entries if r.path == "triton-bf16-lowM"}
+    theirs = {r.m: r for r in entries if r.path == "cublas"}
+    failed = sorted(m for m, r in ours.items() if not r.ok)
+    if failed and mode == "auto":
+        return RouterDecision("upstream", None, f"probe: triton-bf16-lowM failed at M={failed}")
+    if max_m_override is not None:
+        return RouterDecision("triton-bf16-lowM", max_m_override, "SPARKPAIR_ROUTER_MAX_M override")
+    crossover: int | None = None
+    if ours and theirs:
+        for m in sorted(ours):
+            a, b = ours[m], theirs.get(m)
+            if b is None or a.us is None or b.us is None:
+                continue
+            if a.ok and a.us < b.us:
+                crossover = m
+            else:
+                break
+        if crossover is None:
+            if mode == "auto":
+                return RouterDecision("upstream", None, "probe: cuBLAS is faster at every probed M")
+            return RouterDecision("triton-bf16-lowM", DEFAULT_ROUTER_MAX_M,
+                                  "SPARKPAIR_ROUTER=triton over a probe that found cuBLAS faster")
+        return RouterDecision("triton-bf16-lowM", crossover, f"probe: Triton faster up to M={crossover}")
+    why = "SPARKPAIR_ROUTER=triton" if mode == "triton" else probe_note
+    return RouterDecision("triton-bf16-lowM", DEFAULT_ROUTER_MAX_M, f"bf16 weight, family 120; {why}")
+
+
+def decide_o_proj(
+    cap: Capability | None,
+    *,
+    mode: str = "auto",
+    recipe_override: Recipe | None = None,
+    probe: ProbeResults | None = None,
+    kernel_error: str | None = None,
+    platform: str = "cuda",
+) -> OProjDecision:
+    """Decide the o_proj ``fp8_einsum`` backend and recipe.
+
+    Args:
+        cap: device capability; ``None`` for no CUDA device.
+        mode: ``SPARKPAIR_O_PROJ`` (``auto`` | ``deepgemm`` | ``triton`` | ``upstream``).
+        recipe_override: ``SPARKPAIR_O_PROJ_RECIPE`` or ``None``.
+        probe: probe results (ignored unless measured on ``cap``).
+        kernel_error: why ``sparkpair_overlay.kernels.fp8_einsum`` could not be imported, or
+            ``None`` if it imports.
+        platform: ``cuda``, ``rocm``, ``cpu``, ...
+
+    Returns:
+        An :class:`OProjDecision`. On family 120 with ``auto``: the fastest (backend, recipe)
+        the probe found correct at every probed T; DeepGEMM is never chosen without a probe
+        that shows it correct on this device (audit §0: its SM120 path is unproven; field
+        reports show NaNs/asserts, #48052/#52357); without probe results, Triton with
+        upstream's recipe.
+
+    Raises:
+        PlanError: ``mode`` is not a known value.
+    """
+    if mode not in ("auto", "deepgemm", "triton", "upstream"):
+        raise PlanError(f"SPARKPAIR_O_PROJ={mode!r}; wanted auto, deepgemm, triton or upstream")
+    if mode == "upstream":
+        return OProjDecision("upstream", None, False, "SPARKPAIR_O_PROJ=upstream")
+    if cap is None or platform != "cuda":
+        return OProjDecision("upstream", None, False, f"no CUDA device (platform {platform})")
+    up_recipe, _ = upstream_recipe(cap)
+    if capability_family(cap) != 120:
+        forced = f" (SPARKPAIR_O_PROJ={mode} ignored)" if mode != "auto" else ""
+        return OProjDecision(
+            "upstream", None, False,
+            f"cap {format_capability(cap)} is not family 120: vLLM's recipe {up_recipe} and DeepGEMM{forced}",
+        )
+    usable, probe_note = _probe_for(probe, cap)
+    candidates = [("deepgemm", RECIPE_SM100), ("triton", RECIPE_SM100), ("triton", RECIPE_SM90),
+                  ("deepgemm", RECIPE_SM90)]
+    if recipe_override is not None:
+        candidates = [c for c in candidates if c[1] == recipe_override]
+    if mode != "auto":
+        candidates = [c for c in candidates if c[0] == mode]
+    if kernel_error is not None:
+        if mode == "triton":
+            return OProjDecision("upstream", None, False, f"o_proj kernel unavailable: {kernel_error}")
+        candidates = [c for c in candidates if c[0] != "triton"]
+
+    def decision(backend: str, recipe: Recipe, why: str) -> OProjDecision:
+        return OProjDecision(backend, recipe, recipe != up_recipe, why)
+
+    scored: list[tuple[float, str, Recipe]] = []
+    if usable is not None:
+        for backend, recipe in candidates:
+            rows = [o for o in usable.o_proj if o.backend == backend and o.recipe == recipe]
+            if rows and all(o.ok for o in rows):
+                total = sum(o.us for o in rows if o.us is not None)
+                scored.append((total, backend, recipe))
+    if mode == "auto":
+        if scored:
+            _, backend, recipe = min(scored)
+            return decision(backend, recipe, f"probe: fastest correct of {len(scored)} candidate(s)")
+        if usable is not None and usable.o_proj:
+            return OProjDecision("upstream", None, False, "probe: no o_proj candidate was correct")
+        if kernel_error is not None:
+            return OProjDecision("upstream", None, False,
+                                 f"{probe_note}; o_proj kernel unavailable: {kernel_error}")
+        recipe = recipe_override or up_recipe
+        return decision("triton", recipe, f"{probe_note}; DeepGEMM unproven on family 120, Triton")
+    # Forced backend: honour it; the recipe is the override, else the probe's best, else upstream's.
+    if recipe_override is not None:
+        recipe = recipe_override
+    elif scored:
+        recipe = min(scored)[2]
+    else:
+        recipe = up_recipe
+    bad = [o.t for o in (usable.o_proj if usable else ()) if o.backend == mode and o.recipe == recipe
+           and not o.ok]
+    warn = f"; probe found it wrong at T={sorted(bad)}" if bad else ""
+    return decision(mode, recipe, f"SPARKPAIR_O_PROJ={mode}{warn}")
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """The one immutable plan of a process.
+
+    Attributes:
+        vllm_version: ``vllm.__version__``.
+        version_verified: the version is in ``VERIFIED_VLLM_VERSIONS``.
+        patching_allowed: verified, or overridden by ``SPARKPAIR_ALLOW_UNVERIFIED_VLLM=1``.
+        platform: ``cuda`` | ``rocm`` | ``cpu`` | ...
+        capability: ``(major, minor)`` or ``None``.
+        capability_source: ``platform`` or ``SPARKPAIR_FAKE_CAPABILITY``.
+        router_bf16, router_fp32: decisions for bf16 / fp32 gate weights.
+        o_proj: the fp8_einsum decision.
+        settings: the ``SPARKPAIR_*`` values the plan was made from (as strings).
+        notes: further facts (probe file problems, degraded patches).
+        router_mode, router_max_m, kernel errors, probe: inputs kept so a layer can ask
+            :meth:`router_decision` for its own weight dtype and shape.
+    """
+
+    vllm_version: str
+    version_verified: bool
+    patching_allowed: bool
+    platform: str
+    capability: Capability | None
+    capability_source: str
+    router_bf16: RouterDecision
+    router_fp32: RouterDecision
+    o_proj: OProjDecision
+    settings: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+    router_mode: str = "auto"
+    router_max_m: int | None = None
+    router_kernel_error: str | None = None
+    probe: ProbeResults | None = field(default=None, compare=False)
+
+    @property
+    def patches_router(self) -> bool:
+        """True when the ``GateLinear`` subclass must be registered."""
+        return self.patching_allowed and (
+            self.router_bf16.path != "upstream" or self.router_fp32.path != "upstream")
+
+    @property
+    def patches_o_proj(self) -> bool:
+        """True when ``fp8_einsum`` must be rebound to the dispatcher."""
+        return self.patching_allowed and self.o_proj.backend != "upstream"
+
+    def router_decision(self, weight_dtype: str, shape: tuple[int, int] | None) -> RouterDecision:
+        """The decision for one ``GateLinear`` (weight dtype name, ``(N, K)``), same inputs as the plan."""
+        if not self.patching_allowed:
+            return RouterDecision("upstream", None, "patching disabled")
+        return decide_router(
+            self.capability, weight_dtype, mode=self.router_mode, max_m_override=self.router_max_m,
+            probe=self.probe, kernel_error=self.router_kernel_error, shape=shape, platform=self.platform,
+        )
+
+    def line(self) -> str:
+        """The one log line: ``sparkpair overlay plan: router=... o_proj=... (vllm X, cap Y, reasons...)``."""
+        router = f"bf16:{self.router_bf16.label},fp32:{self.router_fp32.label}"
+        reasons = [f"router bf16: {self.router_bf16.reason}", f"router fp32: {self.router_fp32.reason}",
+                   f"o_proj: {self.o_proj.reason}", *self.notes]
+        cap = format_capability(self.capability)
+        if self.capability_source != "platform":
+            cap += f" via {self.capability_source}"
+        ver = f"vllm {self.vllm_version}" + ("" if self.version_verified else " UNVERIFIED")
+        return (f"sparkpair overlay plan: router={router} o_proj={self.o_proj.label} "
+                f"({ver}, cap {cap}, {'; '.join(reasons)})")
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object written to ``SPARKPAIR_PLAN_PATH`` (no pid: identical in every process)."""
+        return {
+            "schema": PLAN_SCHEMA,
+            "vllm_version": self.vllm_version,
+            "version_verified": self.version_verified,
+            "patching_allowed": self.patching_allowed,
+            "platform": self.platform,
+            "capability": list(self.capability) if self.capability else None,
+            "capability_source": self.capability_source,
+            "router": {"bfloat16": asdict(self.router_bf16), "float32": asdict(self.router_fp32)},
+            "o_proj": {**asdict(self.o_proj),
+                       "recipe": list(self.o_proj.recipe) if self.o_proj.recipe else None,
+                       "label": self.o_proj.label},
+            "settings": dict(self.settings),
+            "notes": list(self.notes),
+            "line": self.line(),
+        }
+
+    def dumps(self) -> str:
+        """:meth:`to_json` as sorted, indented JSON text (byte-identical for equal plans)."""
+        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+
+
+def build_plan(
+    *,
+    vllm_version: str,
+    version_verified: bool,
+    allow_unverified: bool,
+    platform: str,
+    capability: Capability | None,
+    capability_source: str = "platform",
+    router_mode: str = "auto",
+    router_max_m: int | None = None,
+    o_proj_mode: str = "auto",
+    o_proj_recipe: Recipe | None = None,
+    probe: ProbeResults | None = None,
+    router_kernel_error: str | None = None,
+    o_proj_kernel_error: str | None = None,
+    settings: Mapping[str, str] | None = None,
+    notes: Sequence[str] = (),
+) -> KernelPlan:
+    """Make the process's :class:`KernelPlan` from gathered inputs (pure).
+
+    An unverified vLLM version without ``allow_unverified`` gives a plan whose every decision
+    is ``upstream`` with the version named in the reason.
+
+    Raises:
+        PlanError: a mode string is not a known value.
+    """
+    allowed = version_verified or allow_unverified
+    if not allowed:
+        why = f"vLLM {vllm_version} is not verified; nothing patched"
+        up_r = RouterDecision("upstream", None, why)
+        return KernelPlan(
+            vllm_version, version_verified, False, platform, capability, capability_source,
+            up_r, up_r, OProjDecision("upstream", None, False, why),
+            tuple(sorted((settings or {}).items())), tuple(notes), router_mode, router_max_m,
+            router_kernel_error, probe,
+        )
+    kw: dict[str, Any] = dict(mode=router_mode, max_m_override=router_max_m, probe=probe,
+                              kernel_error=router_kernel_error, platform=platform)
+    return KernelPlan(
+        vllm_version, version_verified, True, platform, capability, capability_source,
+        decide_router(capability, "bfloat16", **kw),
+        decide_router(capability, "float32", **kw),
+        decide_o_proj(capability, mode=o_proj_mode, recipe_override=o_proj_recipe, probe=probe,
+                      kernel_error=o_proj_kernel_error, platform=platform),
+        tuple(sorted((settings or {}).items())), tuple(notes), router_mode, router_max_m,
+        router_kernel_error, probe,
+    )
+
+
+# --------------------------------------------------------------------------- per-call predicate
+
+
+def scale_encoding(dtype_name: str) -> str:
+    """Classify a scale tensor's dtype: ``ue8m0-int32`` | ``fp32`` | ``e8m0`` | ``other``."""
+    if dtype_name == "int32":
+        return "ue8m0-int32"
+    if dtype_name == "float32":
+        return "fp32"
+    if dtype_name in ("float8_e8m0fnu", "uint8"):
+        return "e8m0"
+    return "other"
+
+
+def _dtype_name(t: Any) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def einsum_route(
+    decision: OProjDecision,
+    capability: Capability | None,
+    equation: Any,
+    a: Any,
+    b: Any,
+    out: Any,
+    recipe: Any,
+) -> tuple[str, str]:
+    """Per-call predicate of the ``fp8_einsum`` dispatcher: ``("triton"|"deepgemm", reason)``.
+
+    Triton is chosen only when the plan says ``triton`` AND the call is one our kernel
+    implements: capability family 120; ``equation == "bhr,hdr->bhd"``; ``recipe`` in
+    :data:`TRITON_SCALE_ENCODINGS` with the (activation, weight) scale encodings listed
+    there; ``a = (x, sa)`` with x ``float8_e4m3fn [T, G, K]`` on a CUDA device,
+    ``b = (w, sw)`` with w ``float8_e4m3fn [G, R, K]``, ``out`` ``bfloat16 [T, G, R]``
+    (shapes from o_proj.py:78-95 and audit §2 table). Anything else goes to the original
+    (DeepGEMM) with the reason. Never decided by architecture family alone.
+
+    Args are the call's own arguments (tensors are only inspected, never read).
+    """
+    if decision.backend != "triton":
+        return "deepgemm", f"plan o_proj={decision.backend}"
+    if capability_family(capability) != 120:
+        return "deepgemm", f"cap {format_capability(capability)} is not family 120"
+    if equation != O_PROJ_EQUATION:
+        return "deepgemm", f"equation {equation!r} is not {O_PROJ_EQUATION!r}"
+    recipe_t = tuple(recipe) if isinstance(recipe, (tuple, list)) else recipe
+    if recipe_t not in TRITON_SCALE_ENCODINGS:
+        return "deepgemm", f"recipe {recipe_t} has no Triton kernel"
+    try:
+        (x, sa), (w, sw) = a, b
+    except (TypeError, ValueError):
+        return "deepgemm", "a/b are not (tensor, scale) pairs"
+    if not getattr(x, "is_cuda", False):
+        return "deepgemm", "activation is not on a CUDA device"
+    if _dtype_name(x) != "float8_e4m3fn" or _dtype_name(w) != "float8_e4m3fn":
+        return "deepgemm", f"operand dtypes {_dtype_name(x)}/{_dtype_name(w)} are not float8_e4m3fn"
+    if _dtype_name(out) != "bfloat16":
+        return "deepgemm", f"out dtype {_dtype_name(out)} is not bfloat16"
+    if x.dim() != 3 or w.dim() != 3 or out.dim() != 3 or sa.dim() != 3 or sw.dim() != 3:
+        return "deepgemm", "operands are not 3-D (wo_a not reshaped for bmm?)"
+    t, g, k = x.shape
+    if w.shape[0] != g or w.shape[2] != k or tuple(out.shape) != (t, g, w.shape[1]):
+        return "deepgemm", f"shapes x{tuple(x.shape)} w{tuple(w.shape)} out{tuple(out.shape)} disagree"
+    enc = (scale_encoding(_dtype_name(sa)), scale_encoding(_dtype_name(sw)))
+    if enc not in TRITON_SCALE_ENCODINGS[recipe_t]:  # type: ignore[index]
+        return "deepgemm", f"scale encodings {enc} not accepted for recipe {recipe_t}"
+    return "triton", "ok"

