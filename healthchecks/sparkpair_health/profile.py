@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "configs" / "profiles"
 """``configs/profiles`` of a source checkout (also the layout inside the image)."""
@@ -35,23 +35,115 @@ class ServerSpec(_Strict):
     env: dict[str, str] = Field(default_factory=dict, description="environment for the server")
 
 
+class ExpectedAnswer(_Strict):
+    """One greedy question with a known answer (field-bugs.md B15)."""
+
+    prompt: str
+    contains: str = Field(description="case-insensitive substring the answer must contain")
+    finish_reason: str = Field("stop", description="wanted finish_reason ('stop': the model ended by itself)")
+    max_tokens: int = Field(32, gt=0, description="tokens")
+
+
 class SemanticSpec(_Strict):
-    """Checks that need a trained model (expected answers, thinking)."""
+    """Checks that need a trained model (expected answers).
+
+    A disabled semantic check is reported as ``skip`` with ``skip_reason``.
+    """
 
     enabled: bool = False
     skip_reason: str = ""
-    expected_answers: list[dict[str, str]] = Field(
-        default_factory=list, description="[{prompt: ..., contains: ...}], greedy"
+    expected_answers: list[ExpectedAnswer] = Field(default_factory=list, description="greedy, thinking off")
+
+
+def _bool_to_enabled(v: Any) -> Any:
+    return {"enabled": v} if isinstance(v, bool) else v
+
+
+class ToolsSpec(_Strict):
+    """Forced tool-call checks (``tool_choice`` ``required`` and a named function), strict tools.
+
+    Attributes:
+        enabled: run the tool checks (the server needs a ``--tool-call-parser``).
+        skip_reason: stated in the report when disabled.
+        max_tokens: completion budget of a tool-call request, tokens.
+        suppress_whitespace_tokens: bias the JSON whitespace tokens (``' '``, ``\\n``, ``\\r``,
+            ``\\t``, each looked up with the server's ``/tokenize``) by -100 via ``logit_bias``.
+            Only for random-weight models: vLLM constrains strict tool arguments with an
+            xgrammar structural tag that allows unbounded whitespace between JSON tokens, and
+            ``--structured-outputs-config '{"disable_any_whitespace": true}'`` does not reach
+            structural tags in vLLM 0.32, so a random model can pick whitespace until
+            ``max_tokens``. A trained model never needs this.
+        request_extra: further request fields merged into every tool-call request
+            (e.g. ``parallel_tool_calls: false``, ``chat_template_kwargs``).
+        named_finish_reasons: finish_reason values accepted for a *named* tool choice. The
+            OpenAI API answers a named ``tool_choice`` with ``stop`` and vLLM 0.32 follows it;
+            ``required`` must always end with ``tool_calls``.
+    """
+
+    enabled: bool = True
+    skip_reason: str = ""
+    max_tokens: int = Field(96, gt=0)
+    suppress_whitespace_tokens: bool = False
+    request_extra: dict[str, Any] = Field(default_factory=dict)
+    named_finish_reasons: list[str] = Field(default_factory=lambda: ["tool_calls", "stop"])
+
+
+class ThinkingSpec(_Strict):
+    """Thinking-mode checks: reasoning present when on, absent when off (audit §6)."""
+
+    enabled: bool = False
+    skip_reason: str = "the model has no thinking mode"
+    on_kwargs: dict[str, Any] = Field(
+        default_factory=lambda: {"chat_template_kwargs": {"thinking": True}},
+        description="request fields that turn thinking on",
     )
+    off_kwargs: dict[str, Any] = Field(
+        default_factory=lambda: {"chat_template_kwargs": {"thinking": False, "enable_thinking": False}},
+        description="request fields that turn thinking off",
+    )
+    max_tokens: int = Field(512, gt=0)
+
+
+class LongPromptSpec(_Strict):
+    """Long-prompt checks: accepted close to ``max_model_len``, rejected (HTTP 400) just over it.
+
+    Attributes:
+        enabled: run both long-prompt checks.
+        accept_tokens: prompt length (tokens) of the accepted probe; ``None`` means
+            ``max_model_len - margin_tokens`` (the server's reported ``max_model_len``).
+        margin_tokens: tokens left below ``max_model_len`` for the accepted probe's answer.
+    """
+
+    enabled: bool = True
+    skip_reason: str = ""
+    accept_tokens: int | None = Field(None, gt=0)
+    margin_tokens: int = Field(8, ge=2)
 
 
 class ChecksSpec(_Strict):
     """Which checks run and with which request settings."""
 
     semantic: SemanticSpec = Field(default_factory=SemanticSpec)
-    tools: bool = True
-    thinking: bool = False
-    extra: dict[str, Any] = Field(default_factory=dict, description="per-check settings")
+    tools: ToolsSpec = Field(default_factory=ToolsSpec)
+    thinking: ThinkingSpec = Field(default_factory=ThinkingSpec)
+    long_prompt: LongPromptSpec = Field(default_factory=LongPromptSpec)
+    prompt: str = Field("Say hello to the pair of Sparks.", description="prompt of the protocol checks")
+    max_tokens: int = Field(24, gt=0, description="tokens per protocol-check completion")
+    request_extra: dict[str, Any] = Field(
+        default_factory=dict, description="fields merged into every chat request (e.g. thinking off)"
+    )
+    extra: dict[str, Any] = Field(default_factory=dict, description="per-check settings (reserved)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _booleans(cls, data: Any) -> Any:
+        # ``tools: true`` / ``thinking: false`` (the short form) mean ``{enabled: ...}``.
+        if isinstance(data, dict):
+            data = dict(data)
+            for k in ("tools", "thinking", "long_prompt"):
+                if k in data:
+                    data[k] = _bool_to_enabled(data[k])
+        return data
 
 
 class Profile(_Strict):

@@ -1,0 +1,338 @@
+# ruff: noqa: E501  (the catalogue reads as a table; one entry per call)
+"""Log scanner v1: a catalogue of log patterns from field reports, and a scanner over log lines.
+
+Each :class:`Pattern` names the field bug it covers (``shared/reference/field-bugs.md`` §1-§4),
+what a match means, and what to do. Severities:
+
+* ``fatal``: one match means the server is broken (or about to be);
+* ``warning``: worth a look, never fatal on its own;
+* ``fatal-if-repeated``: a warning below ``threshold`` matches, fatal at or above it (e.g.
+  shared-memory-broadcast starvation, B08/B18; a startup-memory restart loop, B14).
+
+Input is any vLLM / NCCL / Ray / kernel log text: container stdout+stderr of both nodes and
+``journalctl -k``. Lines are matched one by one (case-sensitive regexes; vLLM's process prefix
+such as ``(EngineCore_DP0 pid=123)`` is kept, so patterns can tell engine lines apart).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Severity = Literal["fatal", "warning", "fatal-if-repeated"]
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One catalogue entry.
+
+    Attributes:
+        id: stable id (``engine_dead``).
+        regex: Python regex searched in each line.
+        severity: ``fatal`` / ``warning`` / ``fatal-if-repeated``.
+        bug: the field-bugs.md id(s) it covers (``B08``), or ``general``.
+        meaning: one line: what a match means.
+        fix: one line: what to do about it.
+        threshold: matches at which a ``fatal-if-repeated`` pattern turns fatal (>= 2).
+    """
+
+    id: str
+    regex: str
+    severity: Severity
+    bug: str
+    meaning: str
+    fix: str
+    threshold: int = 1
+
+    def __post_init__(self) -> None:
+        re.compile(self.regex)
+        if self.severity == "fatal-if-repeated" and self.threshold < 2:
+            raise ValueError(
+                f"pattern {self.id}: fatal-if-repeated needs threshold >= 2, got {self.threshold}"
+            )
+
+
+_PROC = r"^\((?:EngineCore\S*|\S*Worker\S*|RayWorkerWrapper\S*)\s+pid=\d+\)"
+
+CATALOGUE: tuple[Pattern, ...] = (
+    Pattern(
+        "ptxas_arch",
+        r"PTXASError|not defined for option 'gpu-name'",
+        "fatal",
+        "B01",
+        "Triton's bundled ptxas does not know the GPU (sm_121a); the first JIT compile dies",
+        "set TRITON_PTXAS_PATH to the CUDA 13 toolkit's ptxas (run `sparkpair preflight`)",
+    ),
+    Pattern(
+        "e8m0_keyerror",
+        r"KeyError:?.*float8_e8m0fnu|float8_e8m0fnu.*KeyError|Worker failed with error.*float8_e8m0fnu",
+        "fatal",
+        "B02",
+        "E8M0 block scales reached a Triton kernel that cannot bind float8_e8m0fnu",
+        "use the overlay's o_proj/GEMM path that upcasts or views E8M0 scales (vllm PR #54435)",
+    ),
+    Pattern(
+        "nccl_system_error",
+        r"NCCL.*unhandled system error|unhandled system error.*NCCL",
+        "fatal",
+        "B04, B05",
+        "NCCL hit a system-level failure (RDMA registration, sockets, shared memory)",
+        "rerun with NCCL_DEBUG=INFO; check memlock, /dev/shm, HCA and MTU (`sparkpair preflight`)",
+    ),
+    Pattern(
+        "ibv_reg_mr_enomem",
+        r"ibv_reg_mr\S*.*Cannot allocate memory",
+        "fatal",
+        "B04",
+        "RDMA memory registration failed with ENOMEM (host kernel 7.0.0-1019 KHO on)",
+        "boot with kho=off or a 6.17 kernel; compare CmaTotal/CmaFree in /proc/meminfo",
+    ),
+    Pattern(
+        "engine_dead",
+        r"EngineDeadError|died unexpectedly|engine core exited unexpectedly|EngineCore encountered an issue",
+        "fatal",
+        "B08",
+        "the vLLM engine core process died; the API server can no longer serve",
+        "look above this line for the engine's own traceback; restart both nodes together",
+    ),
+    Pattern(
+        "engine_start_failed",
+        r"Engine core initialization failed|EngineCore failed to start",
+        "fatal",
+        "general",
+        "the engine core failed while starting (see its traceback)",
+        "read the EngineCore traceback above; check the profile's server arguments",
+    ),
+    Pattern(
+        "ray_channel_timeout",
+        r"RayChannelTimeoutError",
+        "fatal",
+        "B08",
+        "a Ray compiled-graph channel timed out: a rank is wedged or dead",
+        "use PIECEWISE or eager CUDA graphs across nodes; check the peer node",
+    ),
+    Pattern(
+        "sample_tokens_timeout",
+        r"sample_tokens\S* timed out|timed out.*sample_tokens",
+        "fatal",
+        "B08",
+        "the engine's RPC to the workers timed out: cross-node graph replay desync or a dead peer",
+        "use PIECEWISE CUDA graphs across nodes; check the worker node's log",
+    ),
+    Pattern(
+        "illegal_memory_access",
+        r"illegal memory access",
+        "fatal",
+        "B08",
+        "a CUDA kernel faulted (e.g. a cross-node collective captured in a CUDA graph)",
+        "rerun with CUDA_LAUNCH_BLOCKING=1; try cudagraph_mode PIECEWISE",
+    ),
+    Pattern(
+        "nccl_watchdog_timeout",
+        r"Watchdog caught collective operation timeout",
+        "fatal",
+        "B08",
+        "a collective stalled past torch's NCCL watchdog (one rank stuck, e.g. a JIT compile)",
+        "warm every shape before serving; keep TRITON_CACHE_DIR on a persistent volume",
+    ),
+    Pattern(
+        "nvrm_no_memory",
+        r"NV_ERR_NO_MEMORY",
+        "fatal",
+        "B04, B13",
+        "the NVIDIA driver could not allocate memory; on GB10 the host may hard-reset next",
+        "lower gpu_memory_utilization / max_model_len; scan the previous boot's kernel journal",
+    ),
+    Pattern(
+        "nvrm_xid",
+        r"NVRM: Xid",
+        "fatal",
+        "B13",
+        "the GPU reported an Xid error",
+        "look up the Xid number; check power, thermals and the driver version",
+    ),
+    Pattern(
+        "shm_segment",
+        r"creating shared memory segment|posix_fallocate",
+        "fatal",
+        "B17",
+        "/dev/shm is too small for NCCL or the Ray object store",
+        "give the containers ipc: host or a large shm_size; compare `df /dev/shm` with Ray's store",
+    ),
+    Pattern(
+        "cuda_oom",
+        r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: CUDA",
+        "fatal",
+        "general",
+        "a CUDA allocation failed",
+        "lower gpu_memory_utilization, max_model_len or max_num_seqs",
+    ),
+    Pattern(
+        "engine_traceback",
+        _PROC + r".*Traceback \(most recent call last\)",
+        "fatal",
+        "general",
+        "a Python traceback in an engine-core or worker process",
+        "read the traceback; the engine or a worker is failing",
+    ),
+    Pattern(
+        "semlock_missing",
+        r"SemLock|sem_open.*No such file|FileNotFoundError: \[Errno 2\].*/sem\.",
+        "fatal",
+        "B18",
+        "a POSIX semaphore of vLLM's executor vanished (systemd-logind RemoveIPC); the peer dies",
+        "set RemoveIPC=no in logind.conf or enable linger for the service user",
+    ),
+    Pattern(
+        "shm_broadcast_starved",
+        r"No available shared memory broadcast block",
+        "fatal-if-repeated",
+        "B08, B18",
+        "the engine waited 60 s for workers to take a broadcast: a wedged or dead peer",
+        "check the worker node (dead peer? B18) before suspecting a kernel hang",
+        threshold=2,
+    ),
+    Pattern(
+        "placement_group_wait",
+        r"Waiting for creating a placement group|placement group.*(cannot|can't|could not) be (placed|scheduled)",
+        "fatal-if-repeated",
+        "B06",
+        "Ray cannot place the placement group (e.g. it asks for the head's Ethernet IP)",
+        "set VLLM_HOST_IP / the Ray node IP to the fabric address on both nodes",
+        threshold=3,
+    ),
+    Pattern(
+        "startup_memory_check",
+        r"ValueError: Free memory on device.*(less than desired|is less than)",
+        "fatal-if-repeated",
+        "B14",
+        "vLLM's startup free-memory check failed; repeated, it is a restart loop (page cache counted as used)",
+        "drop caches before launch; cap the restart policy (on-failure with a limit)",
+        threshold=2,
+    ),
+    Pattern(
+        "jit_during_inference",
+        r"Triton kernel JIT compilation during inference|JIT compil\w+ during inference",
+        "warning",
+        "B08 (MiaAI#117)",
+        "a kernel compiled while serving; it can stall one rank past the NCCL watchdog",
+        "warm the shape at startup; keep TRITON_CACHE_DIR on a persistent volume",
+    ),
+    Pattern(
+        "tool_args_decode",
+        r"Error (?:in|trying to|when) \w+ (?:streaming )?tool call|tool call.*JSONDecodeError|JSONDecodeError.*tool",
+        "warning",
+        "B10",
+        "a tool-call parser could not decode one request's arguments (model misbehaviour, per request)",
+        "not a server fault by itself; the health suite's tool checks judge the server",
+    ),
+)
+"""The catalogue (field-bugs.md §4 candidate list, plus vLLM 0.32's own wording of engine death)."""
+
+
+@dataclass
+class Finding:
+    """All matches of one pattern.
+
+    Attributes:
+        pattern: the catalogue entry.
+        count: matching lines.
+        severity: the effective severity: ``fatal`` or ``warning`` (``fatal-if-repeated``
+            resolved against its threshold).
+        first_line_no: 1-based line number of the first match.
+        samples: up to three matching lines (stripped, at most 400 chars each).
+    """
+
+    pattern: Pattern
+    count: int = 0
+    severity: Literal["fatal", "warning"] = "warning"
+    first_line_no: int = 0
+    samples: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ScanResult:
+    """The outcome of one scan.
+
+    Attributes:
+        findings: one per pattern that matched, fatal first, then by first line.
+        lines: lines scanned.
+        notes: conclusions drawn from combinations of findings (e.g. B18's "peer likely dead").
+    """
+
+    findings: list[Finding]
+    lines: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fatal(self) -> bool:
+        """True when any finding is fatal."""
+        return any(f.severity == "fatal" for f in self.findings)
+
+    def ids(self) -> list[str]:
+        """Ids of the patterns that matched."""
+        return [f.pattern.id for f in self.findings]
+
+    def get(self, pattern_id: str) -> Finding | None:
+        """The finding for ``pattern_id``, or ``None``."""
+        return next((f for f in self.findings if f.pattern.id == pattern_id), None)
+
+    def to_json(self) -> str:
+        """The result as indented JSON."""
+        return json.dumps(
+            {
+                "fatal": self.fatal,
+                "lines": self.lines,
+                "notes": self.notes,
+                "findings": [{**asdict(f), "pattern": asdict(f.pattern)} for f in self.findings],
+            },
+            indent=2,
+        )
+
+
+def scan_lines(lines: Iterable[str], catalogue: Sequence[Pattern] = CATALOGUE) -> ScanResult:
+    """Match every line against ``catalogue``; see :class:`ScanResult`."""
+    compiled = [(p, re.compile(p.regex)) for p in catalogue]
+    found: dict[str, Finding] = {}
+    n = 0
+    for n, line in enumerate(lines, start=1):
+        for p, rx in compiled:
+            if rx.search(line):
+                f = found.setdefault(p.id, Finding(p, first_line_no=n))
+                f.count += 1
+                if len(f.samples) < 3:
+                    f.samples.append(line.strip()[:400])
+    for f in found.values():
+        sev = f.pattern.severity
+        f.severity = (
+            "fatal"
+            if sev == "fatal" or (sev == "fatal-if-repeated" and f.count >= f.pattern.threshold)
+            else ("warning")
+        )
+    findings = sorted(found.values(), key=lambda f: (f.severity != "fatal", f.first_line_no))
+    notes: list[str] = []
+    if "shm_broadcast_starved" in found and "semlock_missing" not in found:
+        notes.append(
+            "shared-memory-broadcast starvation without a local SemLock error: a peer (worker node) likely "
+            "died; scan the worker's log before suspecting a kernel hang (B18)"
+        )
+    return ScanResult(findings, n, notes)
+
+
+def scan_text(text: str, catalogue: Sequence[Pattern] = CATALOGUE) -> ScanResult:
+    """:func:`scan_lines` over a whole text."""
+    return scan_lines(text.splitlines(), catalogue)
+
+
+def scan_file(path: str | Path, catalogue: Sequence[Pattern] = CATALOGUE) -> ScanResult:
+    """:func:`scan_lines` over a file (read as UTF-8, undecodable bytes replaced).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return scan_lines(fh, catalogue)

@@ -1,0 +1,78 @@
+"""Terminal output of the health suite (rich): live progress and the result table."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .report import Report
+
+STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow", "error": "bold magenta"}
+
+
+@contextmanager
+def live_progress(console: Console) -> Iterator[object]:
+    """A progress callback (``on_progress(event, detail)``) that shows a spinner line on ``console``.
+
+    Shows the readiness stage while waiting and the running check during the suite; prints
+    one line per finished check, and the abort reason when the engine dies.
+    """
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("health: waiting for readiness", total=None)
+
+        def on_progress(event: str, detail: str) -> None:
+            if event == "ready-wait":
+                progress.update(task, description=f"health: waiting for readiness: {detail}")
+            elif event == "ready":
+                console.print(f"[green]ready[/]: {detail}")
+            elif event == "check-start":
+                progress.update(task, description=f"health: running check {detail}")
+            elif event == "check-done":
+                cid, status, *rest = detail.split(" ")
+                console.print(f"  [{STYLE.get(status, '')}]{status:5}[/] {cid} {' '.join(rest)}")
+            elif event == "aborted":
+                console.print(f"[bold red]suite aborted: {detail}[/]")
+
+        yield on_progress
+
+
+def render_report(report: Report, console: Console) -> None:
+    """Print the verdict table (one row per check: status, latency ms, message) and the summary."""
+    t = Table(title=f"sparkpair health: {report.profile} @ {report.base_url} ({report.served_model_name})")
+    t.add_column("check")
+    t.add_column("status")
+    t.add_column("ms", justify="right")
+    t.add_column("evidence / reason", overflow="fold")
+    if report.ready is not None:
+        st = "pass" if report.ready.ready else "error"
+        t.add_row(
+            "readiness", f"[{STYLE[st]}]{st}[/]", f"{report.ready.waited_s * 1000:.0f}", report.ready.detail
+        )
+    for c in report.checks:
+        t.add_row(c.id, f"[{STYLE[c.status]}]{c.status}[/]", f"{c.latency_ms:.0f}", c.message)
+    console.print(t)
+    if report.overlay_plan is not None:
+        console.print(f"overlay plan ({report.overlay_plan_note}): {json.dumps(report.overlay_plan)[:2000]}")
+    elif report.overlay_plan_note:
+        console.print(f"overlay plan: {report.overlay_plan_note}")
+    n = report.counts()
+    summary = ", ".join(f"{v} {k}" for k, v in n.items() if v)
+    if report.aborted:
+        console.print(f"[bold red]FAILED: {report.aborted}[/]")
+    elif report.ready is not None and not report.ready.ready:
+        console.print(f"[bold red]FAILED: server not ready: {report.ready.detail}[/]")
+    elif report.passed:
+        console.print(f"[bold green]PASSED[/] ({summary}) in {report.duration_s:.1f} s")
+    else:
+        console.print(f"[bold red]FAILED[/] ({summary}) in {report.duration_s:.1f} s")

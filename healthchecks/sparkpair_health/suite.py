@@ -1,0 +1,407 @@
+"""The health suite's stable API: readiness gate, then the functional checks, then a report.
+
+Callers (``sparkpair health``, ``sparkpair demo``, the gateway)::
+
+    from sparkpair_health.suite import SuiteSettings, wait_ready, run_suite
+
+    settings = SuiteSettings(base_url="http://127.0.0.1:8000", profile="tiny-demo")
+    report = run_suite(settings, on_progress=print)   # runs wait_ready first
+    report.passed, report.checks, report.to_json(), report.to_junit_xml()
+
+Readiness means a decode succeeded: ``/health`` answers 200, then ``/v1/models`` lists
+the served name, then a real chat completion returns at least one token (DESIGN.md, data
+flow step 4). A server whose engine dies under the suite makes the run stop promptly with
+``report.aborted`` saying so (``engine died: ...`` / ``server went away: ...``); the checks
+not yet run are reported as ``error`` with that message, never as passes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from rich.console import Console
+
+from .checks import CHECKS, CheckContext, CheckSpec, Fail, Passed, Skip
+from .client import Deadline, HealthClient, RequestTimeout, ServerGone, SuiteError, diagnose_server
+from .profile import Profile, load_profile
+from .report import CheckResult, ReadyInfo, Report
+
+ProgressFn = Callable[[str, str], None]
+"""``on_progress(event, detail)``; events: ``ready-wait``, ``ready``, ``check-start``,
+``check-done``, ``aborted``, ``done``. Called from the thread running the suite."""
+
+
+class NotReady(RuntimeError):
+    """The server did not become ready (a decode did not succeed) within the ready timeout."""
+
+
+class Timeouts(BaseModel):
+    """Time limits of the suite, seconds.
+
+    Attributes:
+        ready_s: the readiness gate as a whole (a DSv4 pair takes ~6-10 min to load).
+        connect_s: one TCP connect.
+        request_s: one ordinary request (read timeout; for streams: the gap between chunks).
+        long_prompt_s: one long-prompt request (a full-length prefill).
+        decode_probe_s: the gate's completion probe.
+        check_scale: multiplies every check's own timeout (``CheckSpec.timeout_s``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    ready_s: float = Field(600.0, gt=0)
+    connect_s: float = Field(5.0, gt=0)
+    request_s: float = Field(60.0, gt=0)
+    long_prompt_s: float = Field(180.0, gt=0)
+    decode_probe_s: float = Field(60.0, gt=0)
+    check_scale: float = Field(1.0, gt=0)
+
+
+class SuiteSettings(BaseModel):
+    """Everything one run of the suite needs.
+
+    Attributes:
+        base_url: the server, ``http://host:port`` (no ``/v1``).
+        profile: a profile name (``configs/profiles/<name>.yaml``), a path, or a loaded :class:`Profile`.
+        served_model_name: the model name to request; default: the profile's.
+        api_key: sent as a bearer token when the server runs with ``--api-key``.
+        timeouts: see :class:`Timeouts`.
+        report_json: where :func:`run_suite` writes the JSON report (``None``: not written).
+        junit_xml: where :func:`run_suite` writes JUnit XML (``None``: not written).
+        plan_file: the overlay's kernel-plan JSON (the server's ``SPARKPAIR_PLAN_PATH``);
+            included in the report when the file exists.
+        only: run only these check ids (default: all, in order).
+        skip_ready: do not run the readiness gate (the caller already did).
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    base_url: str
+    profile: Profile | str | Path = "tiny-demo"
+    served_model_name: str | None = None
+    api_key: SecretStr | None = None
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    report_json: Path | None = None
+    junit_xml: Path | None = None
+    plan_file: Path | None = None
+    only: list[str] | None = None
+    skip_ready: bool = False
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"base_url={v!r}: wanted http://host:port")
+        return v.rstrip("/").removesuffix("/v1")
+
+    @field_validator("only")
+    @classmethod
+    def _only(cls, v: list[str] | None) -> list[str] | None:
+        known = [c.id for c in CHECKS]
+        for x in v or []:
+            if x not in known:
+                raise ValueError(f"only={x!r}: no such check; known: {known}")
+        return v
+
+    def resolved_profile(self) -> Profile:
+        """The :class:`Profile` (loaded when given by name or path).
+
+        Raises:
+            sparkpair_health.profile.ProfileError: the profile cannot be loaded.
+        """
+        return self.profile if isinstance(self.profile, Profile) else load_profile(self.profile)
+
+    def model_name(self) -> str:
+        """The served model name every request uses."""
+        return self.served_model_name or self.resolved_profile().served_model_name
+
+    def client(self) -> HealthClient:
+        """A :class:`HealthClient` for ``base_url`` with these timeouts and key."""
+        return HealthClient(
+            self.base_url,
+            self.api_key.get_secret_value() if self.api_key else None,
+            connect_timeout_s=self.timeouts.connect_s,
+            request_timeout_s=self.timeouts.request_s,
+        )
+
+
+def _noop(event: str, detail: str) -> None:
+    pass
+
+
+def wait_ready(
+    settings: SuiteSettings,
+    on_progress: ProgressFn | None = None,
+    *,
+    poll_s: float = 1.0,
+    client: HealthClient | None = None,
+) -> ReadyInfo:
+    """Wait until the server really decodes: ``/health`` 200, the name in ``/v1/models``, a completion.
+
+    Polls every ``poll_s`` seconds (connection refused while the server starts is normal)
+    and calls ``on_progress("ready-wait", "<stage>: <what was seen> (<s> s)")`` each poll.
+
+    Returns:
+        :class:`ReadyInfo` with ``ready=True`` and the seconds waited.
+
+    Raises:
+        NotReady: ``settings.timeouts.ready_s`` passed; the message names the stage reached
+            (``health``, ``models`` or ``decode``) and what the last probe saw.
+    """
+    progress = on_progress or _noop
+    model = settings.model_name()
+    own = client is None
+    c = client or settings.client()
+    t0 = time.monotonic()
+    stage, seen = "health", "not probed yet"
+    try:
+        while True:
+            waited = time.monotonic() - t0
+            if waited > settings.timeouts.ready_s:
+                raise NotReady(
+                    f"{settings.base_url} not ready after {settings.timeouts.ready_s:.0f} s "
+                    f"(timeouts.ready_s): stuck at stage {stage!r}: {seen}"
+                )
+            try:
+                r = c.get("/health", timeout_s=min(10.0, settings.timeouts.request_s))
+                if r.status_code != 200:
+                    stage, seen = "health", f"/health answered HTTP {r.status_code}, wanted 200"
+                else:
+                    stage = "models"
+                    r = c.get("/v1/models", timeout_s=min(10.0, settings.timeouts.request_s))
+                    ids = [m.get("id") for m in (r.json().get("data") or [])] if r.status_code == 200 else []
+                    if model not in ids:
+                        seen = (
+                            f"/v1/models answered HTTP {r.status_code} listing {ids}; waiting for {model!r}"
+                        )
+                    else:
+                        stage = "decode"
+                        body = {
+                            "model": model,
+                            "messages": [{"role": "user", "content": "Hi"}],
+                            "max_tokens": 2,
+                            "temperature": 0.0,
+                        }
+                        r = c.post("/v1/chat/completions", body, timeout_s=settings.timeouts.decode_probe_s)
+                        n = (
+                            (r.json().get("usage") or {}).get("completion_tokens")
+                            if r.status_code == 200
+                            else None
+                        )
+                        if r.status_code == 200 and isinstance(n, int) and n >= 1:
+                            info = ReadyInfo(
+                                ready=True,
+                                stage="ready",
+                                waited_s=time.monotonic() - t0,
+                                detail=f"a {n}-token completion decoded",
+                            )
+                            progress("ready", info.detail)
+                            return info
+                        seen = f"completion answered HTTP {r.status_code}: {r.text[:200]!r}"
+            except RequestTimeout as e:
+                seen = f"timeout: {e}"
+            except SuiteError as e:
+                seen = f"not reachable: {e}"
+            except (ValueError, AttributeError) as e:
+                seen = f"malformed answer: {e}"
+            progress("ready-wait", f"{stage}: {seen} ({time.monotonic() - t0:.0f} s)")
+            time.sleep(poll_s)
+    finally:
+        if own:
+            c.close()
+
+
+def _load_plan(settings: SuiteSettings, report: Report) -> CheckResult:
+    t0 = time.monotonic()
+    base = {"id": "overlay_plan", "title": "overlay kernel plan included", "catches": "silent kernel path"}
+    p = settings.plan_file
+    if p is None:
+        report.overlay_plan_note = "no plan file given (--plan-file / SuiteSettings.plan_file)"
+        return CheckResult(status="skip", message=report.overlay_plan_note, **base)
+    if not Path(p).is_file():
+        report.overlay_plan_note = (
+            f"plan file {p} does not exist (the overlay writes it to SPARKPAIR_PLAN_PATH)"
+        )
+        return CheckResult(status="skip", message=report.overlay_plan_note, **base)
+    try:
+        report.overlay_plan = json.loads(Path(p).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        report.overlay_plan_note = f"plan file {p} is not readable JSON: {e}"
+        return CheckResult(
+            status="fail",
+            message=report.overlay_plan_note,
+            evidence={"path": str(p)},
+            latency_ms=(time.monotonic() - t0) * 1000,
+            **base,
+        )
+    report.overlay_plan_note = f"from {p}"
+    return CheckResult(
+        status="pass",
+        message=f"plan read from {p}",
+        evidence={"path": str(p)},
+        latency_ms=(time.monotonic() - t0) * 1000,
+        **base,
+    )
+
+
+def run_check(spec: CheckSpec, ctx: CheckContext, scale: float = 1.0) -> CheckResult:
+    """Run one check within its timeout (``spec.timeout_s * scale`` seconds) and classify the outcome.
+
+    Never raises: a :class:`~sparkpair_health.checks.Fail` is ``fail``, a ``Skip`` is ``skip``,
+    a :class:`~sparkpair_health.client.SuiteError` (timeout, connection) is ``error``, and an
+    unexpected exception is ``error`` naming it as a suite defect.
+    """
+    t0 = time.monotonic()
+    deadline = Deadline(spec.timeout_s * scale, f"check {spec.id}")
+    base = {"id": spec.id, "title": spec.title, "catches": spec.catches}
+    try:
+        out: Passed = spec.fn(ctx, deadline)
+        res = CheckResult(status="pass", message=out.message, evidence=out.evidence, **base)
+    except Fail as f:
+        res = CheckResult(status="fail", message=f.message, evidence=f.evidence, **base)
+    except Skip as s:
+        res = CheckResult(status="skip", message=str(s), **base)
+    except SuiteError as e:
+        kind = "timeout" if isinstance(e, RequestTimeout) else "suite error"
+        res = CheckResult(
+            status="error", message=f"{kind}: {e}", evidence={"error": type(e).__name__}, **base
+        )
+    except Exception as e:  # noqa: BLE001 - a bug in a check must not pass or crash the run
+        res = CheckResult(
+            status="error",
+            message=f"suite defect in check {spec.id}: {type(e).__name__}: {e}",
+            evidence={"traceback": traceback.format_exc()[-2000:]},
+            **base,
+        )
+    res.latency_ms = round((time.monotonic() - t0) * 1000, 1)
+    return res
+
+
+def run_suite(
+    settings: SuiteSettings,
+    on_progress: ProgressFn | None = None,
+    *,
+    console: Console | None = None,
+    checks: list[CheckSpec] | None = None,
+) -> Report:
+    """Run the readiness gate (unless ``settings.skip_ready``) and every applicable check.
+
+    Args:
+        settings: see :class:`SuiteSettings`.
+        on_progress: progress callback (see :data:`ProgressFn`).
+        console: when given, live progress is shown on it and the result table is printed
+            at the end (``on_progress`` is still called).
+        checks: override the check list (tests); default :data:`sparkpair_health.checks.CHECKS`.
+
+    Returns:
+        the :class:`Report`, also written to ``settings.report_json`` / ``settings.junit_xml``.
+        A server that never becomes ready gives a report with ``ready.ready == False`` and no
+        checks; it does not raise.
+
+    Raises:
+        sparkpair_health.profile.ProfileError: the profile cannot be loaded.
+    """
+    if console is not None:
+        from .render import live_progress, render_report
+
+        with live_progress(console) as shown:
+
+            def both(event: str, detail: str) -> None:
+                shown(event, detail)  # type: ignore[operator]
+                if on_progress:
+                    on_progress(event, detail)
+
+            report = run_suite(settings, both, checks=checks)
+        render_report(report, console)
+        return report
+    progress = on_progress or _noop
+    profile = settings.resolved_profile()
+    model = settings.model_name()
+    t0 = time.monotonic()
+    report = Report(base_url=settings.base_url, served_model_name=model, profile=profile.name)
+    with settings.client() as client:
+        if settings.skip_ready:
+            report.ready = ReadyInfo(
+                ready=True, stage="ready", waited_s=0.0, detail="gate skipped by the caller"
+            )
+        else:
+            try:
+                report.ready = wait_ready(settings, progress, client=client)
+            except NotReady as e:
+                report.ready = ReadyInfo(
+                    ready=False, stage="not-ready", waited_s=time.monotonic() - t0, detail=str(e)
+                )
+                report.duration_s = round(time.monotonic() - t0, 3)
+                report.write(settings.report_json, settings.junit_xml)
+                progress("done", f"not ready: {e}")
+                return report
+        try:
+            r = client.get("/version", timeout_s=5.0)
+            if r.status_code == 200:
+                report.server_version = str(r.json().get("version"))
+        except (SuiteError, ValueError):
+            pass
+        ctx = CheckContext(
+            client=client,
+            model=model,
+            profile=profile,
+            request_timeout_s=settings.timeouts.request_s,
+            long_prompt_timeout_s=settings.timeouts.long_prompt_s,
+        )
+        todo = [c for c in (checks or CHECKS) if settings.only is None or c.id in settings.only]
+        for spec in todo:
+            if report.aborted:
+                report.checks.append(
+                    CheckResult(
+                        id=spec.id,
+                        title=spec.title,
+                        catches=spec.catches,
+                        status="error",
+                        message=f"not run: {report.aborted}",
+                    )
+                )
+                continue
+            progress("check-start", spec.id)
+            res = run_check(spec, ctx, settings.timeouts.check_scale)
+            if res.status in ("fail", "error"):
+                # Was it the server? A dead engine or a vanished server ends the run now.
+                gone = diagnose_server(client, timeout_s=min(5.0, settings.timeouts.request_s))
+                if gone:
+                    res.status = "error"
+                    res.message = f"{gone} (during check {spec.id}; the check saw: {res.message})"
+                    report.aborted = f"{gone} (during check {spec.id})"
+                    progress("aborted", report.aborted)
+            report.checks.append(res)
+            progress("check-done", f"{spec.id} {res.status} {res.latency_ms:.0f} ms")
+        report.checks.append(_load_plan(settings, report))
+    report.duration_s = round(time.monotonic() - t0, 3)
+    report.write(settings.report_json, settings.junit_xml)
+    progress("done", "passed" if report.passed else "failed")
+    return report
+
+
+def suite_exit_code(report: Report) -> int:
+    """Process exit code for a report: 0 passed, 1 a check failed, 2 not ready or aborted."""
+    if report.passed:
+        return 0
+    if report.ready is None or not report.ready.ready or report.aborted:
+        return 2
+    return 1
+
+
+__all__ = [
+    "NotReady",
+    "ProgressFn",
+    "ServerGone",
+    "SuiteSettings",
+    "Timeouts",
+    "run_check",
+    "run_suite",
+    "suite_exit_code",
+    "wait_ready",
+]

@@ -1,0 +1,63 @@
+# ruff: noqa: B008  (typer declares options as argument defaults)
+"""``sparkpair health``: gate on a real decode, run the functional suite, write the reports.
+
+Exit codes: 0 every applicable check passed; 1 a check failed or errored; 2 the server
+never became ready or went away under the suite (engine died); 3 bad arguments or profile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from pydantic import SecretStr, ValidationError
+from rich.console import Console
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``sparkpair health`` to ``app``."""
+
+    @app.command()
+    def health(
+        base_url: str = typer.Option(..., help="the vLLM server, http://host:port"),
+        profile: str = typer.Option("tiny-demo", help="model profile: configs/profiles/NAME.yaml or a path"),
+        served_model_name: str = typer.Option(None, help="model name to request [default: the profile's]"),
+        report_json: Path = typer.Option(None, help="write the JSON report here"),
+        junit: Path = typer.Option(None, help="write JUnit XML here"),
+        plan_file: Path = typer.Option(
+            None,
+            help="the overlay's kernel-plan JSON (the server's SPARKPAIR_PLAN_PATH), shown in the report",
+        ),
+        ready_timeout: float = typer.Option(600.0, help="seconds to wait for a real decode to succeed"),
+        request_timeout: float = typer.Option(60.0, help="seconds per ordinary request"),
+        only: list[str] = typer.Option(None, help="run only this check id (repeatable)"),
+        api_key: str = typer.Option(
+            None, envvar="SPARKPAIR_API_KEY", help="bearer key (--api-key of the server)"
+        ),
+    ) -> None:
+        """Wait for a real decode, run the functional health suite, print the verdict table."""
+        from sparkpair_health.profile import ProfileError
+        from sparkpair_health.suite import SuiteSettings, Timeouts, run_suite, suite_exit_code
+
+        console = Console()
+        try:
+            settings = SuiteSettings(
+                base_url=base_url,
+                profile=profile,
+                served_model_name=served_model_name,
+                api_key=SecretStr(api_key) if api_key else None,
+                timeouts=Timeouts(ready_s=ready_timeout, request_s=request_timeout),
+                report_json=report_json,
+                junit_xml=junit,
+                plan_file=plan_file,
+                only=only or None,
+            )
+            settings.resolved_profile()
+        except (ValidationError, ProfileError) as e:
+            console.print(f"[red]sparkpair health: {e}[/]")
+            raise typer.Exit(3) from None
+        report = run_suite(settings, console=console)
+        for label, path in (("report", report_json), ("junit", junit)):
+            if path:
+                console.print(f"{label}: {path}")
+        raise typer.Exit(suite_exit_code(report))

@@ -1,0 +1,352 @@
+"""A fault-injecting stand-in for a vLLM OpenAI server, on 127.0.0.1, for the health suite's tests.
+
+It answers the endpoints the suite uses the way vLLM 0.32 does (same JSON shapes and SSE
+framing as captured from the real CPU server) and, per switch in ``faults``, misbehaves
+in exactly one way, so each check can be shown to FAIL on the behaviour it exists to catch.
+It is not a mock of the suite: the suite runs unchanged over real HTTP against it.
+
+Faults (strings in :attr:`FaultServer.faults`):
+    models_missing, chat_500, chat_empty, usage_wrong, double_done, no_usage_chunk,
+    usage_always, stream_differs, tool_args_true, tool_args_invalid, tool_in_content,
+    tool_finish_stop, long_hang, long_accept_overlong, prompt_tokens_off, nondeterministic,
+    engine_dies (after ``die_after`` chat requests /health answers 503 and chat 500 with
+    vLLM's EngineDeadError text), wrong_answer, reasoning_when_off.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+WORDS = "hello pair of sparks the quick brown fox jumps over the lazy dog again and again".split()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    # ---------------------------------------------------------------- plumbing
+    def _send(self, code: int, obj: Any) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _sse(self, payloads: list[str]) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("connection", "close")
+        self.end_headers()
+        for p in payloads:
+            self.wfile.write(f"data: {p}\n\n".encode())
+            self.wfile.flush()
+        self.close_connection = True
+
+    @property
+    def faults(self) -> set[str]:
+        return self.server.owner.faults
+
+    def _dead(self) -> bool:
+        o = self.server.owner
+        return "engine_dies" in self.faults and o.chat_count >= o.die_after
+
+    # ---------------------------------------------------------------- GET
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path == "/health":
+            if self._dead():
+                self._send(503, {"error": "EngineDeadError"})
+            else:
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+        elif self.path == "/v1/models":
+            name = "other-model" if "models_missing" in self.faults else self.server.owner.model
+            self._send(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {"id": name, "object": "model", "max_model_len": self.server.owner.max_model_len}
+                    ],
+                },
+            )
+        elif self.path == "/version":
+            self._send(200, {"version": "fault-server"})
+        else:
+            self._send(404, {"error": {"message": "not found", "code": 404}})
+
+    # ---------------------------------------------------------------- POST
+    def do_POST(self) -> None:  # noqa: N802
+        n = int(self.headers.get("content-length", "0"))
+        body = json.loads(self.rfile.read(n) or b"{}")
+        if self.path == "/tokenize":
+            text = body.get("prompt", "")
+            self._send(
+                200,
+                {
+                    "count": len(text),
+                    "tokens": [ord(c) % 500 for c in text],
+                    "max_model_len": self.server.owner.max_model_len,
+                },
+            )
+        elif self.path == "/v1/completions":
+            self._completions(body)
+        elif self.path == "/v1/chat/completions":
+            self._chat(body)
+        else:
+            self._send(404, {"error": {"message": "not found", "code": 404}})
+
+    def _completions(self, body: dict[str, Any]) -> None:
+        o = self.server.owner
+        prompt = body.get("prompt")
+        plen = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        mt = int(body.get("max_tokens") or 16)
+        if plen + mt > o.max_model_len:
+            if "long_hang" in self.faults:
+                time.sleep(o.hang_s)
+            if "long_accept_overlong" not in self.faults:
+                self._send(
+                    400,
+                    {
+                        "error": {
+                            "message": f"This model's maximum context length is {o.max_model_len} "
+                            f"tokens. However, you requested {plen + mt} tokens.",
+                            "type": "BadRequestError",
+                            "code": 400,
+                        }
+                    },
+                )
+                return
+        pt = plen - 1 if "prompt_tokens_off" in self.faults else plen
+        self._send(
+            200,
+            {
+                "id": "cmpl-1",
+                "object": "text_completion",
+                "model": o.model,
+                "choices": [{"index": 0, "text": " fox" * mt, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": pt, "completion_tokens": mt, "total_tokens": pt + mt},
+            },
+        )
+
+    def _text(self, body: dict[str, Any]) -> tuple[str, int, str]:
+        mt = int(body.get("max_tokens") or 16)
+        prompt = json.dumps(body.get("messages"))
+        start = sum(map(ord, prompt)) % len(WORDS)
+        words = [WORDS[(start + i) % len(WORDS)] for i in range(mt)]
+        if "nondeterministic" in self.faults:
+            words[-1] = random.choice(WORDS) + str(random.randint(0, 10**6))
+        text = " ".join(words)
+        if "wrong_answer" in self.faults:
+            text = "Berlin Berlin Berlin"
+        return text, mt, "length"
+
+    def _chat(self, body: dict[str, Any]) -> None:
+        o = self.server.owner
+        with o.lock:
+            o.chat_count += 1
+            dead = "engine_dies" in self.faults and o.chat_count > o.die_after
+        if dead or "chat_500" in self.faults:
+            self._send(
+                500,
+                {
+                    "error": {
+                        "message": "EngineCore encountered an issue. See stack trace (above) "
+                        "for the root cause."
+                        if dead
+                        else "internal error",
+                        "type": "InternalServerError",
+                        "code": 500,
+                    }
+                },
+            )
+            return
+        stream = bool(body.get("stream"))
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        ptoks = 11
+        msg: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": []}
+        tc = body.get("tool_choice")
+        if body.get("tools") and tc not in (None, "none", "auto"):
+            name = tc["function"]["name"] if isinstance(tc, dict) else "get_weather"
+            args = {"get_weather": '{"city": "Paris", "unit": "celsius"}', "get_time": '{"city": "Paris"}'}[
+                name
+            ]
+            if "tool_args_true" in self.faults:
+                args = "true"
+            if "tool_args_invalid" in self.faults:
+                args = '{"city": "Rome", "unit": "celsius"}'
+            fr = "stop" if isinstance(tc, dict) else "tool_calls"
+            if "tool_finish_stop" in self.faults:
+                fr = "stop"
+            if "tool_in_content" in self.faults:
+                msg["content"] = f'<tool_call>{{"name": "{name}", "arguments": {args}}}</tool_call>'
+                fr = "stop"
+            else:
+                msg["tool_calls"] = [
+                    {
+                        "id": "chatcmpl-tool-1",
+                        "type": "function",
+                        "function": {"name": name, "arguments": args},
+                    }
+                ]
+            text, ctoks = msg["content"] or "", 20
+        else:
+            text, ctoks, fr = self._text(body)
+            msg["content"] = text
+            if "chat_empty" in self.faults:
+                msg["content"] = ""
+            kw = body.get("chat_template_kwargs") or {}
+            if "reasoning_when_off" in self.faults or kw.get("thinking"):
+                msg["reasoning"] = "let me think"
+        usage = {"prompt_tokens": ptoks, "completion_tokens": ctoks, "total_tokens": ptoks + ctoks}
+        if "usage_wrong" in self.faults:
+            usage["total_tokens"] += 3
+        if not stream:
+            self._send(
+                200,
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion",
+                    "model": o.model,
+                    "choices": [{"index": 0, "message": msg, "finish_reason": fr}],
+                    "usage": usage,
+                },
+            )
+            return
+        base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": o.model}
+        out = [
+            json.dumps(
+                {
+                    **base,
+                    "choices": [
+                        {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                    ],
+                }
+            )
+        ]
+        if msg["tool_calls"]:
+            call = msg["tool_calls"][0]
+            out.append(
+                json.dumps(
+                    {
+                        **base,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {
+                                    "tool_calls": [
+                                        {
+                                            "index": 0,
+                                            "id": call["id"],
+                                            "type": "function",
+                                            "function": {"name": call["function"]["name"], "arguments": ""},
+                                        }
+                                    ]
+                                },
+                                "finish_reason": None,
+                            }
+                        ],
+                    }
+                )
+            )
+            a = call["function"]["arguments"]
+            for part in (a[: len(a) // 2], a[len(a) // 2 :]):
+                out.append(
+                    json.dumps(
+                        {
+                            **base,
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": part}}]},
+                                    "finish_reason": None,
+                                }
+                            ],
+                        }
+                    )
+                )
+        else:
+            pieces = (msg["content"] or "").split(" ")
+            if "stream_differs" in self.faults:
+                pieces[0] = pieces[0].upper()
+            for i, w in enumerate(pieces):
+                out.append(
+                    json.dumps(
+                        {
+                            **base,
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "delta": {"content": w if i == 0 else " " + w},
+                                    "finish_reason": None,
+                                }
+                            ],
+                        }
+                    )
+                )
+        out.append(json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": fr}]}))
+        if (include_usage and "no_usage_chunk" not in self.faults) or "usage_always" in self.faults:
+            out.append(json.dumps({**base, "choices": [], "usage": usage}))
+        out.append("[DONE]")
+        if "double_done" in self.faults:
+            out.append("[DONE]")
+        self._sse(out)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: FaultServer
+
+
+class FaultServer:
+    """A vLLM stand-in on ``127.0.0.1:<free port>``, misbehaving per :attr:`faults`.
+
+    Args:
+        faults: fault names (see the module docstring); mutable while running.
+        model: the served model name.
+        max_model_len: tokens, as ``/v1/models`` reports it.
+        die_after: with ``engine_dies``, chat requests answered before the engine "dies".
+        hang_s: with ``long_hang``, seconds an over-long prompt hangs before answering.
+    """
+
+    def __init__(
+        self,
+        faults: set[str] | None = None,
+        *,
+        model: str = "tiny",
+        max_model_len: int = 2048,
+        die_after: int = 2,
+        hang_s: float = 30.0,
+    ) -> None:
+        self.faults = set(faults or ())
+        self.model = model
+        self.max_model_len = max_model_len
+        self.die_after = die_after
+        self.hang_s = hang_s
+        self.chat_count = 0
+        self.lock = threading.Lock()
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd.owner = self
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>``."""
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def __enter__(self) -> FaultServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()

@@ -1,0 +1,133 @@
+"""Every check of the health suite FAILS on the bad behaviour it exists to catch.
+
+The suite runs unchanged, over real HTTP, against ``tests/faults/health_fault_server.py``:
+a vLLM stand-in on 127.0.0.1 that misbehaves in exactly one way per test. The same
+server without faults must pass, so a check that cannot fail shows up here.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sparkpair_health.profile import ExpectedAnswer, load_profile
+from sparkpair_health.suite import NotReady, SuiteSettings, Timeouts, run_suite, suite_exit_code, wait_ready
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
+from health_fault_server import FaultServer  # noqa: E402
+
+
+def settings(url: str, **kw: object) -> SuiteSettings:
+    base: dict[str, object] = dict(
+        base_url=url, profile="tiny-demo", timeouts=Timeouts(ready_s=5, request_s=3, long_prompt_s=3)
+    )
+    base.update(kw)
+    return SuiteSettings(**base)  # type: ignore[arg-type]
+
+
+def test_a_healthy_server_passes_every_applicable_check() -> None:
+    with FaultServer() as srv:
+        report = run_suite(settings(srv.base_url))
+    bad = [(c.id, c.status, c.message) for c in report.checks if c.status not in ("pass", "skip")]
+    assert report.passed, bad
+    assert suite_exit_code(report) == 0
+    assert {c.id for c in report.checks if c.status == "skip"} == {"semantic", "thinking", "overlay_plan"}
+
+
+CASES = [
+    ("models_missing", "models", "is not listed"),
+    ("chat_empty", "chat", "wanted text"),
+    ("usage_wrong", "chat", "total_tokens"),
+    ("double_done", "stream", "2 'data: [DONE]'"),
+    ("no_usage_chunk", "stream", "0 chunks carry usage"),
+    ("stream_differs", "stream", "streamed text differs"),
+    ("usage_always", "stream_no_usage", "not requested but"),
+    ("double_done", "stream_no_usage", "wanted exactly 1"),
+    ("tool_args_true", "tool_required", "violate the get_weather schema"),
+    ("tool_args_true", "tool_named", "violate the get_weather schema"),
+    ("tool_args_invalid", "tool_required", "'Rome' is not one of"),
+    ("tool_in_content", "tool_required", "no tool_calls"),
+    ("tool_in_content", "tool_named", "tool-call markup"),
+    ("tool_finish_stop", "tool_required", "finish_reason is 'stop', wanted 'tool_calls'"),
+    ("prompt_tokens_off", "long_prompt_accepted", "usage.prompt_tokens is 2039"),
+    ("long_accept_overlong", "long_prompt_rejected", "answered HTTP 200; wanted 400"),
+    ("long_hang", "long_prompt_rejected", "hung: no answer within"),
+    ("nondeterministic", "determinism", "different text"),
+]
+
+
+@pytest.mark.parametrize(("fault", "check_id", "fragment"), CASES, ids=[f"{c[1]}-{c[0]}" for c in CASES])
+def test_each_check_fails_on_the_fault_it_exists_to_catch(fault: str, check_id: str, fragment: str) -> None:
+    with FaultServer({fault}, hang_s=6) as srv:
+        report = run_suite(settings(srv.base_url, only=[check_id], skip_ready=True))
+    res = report.check(check_id)
+    assert res.status == "fail", (res.status, res.message)
+    assert fragment in res.message, res.message
+    assert not report.passed and suite_exit_code(report) == 1
+
+
+def test_tool_arguments_true_with_finish_reason_tool_calls_fails() -> None:
+    # The exact behaviour seen on vLLM 0.32 without `strict`: arguments `true`, finish_reason tool_calls.
+    with FaultServer({"tool_args_true"}) as srv:
+        report = run_suite(settings(srv.base_url, only=["tool_required"]))
+    res = report.check("tool_required")
+    assert res.status == "fail"
+    assert res.evidence["finish_reason"] == "tool_calls"
+    assert res.evidence["tool_calls"][0]["function"]["arguments"] == "true"
+
+
+def test_semantic_and_thinking_checks_fail_when_the_profile_enables_them(tmp_path: Path) -> None:
+    p = load_profile("tiny-demo").model_copy(deep=True)
+    p.checks.semantic.enabled = True
+    p.checks.semantic.expected_answers = [
+        ExpectedAnswer(prompt="What is the capital of France? Answer in one word.", contains="Paris")
+    ]
+    p.checks.thinking.enabled = True
+    with FaultServer({"wrong_answer", "reasoning_when_off"}) as srv:
+        report = run_suite(settings(srv.base_url, profile=p, only=["semantic", "thinking"]))
+    sem, th = report.check("semantic"), report.check("thinking")
+    assert sem.status == "fail" and "lacks 'Paris'" in sem.message and "finish_reason 'length'" in sem.message
+    assert th.status == "fail" and "thinking off: the message still carries reasoning" in th.message
+
+
+def test_http_200_health_with_500_completions_is_never_ready() -> None:
+    # DESIGN.md: a server whose engine failed every request still answered /health and /v1/models.
+    with FaultServer({"chat_500"}) as srv:
+        with pytest.raises(NotReady, match="stuck at stage 'decode'"):
+            wait_ready(settings(srv.base_url, timeouts=Timeouts(ready_s=2)), poll_s=0.2)
+        report = run_suite(settings(srv.base_url, timeouts=Timeouts(ready_s=2)))
+    assert report.ready is not None and not report.ready.ready
+    assert not report.checks and not report.passed and suite_exit_code(report) == 2
+
+
+def test_a_server_that_is_not_listening_is_reported_as_not_ready_not_as_a_model_failure() -> None:
+    with FaultServer() as srv:
+        url = srv.base_url  # the port is closed once the server stops
+    report = run_suite(settings(url, timeouts=Timeouts(ready_s=1.5)))
+    assert report.ready is not None and not report.ready.ready
+    assert "not reachable" in report.ready.detail and "ConnectError" in report.ready.detail
+
+
+def test_an_engine_that_dies_mid_suite_aborts_the_run_with_engine_died() -> None:
+    with FaultServer({"engine_dies"}, die_after=3) as srv:
+        t0 = time.monotonic()
+        report = run_suite(settings(srv.base_url))
+        took = time.monotonic() - t0
+    assert not report.passed and suite_exit_code(report) == 2
+    assert report.aborted is not None and report.aborted.startswith("engine died"), report.aborted
+    errored = [c for c in report.checks if c.status == "error"]
+    assert errored and all("engine died" in c.message for c in errored)
+    assert not [c for c in report.checks if c.status == "pass" and c.id in ("determinism", "tool_named")]
+    assert took < 20
+
+
+def test_a_stream_that_stalls_is_a_timeout_error_not_a_hang() -> None:
+    with FaultServer({"long_hang"}, hang_s=10) as srv:
+        t0 = time.monotonic()
+        report = run_suite(
+            settings(srv.base_url, only=["long_prompt_rejected"], timeouts=Timeouts(ready_s=5, request_s=1))
+        )
+        assert time.monotonic() - t0 < 8
+    assert report.check("long_prompt_rejected").status == "fail"
