@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -413,8 +412,3 @@ class BenchRun:
         self.result["finished_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.save()
         return self.result
-
-
-def stdout_console() -> Console:
-    """A rich console bound to the real stdout (vLLM's prints are redirected during calls)."""
-    return Console(file=sys.__stdout__)
