@@ -177,9 +177,33 @@ def write_plan(plan: KernelPlan, path: str) -> None:
             pass
 
 
+def _emit_plan_line(line: str) -> None:
+    """Log the plan line at INFO through vLLM's logger, so it carries vLLM's process prefix.
+
+    In the API server vLLM loads plugins while parsing arguments (``AsyncEngineArgs.add_cli_args``,
+    engine/arg_utils.py:3202 in 0.32.0), before it configures its ``vllm`` logger
+    (arg_utils.py:2215), so an INFO record would be dropped. Then (and only if vLLM is to
+    configure logging, ``VLLM_CONFIGURE_LOGGING`` != 0) the line is written to stderr in
+    vLLM's own format instead, so it is never silently lost.
+    """
+    import logging
+    import sys
+    import time
+
+    if logging.getLogger("vllm").handlers or os.environ.get("VLLM_CONFIGURE_LOGGING", "1") == "0":
+        logger.info("%s", line)
+        return
+    import multiprocessing
+
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    name = multiprocessing.current_process().name
+    sys.stderr.write(f"({name} pid={os.getpid()}) INFO {stamp} [plugin.py] {line}\n")
+    sys.stderr.flush()
+
+
 def _log_plan_in_forked_child() -> None:
     if _PLAN is not None:
-        logger.info("%s", _PLAN.line())
+        _emit_plan_line(_PLAN.line())
 
 
 def register() -> None:
@@ -199,7 +223,7 @@ def register() -> None:
         if plan.patching_allowed:
             plan = _apply_patches(plan)
         _PLAN = plan
-        logger.info("%s", plan.line())
+        _emit_plan_line(plan.line())
         write_plan(plan, envs.read("SPARKPAIR_PLAN_PATH"))
         if not _FORK_HOOK_INSTALLED and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_log_plan_in_forked_child)

@@ -1,0 +1,327 @@
+"""The kernel plan's decisions, table-driven (pure functions; no vLLM import)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparkpair_overlay.plan import (
+    DEFAULT_ROUTER_MAX_M,
+    RECIPE_SM90,
+    RECIPE_SM100,
+    OProjDecision,
+    PlanError,
+    ProbeResults,
+    build_plan,
+    capability_family,
+    decide_o_proj,
+    decide_router,
+    einsum_route,
+    upstream_recipe,
+)
+
+CAPS = [(12, 1), (12, 0), (10, 0), (9, 0), None]
+
+
+@pytest.mark.parametrize(
+    "cap,family", [((12, 1), 120), ((12, 0), 120), ((10, 0), 100), ((10, 3), 100), ((9, 0), 90), (None, None)]
+)
+def test_capability_family_matches_vllm_rule(cap, family):
+    assert capability_family(cap) == family
+
+
+@pytest.mark.parametrize(
+    "cap,recipe,tma", [((12, 1), RECIPE_SM100, True), ((10, 0), RECIPE_SM100, True), ((9, 0), RECIPE_SM90, False)]
+)
+def test_upstream_recipe_mirrors_vllm_compute_fp8_einsum_recipe(cap, recipe, tma):
+    assert upstream_recipe(cap) == (recipe, tma)
+
+
+# (cap, weight dtype, SPARKPAIR_ROUTER, kernel error) -> (path, max_m)
+ROUTER_TABLE = [
+    ((12, 1), "bfloat16", "auto", None, "triton-bf16-lowM", DEFAULT_ROUTER_MAX_M),
+    ((12, 1), "float32", "auto", None, "triton-fp32-accurate", None),
+    ((12, 0), "bfloat16", "auto", None, "triton-bf16-lowM", DEFAULT_ROUTER_MAX_M),
+    ((12, 0), "float32", "auto", None, "triton-fp32-accurate", None),
+    ((12, 1), "bfloat16", "triton", None, "triton-bf16-lowM", DEFAULT_ROUTER_MAX_M),
+    ((12, 1), "bfloat16", "upstream", None, "upstream", None),
+    ((12, 1), "float32", "upstream", None, "upstream", None),
+    ((12, 1), "float16", "auto", None, "upstream", None),
+    ((12, 1), "bfloat16", "auto", "ImportError: no triton", "upstream", None),
+    ((12, 1), "float32", "triton", "ImportError: no triton", "upstream", None),
+    ((10, 0), "bfloat16", "auto", None, "upstream", None),
+    ((10, 0), "float32", "triton", None, "upstream", None),
+    ((9, 0), "bfloat16", "auto", None, "upstream", None),
+    ((9, 0), "float32", "auto", None, "upstream", None),
+    (None, "bfloat16", "auto", None, "upstream", None),
+    (None, "float32", "triton", None, "upstream", None),
+]
+
+
+@pytest.mark.parametrize("cap,dtype,mode,kerr,path,max_m", ROUTER_TABLE)
+def test_router_decision_table(cap, dtype, mode, kerr, path, max_m):
+    d = decide_router(cap, dtype, mode=mode, kernel_error=kerr, platform="cuda" if cap else "cpu")
+    assert (d.path, d.max_m) == (path, max_m), d.reason
+    assert d.reason
+
+
+def test_router_kernel_error_is_the_reason():
+    d = decide_router((12, 1), "bfloat16", kernel_error="ModuleNotFoundError: No module named 'triton'")
+    assert d.path == "upstream" and "No module named 'triton'" in d.reason
+
+
+def test_router_on_rocm_is_upstream_even_with_family_like_capability():
+    assert decide_router((12, 1), "bfloat16", platform="rocm").path == "upstream"
+
+
+def test_router_forced_triton_elsewhere_says_it_was_ignored():
+    d = decide_router((10, 0), "bfloat16", mode="triton")
+    assert d.path == "upstream" and "ignored" in d.reason
+
+
+def test_router_max_m_override_wins():
+    d = decide_router((12, 1), "bfloat16", max_m_override=8)
+    assert (d.path, d.max_m, d.label) == ("triton-bf16-lowM", 8, "triton-bf16-lowM(M<=8)")
+
+
+def _probe(router=(), o_proj=(), cap=(12, 1)):
+    return ProbeResults.from_json(
+        {"schema": "sparkpair-probe/1", "capability": list(cap), "router": list(router), "o_proj": list(o_proj)}
+    )
+
+
+def _r(path, m, ok=True, us=10.0, dtype="bfloat16"):
+    return {"path": path, "weight_dtype": dtype, "m": m, "ok": ok, "us": us, "shape": [256, 4096]}
+
+
+def test_router_probe_crossover_sets_threshold():
+    probe = _probe([_r("triton-bf16-lowM", 1, us=5), _r("cublas", 1, us=9),
+                    _r("triton-bf16-lowM", 8, us=6), _r("cublas", 8, us=9),
+                    _r("triton-bf16-lowM", 32, us=12), _r("cublas", 32, us=10),
+                    _r("triton-bf16-lowM", 512, us=40), _r("cublas", 512, us=20)])
+    d = decide_router((12, 1), "bfloat16", probe=probe)
+    assert (d.path, d.max_m) == ("triton-bf16-lowM", 8)
+
+
+def test_router_probe_failure_is_never_chosen_by_auto():
+    probe = _probe([_r("triton-bf16-lowM", 1, ok=False), _r("cublas", 1)])
+    assert decide_router((12, 1), "bfloat16", probe=probe).path == "upstream"
+    probe32 = _probe([_r("triton-fp32-accurate", 512, ok=False, dtype="float32")])
+    assert decide_router((12, 1), "float32", probe=probe32).path == "upstream"
+
+
+def test_router_probe_cublas_always_faster_keeps_upstream():
+    probe = _probe([_r("triton-bf16-lowM", 1, us=20), _r("cublas", 1, us=9)])
+    d = decide_router((12, 1), "bfloat16", probe=probe)
+    assert d.path == "upstream" and "cuBLAS" in d.reason
+
+
+def test_probe_for_another_capability_is_ignored():
+    probe = _probe([_r("triton-bf16-lowM", 1, ok=False)], cap=(12, 0))
+    d = decide_router((12, 1), "bfloat16", probe=probe)
+    assert d.path == "triton-bf16-lowM" and "ignored" in d.reason
+
+
+def test_probe_shape_mismatch_is_ignored_for_that_layer():
+    probe = _probe([_r("triton-bf16-lowM", 1, ok=False), _r("cublas", 1)])
+    assert decide_router((12, 1), "bfloat16", probe=probe, shape=(128, 2048)).path == "triton-bf16-lowM"
+    assert decide_router((12, 1), "bfloat16", probe=probe, shape=(256, 4096)).path == "upstream"
+
+
+# (cap, SPARKPAIR_O_PROJ, recipe override, kernel error) -> (backend, recipe, patch_recipe)
+O_PROJ_TABLE = [
+    ((12, 1), "auto", None, None, "triton", RECIPE_SM100, False),
+    ((12, 0), "auto", None, None, "triton", RECIPE_SM100, False),
+    ((12, 1), "auto", RECIPE_SM90, None, "triton", RECIPE_SM90, True),
+    ((12, 1), "triton", None, None, "triton", RECIPE_SM100, False),
+    ((12, 1), "triton", RECIPE_SM90, None, "triton", RECIPE_SM90, True),
+    ((12, 1), "deepgemm", None, None, "deepgemm", RECIPE_SM100, False),
+    ((12, 1), "deepgemm", None, "ImportError", "deepgemm", RECIPE_SM100, False),
+    ((12, 1), "upstream", None, None, "upstream", None, False),
+    ((12, 1), "auto", None, "ImportError: x", "upstream", None, False),
+    ((12, 1), "triton", None, "ImportError: x", "upstream", None, False),
+    ((10, 0), "auto", None, None, "upstream", None, False),
+    ((10, 0), "triton", RECIPE_SM90, None, "upstream", None, False),
+    ((9, 0), "auto", None, None, "upstream", None, False),
+    ((9, 0), "deepgemm", None, None, "upstream", None, False),
+    (None, "auto", None, None, "upstream", None, False),
+    (None, "triton", None, None, "upstream", None, False),
+]
+
+
+@pytest.mark.parametrize("cap,mode,recipe,kerr,backend,want_recipe,patch", O_PROJ_TABLE)
+def test_o_proj_decision_table(cap, mode, recipe, kerr, backend, want_recipe, patch):
+    d = decide_o_proj(cap, mode=mode, recipe_override=recipe, kernel_error=kerr,
+                      platform="cuda" if cap else "cpu")
+    assert (d.backend, d.recipe, d.patch_recipe) == (backend, want_recipe, patch), d.reason
+
+
+def _o(backend, recipe, t, ok=True, us=10.0):
+    return {"backend": backend, "recipe": list(recipe), "t": t, "ok": ok, "us": us}
+
+
+def test_o_proj_probe_deepgemm_chosen_only_when_correct_and_fastest():
+    rows = [_o("deepgemm", RECIPE_SM100, t, us=5) for t in (1, 32, 2048)] + [
+        _o("triton", RECIPE_SM100, t, us=9) for t in (1, 32, 2048)]
+    assert decide_o_proj((12, 1), probe=_probe(o_proj=rows)).backend == "deepgemm"
+    rows[1] = _o("deepgemm", RECIPE_SM100, 32, ok=False, us=5)
+    d = decide_o_proj((12, 1), probe=_probe(o_proj=rows))
+    assert (d.backend, d.recipe) == ("triton", RECIPE_SM100)
+
+
+def test_o_proj_probe_can_select_sm90_recipe_which_patches_the_recipe():
+    rows = [_o("deepgemm", RECIPE_SM100, 1, ok=False), _o("triton", RECIPE_SM100, 1, us=12),
+            _o("triton", RECIPE_SM90, 1, us=8)]
+    d = decide_o_proj((12, 1), probe=_probe(o_proj=rows))
+    assert (d.backend, d.recipe, d.patch_recipe) == ("triton", RECIPE_SM90, True)
+
+
+def test_o_proj_probe_with_nothing_correct_stays_upstream():
+    rows = [_o("deepgemm", RECIPE_SM100, 1, ok=False), _o("triton", RECIPE_SM100, 1, ok=False)]
+    assert decide_o_proj((12, 1), probe=_probe(o_proj=rows)).backend == "upstream"
+
+
+def test_o_proj_forced_deepgemm_over_failing_probe_warns_in_reason():
+    rows = [_o("deepgemm", RECIPE_SM100, 1, ok=False)]
+    d = decide_o_proj((12, 1), mode="deepgemm", probe=_probe(o_proj=rows))
+    assert d.backend == "deepgemm" and "wrong at T=[1]" in d.reason
+
+
+@pytest.mark.parametrize("bad", ["fast", "UPSTREAMX", ""])
+def test_unknown_modes_raise(bad):
+    with pytest.raises(PlanError, match="SPARKPAIR_ROUTER"):
+        decide_router((12, 1), "bfloat16", mode=bad)
+    with pytest.raises(PlanError, match="SPARKPAIR_O_PROJ"):
+        decide_o_proj((12, 1), mode=bad)
+
+
+@pytest.mark.parametrize(
+    "data,needle",
+    [
+        ({"schema": "other/1", "capability": [12, 1]}, "schema"),
+        ({"schema": "sparkpair-probe/1"}, "malformed"),
+        ({"schema": "sparkpair-probe/1", "capability": [12, 1], "router": [{"path": "x"}]}, "malformed"),
+        ([1, 2], "top level"),
+    ],
+)
+def test_bad_probe_json_raises_naming_the_problem(data, needle):
+    with pytest.raises(PlanError, match=needle):
+        ProbeResults.from_json(data)
+
+
+def _plan(**kw):
+    base = dict(vllm_version="0.32.0", version_verified=True, allow_unverified=False, platform="cuda",
+                capability=(12, 1))
+    base.update(kw)
+    return build_plan(**base)
+
+
+@pytest.mark.parametrize("cap", CAPS)
+def test_plan_line_is_one_line_naming_version_cap_and_paths(cap):
+    p = _plan(capability=cap, platform="cuda" if cap else "cpu")
+    line = p.line()
+    assert "\n" not in line
+    assert line.startswith("sparkpair overlay plan: router=bf16:")
+    assert " o_proj=" in line and "vllm 0.32.0" in line
+    assert ("cap cpu" if cap is None else f"cap {cap[0]}.{cap[1]}") in line
+    assert p.patches_router == (cap is not None and cap[0] == 12)
+    assert p.patches_o_proj == (cap is not None and cap[0] == 12)
+
+
+def test_unverified_version_plans_nothing_and_names_the_version():
+    p = _plan(vllm_version="0.34.0")
+    p2 = _plan(vllm_version="0.34.0", version_verified=False)
+    assert p.patches_o_proj  # version_verified passed as True above: the plan trusts its input
+    assert not p2.patching_allowed and not p2.patches_router and not p2.patches_o_proj
+    assert "0.34.0 is not verified" in p2.o_proj.reason and "UNVERIFIED" in p2.line()
+    p3 = _plan(vllm_version="0.34.0", version_verified=False, allow_unverified=True)
+    assert p3.patching_allowed and p3.patches_o_proj
+
+
+def test_plan_json_round_trips_and_is_deterministic():
+    a, b = _plan(settings={"SPARKPAIR_ROUTER": "auto"}), _plan(settings={"SPARKPAIR_ROUTER": "auto"})
+    assert a.dumps() == b.dumps()
+    data = json.loads(a.dumps())
+    assert data["schema"] == "sparkpair-kernel-plan/1"
+    assert data["o_proj"]["label"] == "triton(1,1,128)" and data["router"]["bfloat16"]["max_m"] == 32
+    assert data["line"] == a.line() and "pid" not in data
+
+
+def test_layer_decision_uses_the_same_inputs_as_the_plan():
+    p = _plan(router_max_m=4)
+    assert p.router_decision("bfloat16", (256, 4096)).max_m == 4
+    assert p.router_decision("float32", (256, 4096)).path == "triton-fp32-accurate"
+    assert _plan(vllm_version="9", version_verified=False).router_decision("bfloat16", None).path == "upstream"
+
+
+# ---------------------------------------------------------------- per-call predicate (real tensors)
+
+torch = pytest.importorskip("torch")
+
+
+class _Cuda:
+    """A real tensor that reports ``is_cuda`` (there is no GPU here; only the flag is faked)."""
+
+    def __init__(self, t):
+        self._t = t
+
+    def __getattr__(self, name):
+        return getattr(self._t, name)
+
+    is_cuda = True
+
+
+def _call(recipe=RECIPE_SM100, t=3, g=4, r=256, k=512, sa_dtype=torch.int32, sw_dtype=torch.int32):
+    x = _Cuda(torch.zeros(t, g, k, dtype=torch.float8_e4m3fn))
+    inner_a = (k // 128 + 3) // 4 if sa_dtype == torch.int32 else k // 128
+    sa = torch.zeros(t, g, inner_a, dtype=sa_dtype)
+    w = torch.zeros(g, r, k, dtype=torch.float8_e4m3fn)
+    sw = torch.zeros(g, r, (k // 128 + 3) // 4, dtype=sw_dtype) if sw_dtype == torch.int32 else torch.zeros(
+        g, r // 128, k // 128, dtype=sw_dtype)
+    out = torch.zeros(t, g, r, dtype=torch.bfloat16)
+    return (x, sa), (w, sw), out
+
+
+TRITON = OProjDecision("triton", RECIPE_SM100, False, "test")
+
+
+def test_einsum_route_takes_triton_for_the_o_proj_call_it_implements():
+    a, b, out = _call()
+    assert einsum_route(TRITON, (12, 1), "bhr,hdr->bhd", a, b, out, (1, 1, 128)) == ("triton", "ok")
+    a, b, out = _call(sa_dtype=torch.float32, sw_dtype=torch.int32)
+    assert einsum_route(TRITON, (12, 1), "bhr,hdr->bhd", a, b, out, [1, 128, 128])[0] == "triton"
+    a, b, out = _call(sa_dtype=torch.float32, sw_dtype=torch.float32)
+    assert einsum_route(TRITON, (12, 0), "bhr,hdr->bhd", a, b, out, (1, 128, 128))[0] == "triton"
+
+
+@pytest.mark.parametrize(
+    "change,needle",
+    [
+        (dict(cap=(10, 0)), "not family 120"),
+        (dict(cap=None), "not family 120"),
+        (dict(eq="bhd,hdr->bhr"), "equation"),
+        (dict(recipe=(1, 1, 32)), "recipe"),
+        (dict(sa=torch.float32), "scale encodings"),
+        (dict(sw=torch.float8_e8m0fnu), "scale encodings"),
+        (dict(cpu=True), "CUDA"),
+        (dict(decision=OProjDecision("deepgemm", RECIPE_SM100, False, "x")), "plan o_proj=deepgemm"),
+    ],
+)
+def test_einsum_route_sends_everything_else_to_deepgemm_with_a_reason(change, needle):
+    a, b, out = _call(sa_dtype=change.get("sa", torch.int32), sw_dtype=change.get("sw", torch.int32))
+    if change.get("cpu"):
+        a = (a[0]._t, a[1])
+    route, reason = einsum_route(change.get("decision", TRITON), change.get("cap", (12, 1)),
+                                 change.get("eq", "bhr,hdr->bhd"), a, b, out, change.get("recipe", (1, 1, 128)))
+    assert route == "deepgemm" and needle in reason
+
+
+def test_einsum_route_rejects_2d_wo_a_and_mismatched_shapes():
+    (x, sa), (w, sw), out = _call()
+    route, reason = einsum_route(TRITON, (12, 1), "bhr,hdr->bhd", (x, sa), (w.reshape(-1, w.shape[-1]), sw), out,
+                                 (1, 1, 128))
+    assert route == "deepgemm" and "3-D" in reason
+    bad_out = torch.zeros(3, 4, 128, dtype=torch.bfloat16)
+    route, reason = einsum_route(TRITON, (12, 1), "bhr,hdr->bhd", (x, sa), (w, sw), bad_out, (1, 1, 128))
+    assert route == "deepgemm" and "disagree" in reason
