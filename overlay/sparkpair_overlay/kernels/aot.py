@@ -1,0 +1,354 @@
+"""Ahead-of-time compilation of every sparkpair kernel config for a GPU target, without a GPU.
+
+The gate behind ``sparkpair kernels build`` and ``tests/aot``: each config of each kernel is
+compiled through the kernel's own ``JITFunction`` (its ``warmup`` path, with a stand-in Triton
+driver that reports the requested target), so the argument specialisation, options and cache
+key are exactly what the runtime computes for the served model's shapes on that target. The
+compiled artifacts land in ``TRITON_CACHE_DIR``; point the runtime's ``TRITON_CACHE_DIR`` at the
+same directory (the image ships it) and the first GB10 call loads the cubin instead of compiling.
+
+Targets: ``sm_121a`` (GB10), ``sm_120a``, ``sm_100a``, ``sm_90a`` (H100/H200). On sm_12x every
+config must fit :data:`GB10_SHARED_MEMORY_BYTES` (101,376 B per block).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ._common import GB10_SHARED_MEMORY_BYTES, HAS_TRITON, KernelConfig, require_triton
+
+#: Target name -> compute capability as Triton's ``GPUTarget`` wants it.
+AOT_TARGETS: dict[str, int] = {"sm_121a": 121, "sm_120a": 120, "sm_100a": 100, "sm_90a": 90}
+DEFAULT_ARCHS: tuple[str, ...] = ("sm_121a", "sm_120a", "sm_100a", "sm_90a")
+
+
+def shared_memory_limit(arch: str) -> int | None:
+    """Shared memory per block the gate enforces for ``arch`` (bytes), or None for no limit.
+
+    sm_12x (GB10, RTX 50): 101,376 B. Others are checked by Triton's own compile against the
+    device at run time; the gate enforces GB10's limit only where it applies.
+    """
+    return GB10_SHARED_MEMORY_BYTES if AOT_TARGETS[arch] // 10 == 12 else None
+
+
+@dataclass(frozen=True)
+class AotVariant:
+    """One thing to compile: a kernel config plus the argument specialisation it is compiled for."""
+
+    kernel: str  # family, e.g. "router_gemm"
+    config: KernelConfig
+    variant: str  # e.g. "bf16" / "fp32-scales"
+    fn: Any  # the JITFunction
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AotResult:
+    """The outcome for one (variant, arch)."""
+
+    kernel: str
+    config: str
+    variant: str
+    arch: str
+    ok: bool
+    n_regs: int | None = None
+    shared: int | None = None
+    spills: int | None = None
+    limit: int | None = None
+    error: str = ""
+
+    @property
+    def fits(self) -> bool:
+        return self.ok and (self.limit is None or (self.shared or 0) <= self.limit)
+
+    def problem(self) -> str:
+        """Human-readable failure (empty when fine)."""
+        if not self.ok:
+            return (
+                f"{self.kernel}/{self.config} [{self.variant}] does not compile for {self.arch}: {self.error}"
+            )
+        if not self.fits:
+            return (
+                f"{self.kernel}/{self.config} [{self.variant}] needs {self.shared} B of shared memory on "
+                f"{self.arch}; the limit is {self.limit} B"
+            )
+        return ""
+
+
+class _Mock:
+    """A tensor stand-in for specialisation: dtype, 16-byte-aligned pointer."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+
+    @staticmethod
+    def data_ptr() -> int:
+        return 0
+
+    @staticmethod
+    def ptr_range() -> int:
+        return 0
+
+
+class _AotDriver:
+    """Stand-in Triton driver: no GPU, reports ``target`` and a per-target device key."""
+
+    def __init__(self, target: Any, device_key: str) -> None:
+        self._target = target
+        self._device = device_key
+
+    def get_current_device(self) -> str:
+        return self._device
+
+    def get_current_stream(self, device: Any = None) -> int:
+        return 0
+
+    def get_current_target(self) -> Any:
+        return self._target
+
+    def is_active(self) -> bool:
+        return True
+
+
+@contextmanager
+def _target_driver(arch: str, cache_dir: str | None) -> Iterator[None]:
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    saved_driver = driver._active
+    saved_cache = os.environ.get("TRITON_CACHE_DIR")
+    driver.set_active(_AotDriver(GPUTarget("cuda", AOT_TARGETS[arch], 32), f"aot-{arch}"))  # type: ignore[arg-type]
+    if cache_dir is not None:
+        os.environ["TRITON_CACHE_DIR"] = cache_dir
+    try:
+        yield
+    finally:
+        driver._active = saved_driver
+        if cache_dir is not None:
+            if saved_cache is None:
+                os.environ.pop("TRITON_CACHE_DIR", None)
+            else:
+                os.environ["TRITON_CACHE_DIR"] = saved_cache
+
+
+def _cuobjdump() -> str | None:
+    try:
+        import triton
+
+        p = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+        if os.path.exists(p):
+            return p
+    except ImportError:
+        pass
+    return shutil.which("cuobjdump")
+
+
+def _resource_usage(cubin: bytes) -> tuple[int | None, int | None]:
+    """(registers, spill bytes) of the cubin's one kernel, from ``cuobjdump -res-usage``."""
+    tool = _cuobjdump()
+    if tool is None:
+        return None, None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        try:
+            txt = subprocess.run(
+                [tool, "-res-usage", f.name], capture_output=True, text=True, timeout=60
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None, None
+    regs = re.search(r"REG:(\d+)", txt)
+    stack = re.search(r"STACK:(\d+)", txt)
+    return (int(regs.group(1)) if regs else None, int(stack.group(1)) if stack else None)
+
+
+def compile_variant(v: AotVariant, arch: str, cache_dir: str | None = None) -> AotResult:
+    """Compile one variant for ``arch`` (no GPU needed) and report registers and shared memory."""
+    require_triton()
+    limit = shared_memory_limit(arch)
+    res = AotResult(
+        kernel=v.kernel, config=v.config.name, variant=v.variant, arch=arch, ok=False, limit=limit
+    )
+    try:
+        with _target_driver(arch, cache_dir):
+            k = v.fn.warmup(
+                *v.args, grid=(1,), **v.kwargs, num_warps=v.config.num_warps, num_stages=v.config.num_stages
+            )
+            if hasattr(k, "result"):
+                k = k.result()
+    except Exception as exc:  # noqa: BLE001 - any compiler failure is a gate failure, reported
+        res.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[
+            :500
+        ]
+        return res
+    res.ok = True
+    md = k.metadata
+    res.shared = int(getattr(md, "shared", 0))
+    cubin = k.asm.get("cubin") if hasattr(k, "asm") else None
+    if cubin:
+        res.n_regs, res.spills = _resource_usage(cubin)
+    return res
+
+
+# ----------------------------------------------------------------------------------------------
+# What to compile: every config of every kernel, with the served model's argument values
+# (DeepSeek-V4-Flash, audit §5) so the shipped cache hits at run time.
+# ----------------------------------------------------------------------------------------------
+
+
+def router_variants() -> list[AotVariant]:
+    """Every router_gemm config, for the dtype its weight path takes (K=4096, N=256)."""
+    from . import router_gemm as rg
+
+    n, k = 256, 4096
+    out: list[AotVariant] = []
+    for cfg in rg.ROUTER_GEMM_CONFIGS:
+        meta = cfg.constexprs()
+        if cfg.kernel == "_router_dot_kernel":
+            w_dtype = torch.float32 if meta["W_SPLIT3"] else torch.bfloat16
+            fn = rg._router_dot_kernel
+        else:
+            w_dtype = torch.float32 if meta.pop("W_DTYPE") == "fp32" else torch.bfloat16
+            fn = rg._router_gemv_kernel
+        args = (_Mock(torch.float32), _Mock(torch.bfloat16), _Mock(w_dtype), 7, n, k, k, k, 7 * n, n)
+        out.append(
+            AotVariant(
+                "router_gemm",
+                cfg,
+                "fp32-w" if w_dtype == torch.float32 else "bf16-w",
+                fn,
+                args,
+                {**meta, "N16": True},
+            )
+        )
+    splits = sorted({c["SPLIT_K"] for c in rg.ROUTER_GEMM_CONFIGS if c["SPLIT_K"] > 1})
+    rc = rg.ROUTER_REDUCE_CONFIG
+    for s in splits:
+        cfg = KernelConfig(
+            name=f"reduce_s{s}",
+            kernel=rc.kernel,
+            meta=rc.meta,
+            num_warps=rc.num_warps,
+            num_stages=rc.num_stages,
+        )
+        out.append(
+            AotVariant(
+                "router_gemm",
+                cfg,
+                f"split{s}",
+                rg._router_reduce_kernel,
+                (_Mock(torch.float32), _Mock(torch.float32), 7 * n),
+                {**rc.constexprs(), "SPLIT_K": s, "N16": True},
+            )
+        )
+    return out
+
+
+def fp8_einsum_variants(layouts: Sequence[str] = ("fp32", "ue8m0-int32", "ue8m0-u8")) -> list[AotVariant]:
+    """Every fp8_einsum config for each scale layout (TP=2 shapes: G=4, D=1024, R=4096).
+
+    ``fp32``: recipe (1,128,128), sw fp32 [G, D/128, R/128] contiguous (SM90 layout).
+    ``ue8m0-int32``: recipe (1,1,128), sa/sw int32 packed, sw MN-major TMA-aligned [G, D, R/512]
+    with strides (D*R/512, 1, D) (DeepGEMM's transformed layout, audit §2).
+    ``ue8m0-u8``: float8_e8m0fnu scales viewed as uint8, sw [G, D, R/128] contiguous.
+    """
+    from . import fp8_einsum as fe
+
+    d, r = 1024, 4096
+    kb = r // 128
+    out: list[AotVariant] = []
+    for layout in layouts:
+        if layout == "fp32":
+            s_dtype, sa_kind, sw_kind, per_row = torch.float32, 0, 0, False
+            sw_strides = ((d // 128) * kb, kb, 1)
+        elif layout == "ue8m0-int32":
+            s_dtype, sa_kind, sw_kind, per_row = torch.int32, 1, 1, True
+            sw_strides = (d * (kb // 4), 1, d)
+        elif layout == "ue8m0-u8":
+            s_dtype, sa_kind, sw_kind, per_row = torch.uint8, 2, 2, True
+            sw_strides = (d * kb, kb, 1)
+        else:
+            raise ValueError(f"unknown scale layout {layout!r}")
+        for cfg in fe.FP8_EINSUM_CONFIGS:
+            args = (
+                _Mock(torch.bfloat16),
+                _Mock(torch.float8_e4m3fn),
+                _Mock(s_dtype),
+                _Mock(torch.float8_e4m3fn),
+                _Mock(s_dtype),
+                7,
+                d,
+                r,
+                4 * d,
+                d,  # out [T, G, D] contiguous (G=4)
+                r,
+                7 * r,  # a group-major: strides (R, T*R, 1); T*R is always a multiple of 16
+                d * r,
+                r,
+                7,
+                7,
+                7,  # sa strides (T-dependent: not specialised)
+                *sw_strides,
+            )
+            kwargs = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row, **cfg.constexprs()}
+            out.append(AotVariant("fp8_einsum", cfg, layout, fe._fp8_einsum_kernel, args, kwargs))
+    return out
+
+
+def all_variants() -> list[AotVariant]:
+    """Every variant of every kernel (what ``sparkpair kernels build`` compiles)."""
+    require_triton()
+    return router_variants() + fp8_einsum_variants()
+
+
+def build(
+    archs: Sequence[str] = DEFAULT_ARCHS,
+    cache_dir: str | None = None,
+    variants: Sequence[AotVariant] | None = None,
+    progress: Callable[[AotResult], None] | None = None,
+) -> list[AotResult]:
+    """Compile ``variants`` (default: all) for each arch; return one result per (variant, arch).
+
+    Raises:
+        ValueError: an unknown arch name.
+    """
+    for a in archs:
+        if a not in AOT_TARGETS:
+            raise ValueError(f"unknown arch {a!r}; known: {', '.join(AOT_TARGETS)}")
+    if cache_dir is not None:
+        os.makedirs(cache_dir, exist_ok=True)
+    todo = list(variants) if variants is not None else all_variants()
+    results: list[AotResult] = []
+    for arch in archs:
+        for v in todo:
+            r = compile_variant(v, arch, cache_dir)
+            results.append(r)
+            if progress is not None:
+                progress(r)
+    return results
+
+
+__all__ = [
+    "AOT_TARGETS",
+    "DEFAULT_ARCHS",
+    "AotResult",
+    "AotVariant",
+    "HAS_TRITON",
+    "all_variants",
+    "build",
+    "compile_variant",
+    "fp8_einsum_variants",
+    "router_variants",
+    "shared_memory_limit",
+]

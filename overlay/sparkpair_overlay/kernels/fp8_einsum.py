@@ -1,0 +1,470 @@
+"""Block-scaled FP8 ``einsum('bhr,hdr->bhd')`` for DeepSeek-V4's o_proj (``wo_a``), in Triton.
+
+Computes, for every token t, group g and output row d::
+
+    out[t, g, d] = sum_r a[t, g, r] * sa[t, g, r // 128] * w[g, d, r] * sw_(g, d, r // 128)
+
+with fp8 e4m3 products on the tensor cores, one fp32 partial per 128-wide K block, scaled and
+accumulated in fp32, written as bf16. Shapes (audit §2, §5): TP=2: G=4, R=4096, D=1024; TP=1: G=8.
+
+Calling convention: the same as ``vllm.utils.deep_gemm.fp8_einsum`` as
+``vllm/models/deepseek_v4/nvidia/ops/o_proj.py`` calls it::
+
+    fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
+
+Operands:
+
+* ``a``: e4m3fn ``[T, G, R]``, any strides with unit stride along R (vLLM's activation quant
+  gives the group-major strides ``(R, T*R, 1)``).
+* ``w``: e4m3fn ``[G, D, R]``, unit stride along R.
+* ``out``: bf16 ``[T, G, D]``, unit stride along D; written in place.
+* ``recipe``: ``(1, 128, 128)`` (sw per 128x128 weight block) or ``(1, 1, 128)`` (sw per weight
+  row and 128-wide K block). ``sa`` is per token and 128-wide K block in both.
+
+Scale encodings (decoded in the kernel, bit-exact):
+
+* fp32: ``sa [T, G, R/128]``; ``sw [G, D/128, R/128]`` (recipe (1,128,128)) or ``[G, D, R/128]``.
+* int32 packed UE8M0: ``sa [T, G, R/512]``, ``sw [G, D, R/512]`` (recipe (1,1,128)): four
+  exponents per int32, K block k in byte ``k % 4`` (bits ``8*(k%4)`` .. ``8*(k%4)+7``) of word
+  ``k // 4``.
+* ``torch.float8_e8m0fnu`` (or ``torch.uint8`` holding the same bytes): one exponent byte per
+  block, same shapes as fp32. It is viewed as uint8 before the launch, never handed to Triton
+  as ``float8_e8m0fnu`` (field bug B02).
+
+An exponent byte ``e`` decodes to ``2**(e - 127)`` exactly: fp32 bits ``e << 23`` for
+1 <= e <= 254, the subnormal ``2**-127`` for e = 0, NaN for e = 255 (the ``float8_e8m0fnu``
+definition). Any strides are accepted for the scales, including vLLM's MN-major TMA-aligned
+layout (token dim contiguous, T padded to a multiple of 4: strides ``(1, K_s*T4, T4)``).
+
+T (tokens) and the scale strides (which depend on T through the TMA padding T4 = 4*ceil(T/4))
+are ``do_not_specialize`` kernel arguments, so one compiled kernel per config serves T = 1 .. 16384
+(no recompilation per T; CUDA-graph safe: the launcher does no host sync and allocates nothing).
+The operand strides stay specialised: they are T-independent, or (``a``'s group stride T*R in the
+group-major layout) always a multiple of 16, so their specialisation never changes with T and
+keeps the 16-byte vector loads. Total elements per operand must stay below 2**31 (int32 offsets).
+
+Public API: :func:`fp8_einsum`; torch custom op ``torch.ops.sparkpair.fp8_einsum`` (mutates
+``out``; fake implementation registered); :data:`FP8_EINSUM_CONFIGS`; :func:`fp8_einsum_with_config`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ._common import HAS_TRITON, KernelConfig, cdiv, make_config, require_triton, tl, triton
+
+__all__ = [
+    "FP8_EINSUM_CONFIGS",
+    "FP8_EINSUM_PLAN",
+    "SUPPORTED_EQUATION",
+    "decode_ue8m0",
+    "fp8_einsum",
+    "fp8_einsum_with_config",
+    "select_fp8_einsum_config",
+    "unpack_ue8m0_int32",
+]
+
+SUPPORTED_EQUATION = "bhr,hdr->bhd"
+SCALE_BLOCK = 128  # K elements per scale (both recipes; audit §2: quant_group_size = recipe[2] = 128)
+
+# Scale kinds (constexpr SA_KIND / SW_KIND).
+_SCALE_FP32 = 0
+_SCALE_PACKED_I32 = 1
+_SCALE_U8 = 2
+
+# ----------------------------------------------------------------------------------------------
+# Kernel
+# ----------------------------------------------------------------------------------------------
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _exp_byte_to_f32(e):
+        """UE8M0 exponent byte (int32 0..255) -> fp32 2**(e-127), exact (0 -> 2**-127, 255 -> NaN)."""
+        bits = tl.where(e == 0, 0x00400000, e << 23)
+        bits = tl.where(e == 255, 0x7FC00000, bits)
+        return bits.to(tl.float32, bitcast=True)
+
+    @triton.jit
+    def _load_scale(ptr, offs, kb, mask, KIND: tl.constexpr):
+        """Load one K block's scales at ``ptr + offs`` (offs excludes the K-block term)."""
+        if KIND == 0:
+            s = tl.load(ptr + offs, mask=mask, other=1.0)
+        elif KIND == 1:
+            word = tl.load(ptr + offs, mask=mask, other=127)
+            s = _exp_byte_to_f32((word >> ((kb % 4) * 8)) & 0xFF)
+        else:
+            s = _exp_byte_to_f32(tl.load(ptr + offs, mask=mask, other=127).to(tl.int32))
+        return s
+
+    @triton.jit(do_not_specialize=["T", "stride_sat", "stride_sag", "stride_sak"])
+    def _fp8_einsum_kernel(
+        out_ptr,  # [T, G, D] bf16, unit stride along D
+        a_ptr,  # [T, G, R] e4m3, unit stride along R
+        sa_ptr,  # scales of a: fp32 / int32 packed / uint8, [T, G, Ks]
+        w_ptr,  # [G, D, R] e4m3, unit stride along R
+        sw_ptr,  # scales of w: [G, D or D/128, Ks]
+        T,
+        D,
+        R,
+        stride_ot,
+        stride_og,
+        stride_at,
+        stride_ag,
+        stride_wg,
+        stride_wd,
+        stride_sat,
+        stride_sag,
+        stride_sak,
+        stride_swg,
+        stride_swd,
+        stride_swk,
+        SA_KIND: tl.constexpr,
+        SW_KIND: tl.constexpr,
+        SW_PER_ROW: tl.constexpr,  # True: sw indexed by d; False: by d // 128
+        BLOCK_T: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        BLOCK_R: tl.constexpr,  # == 128 (one scale block per step)
+        GROUP_T: tl.constexpr,  # T tiles per swizzle group (L2 reuse of w)
+    ):
+        g = tl.program_id(1)
+        pid = tl.program_id(0)
+        num_d = tl.cdiv(D, BLOCK_D)
+        num_t = tl.cdiv(T, BLOCK_T)
+        # Swizzle: GROUP_T consecutive T tiles share each D tile's weight slab in L2.
+        width = GROUP_T * num_d
+        group_id = pid // width
+        first_t = group_id * GROUP_T
+        size_t = tl.minimum(num_t - first_t, GROUP_T)
+        pid_t = first_t + (pid % width) % size_t
+        pid_d = (pid % width) // size_t
+
+        offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+        offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+        offs_r = tl.arange(0, BLOCK_R)
+        t_mask = offs_t < T
+        d_mask = offs_d < D
+        # int32 offsets: the largest operand (T=16384, G=8, R=4096: 2**29 elements) fits.
+        a_ptrs = a_ptr + offs_t[:, None] * stride_at + g * stride_ag + offs_r[None, :]
+        w_ptrs = w_ptr + g * stride_wg + offs_d[:, None] * stride_wd + offs_r[None, :]
+        sa_base = offs_t * stride_sat + g * stride_sag
+        if SW_PER_ROW:
+            sw_base = g * stride_swg + offs_d * stride_swd
+        else:
+            sw_base = g * stride_swg + (offs_d // 128) * stride_swd
+
+        acc = tl.zeros((BLOCK_T, BLOCK_D), dtype=tl.float32)
+        num_kb = R // BLOCK_R
+        for kb in range(0, num_kb):
+            a = tl.load(a_ptrs, mask=t_mask[:, None], other=0.0)
+            w = tl.load(w_ptrs, mask=d_mask[:, None], other=0.0)
+            if SA_KIND == 1:
+                ka = kb // 4
+            else:
+                ka = kb
+            if SW_KIND == 1:
+                kw = kb // 4
+            else:
+                kw = kb
+            s_a = _load_scale(sa_ptr, sa_base + ka * stride_sak, kb, t_mask, SA_KIND)
+            s_w = _load_scale(sw_ptr, sw_base + kw * stride_swk, kb, d_mask, SW_KIND)
+            part = tl.dot(a, tl.trans(w))
+            acc += part * (s_a[:, None] * s_w[None, :])
+            a_ptrs += BLOCK_R
+            w_ptrs += BLOCK_R
+
+        o_ptrs = out_ptr + offs_t[:, None] * stride_ot + g * stride_og + offs_d[None, :]
+        tl.store(o_ptrs, acc.to(tl.bfloat16), mask=t_mask[:, None] & d_mask[None, :])
+
+
+# ----------------------------------------------------------------------------------------------
+# Configs
+# ----------------------------------------------------------------------------------------------
+
+
+def _cfg(name: str, bt: int, bd: int, warps: int, stages: int, group_t: int = 8) -> KernelConfig:
+    return make_config(
+        name,
+        "_fp8_einsum_kernel",
+        warps,
+        stages,
+        BLOCK_T=bt,
+        BLOCK_D=bd,
+        BLOCK_R=SCALE_BLOCK,
+        GROUP_T=group_t,
+    )
+
+
+#: Every fp8_einsum variant (tile sizes in elements; BLOCK_R is the 128-wide scale block). Shared
+#: memory per config is ``(BLOCK_T + BLOCK_D) * 128 B * num_stages`` plus Triton's scratch; each
+#: fits GB10's 101,376 B (checked by ``sparkpair kernels build`` and tests/aot).
+FP8_EINSUM_CONFIGS: tuple[KernelConfig, ...] = (
+    # decode, T <= 32: many small D tiles so ~128+ CTAs stream the 16 MB weight.
+    _cfg("t16_d16_s8", 16, 16, 4, 8),
+    _cfg("t16_d32_s6", 16, 32, 4, 6),
+    _cfg("t32_d32_s6", 32, 32, 4, 6),
+    _cfg("t32_d64_s4", 32, 64, 4, 4),
+    # mid T.
+    _cfg("t64_d64_s4", 64, 64, 4, 4),
+    _cfg("t64_d128_s4", 64, 128, 4, 4),
+    # prefill.
+    _cfg("t128_d128_s3_w8", 128, 128, 8, 3),
+    _cfg("t128_d128_s3_w4", 128, 128, 4, 3),
+    _cfg("t128_d64_s4", 128, 64, 4, 4),
+    _cfg("t64_d256_s3", 64, 256, 8, 3),
+)
+
+_CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
+
+#: Dispatch: ``(max_T, config name)`` in increasing max_T; beyond the last entry, the last config.
+#: A priori values; the H200 sweep (benchmarks/bench_fp8_einsum.py, results in
+#: benchmarks/results/fp8_einsum.csv) sets them.
+FP8_EINSUM_PLAN: tuple[tuple[int, str], ...] = (
+    (16, "t16_d32_s6"),
+    (32, "t32_d32_s6"),
+    (128, "t64_d64_s4"),
+    (1 << 62, "t128_d128_s3_w8"),
+)
+
+
+def select_fp8_einsum_config(t: int) -> KernelConfig:
+    """The config :func:`fp8_einsum` uses for ``t`` tokens."""
+    for max_t, name in FP8_EINSUM_PLAN:
+        if t <= max_t:
+            return _CONFIGS_BY_NAME[name]
+    return _CONFIGS_BY_NAME[FP8_EINSUM_PLAN[-1][1]]
+
+
+# ----------------------------------------------------------------------------------------------
+# Scale handling (host side; also the reference decoders the tests use)
+# ----------------------------------------------------------------------------------------------
+
+_E8M0 = getattr(torch, "float8_e8m0fnu", None)
+
+
+def decode_ue8m0(exp_bytes: torch.Tensor) -> torch.Tensor:
+    """Exponent bytes -> fp32 ``2**(e-127)`` exactly (e=0 -> 2**-127, e=255 -> NaN).
+
+    Args:
+        exp_bytes: any integer tensor holding 0..255, or a ``float8_e8m0fnu`` tensor.
+    Returns:
+        fp32 tensor of the same shape.
+    """
+    if _E8M0 is not None and exp_bytes.dtype == _E8M0:
+        exp_bytes = exp_bytes.view(torch.uint8)
+    e = exp_bytes.to(torch.int32) & 0xFF
+    bits = torch.where(e == 0, torch.full_like(e, 0x00400000), e << 23)
+    bits = torch.where(e == 255, torch.full_like(e, 0x7FC00000), bits)
+    return bits.view(torch.float32)
+
+
+def unpack_ue8m0_int32(packed: torch.Tensor, num_blocks: int) -> torch.Tensor:
+    """Unpack int32 words of four UE8M0 bytes into ``[..., num_blocks]`` uint8 (byte k at bits 8k)."""
+    if packed.dtype != torch.int32:
+        raise ValueError(f"unpack_ue8m0_int32: expected int32, got {packed.dtype}")
+    shifts = torch.arange(4, device=packed.device, dtype=torch.int32) * 8
+    b = (packed.unsqueeze(-1) >> shifts) & 0xFF
+    return b.flatten(-2)[..., :num_blocks].to(torch.uint8)
+
+
+def _scale_kind(s: torch.Tensor, what: str) -> tuple[int, torch.Tensor]:
+    if s.dtype == torch.float32:
+        return _SCALE_FP32, s
+    if s.dtype == torch.int32:
+        return _SCALE_PACKED_I32, s
+    if _E8M0 is not None and s.dtype == _E8M0:
+        return _SCALE_U8, s.view(torch.uint8)  # B02: never hand float8_e8m0fnu to Triton
+    if s.dtype == torch.uint8:
+        return _SCALE_U8, s
+    raise ValueError(
+        f"fp8_einsum: {what} dtype {s.dtype} is not a supported scale encoding "
+        "(float32, int32 packed UE8M0, float8_e8m0fnu, uint8 exponent bytes)"
+    )
+
+
+def _check_scale_shape(s: torch.Tensor, kind: int, lead: tuple[int, ...], r: int, what: str) -> None:
+    kb = r // SCALE_BLOCK
+    want_last = cdiv(kb, 4) if kind == _SCALE_PACKED_I32 else kb
+    want = (*lead, want_last)
+    if tuple(s.shape) != want:
+        enc = {0: "float32", 1: "int32 packed UE8M0", 2: "UE8M0 bytes"}[kind]
+        raise ValueError(
+            f"fp8_einsum: {what} has shape {tuple(s.shape)}; a {enc} scale for these operands must be {want}"
+        )
+
+
+def _prepare(
+    equation: str,
+    a: torch.Tensor,
+    sa: torch.Tensor,
+    w: torch.Tensor,
+    sw: torch.Tensor,
+    out: torch.Tensor,
+    recipe: tuple[int, int, int] | None,
+) -> tuple[int, torch.Tensor, int, torch.Tensor, bool]:
+    if equation.replace(" ", "") != SUPPORTED_EQUATION:
+        raise ValueError(f"fp8_einsum: only equation {SUPPORTED_EQUATION!r} is supported; got {equation!r}")
+    if a.dim() != 3 or w.dim() != 3 or out.dim() != 3:
+        raise ValueError(
+            f"fp8_einsum: a [T,G,R], w [G,D,R], out [T,G,D] must be 3-D; got a {tuple(a.shape)}, "
+            f"w {tuple(w.shape)}, out {tuple(out.shape)}"
+        )
+    t, g, r = a.shape
+    gw, d, rw = w.shape
+    if gw != g or rw != r or tuple(out.shape) != (t, g, d):
+        raise ValueError(
+            f"fp8_einsum: shapes disagree: a {tuple(a.shape)} (T,G,R), w {tuple(w.shape)} (G,D,R), "
+            f"out {tuple(out.shape)} (want {(t, g, d)})"
+        )
+    if a.dtype != torch.float8_e4m3fn or w.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"fp8_einsum: a and w must be float8_e4m3fn; got {a.dtype} and {w.dtype}")
+    if out.dtype != torch.bfloat16:
+        raise ValueError(f"fp8_einsum: out must be bfloat16; got {out.dtype}")
+    if r % SCALE_BLOCK != 0:
+        raise ValueError(f"fp8_einsum: R={r} must be a multiple of {SCALE_BLOCK}")
+    if a.stride(2) != 1 or w.stride(2) != 1 or out.stride(2) != 1:
+        raise ValueError(
+            f"fp8_einsum: a, w and out need unit stride along their last dim; got strides "
+            f"{a.stride()}, {w.stride()}, {out.stride()}"
+        )
+    for name, ten in (("a", a), ("w", w), ("out", out)):
+        last = sum((n - 1) * st for n, st in zip(ten.shape, ten.stride(), strict=True)) if ten.numel() else 0
+        if last >= 2**31:
+            raise ValueError(
+                f"fp8_einsum: {name} spans {last + 1} elements; the kernel's int32 offsets need < 2**31"
+            )
+    if recipe is not None:
+        recipe = tuple(int(v) for v in recipe)  # type: ignore[assignment]
+        if recipe not in ((1, 128, 128), (1, 1, 128)):
+            raise ValueError(
+                f"fp8_einsum: recipe {recipe} is not supported; want (1, 128, 128) or (1, 1, 128)"
+            )
+    sa_kind, sa = _scale_kind(sa, "sa")
+    sw_kind, sw = _scale_kind(sw, "sw")
+    _check_scale_shape(sa, sa_kind, (t, g), r, "sa")
+    if recipe is None:  # infer from sw's shape
+        per_row = sw.dim() == 3 and sw.shape[1] == d and d != cdiv(d, 128)
+    else:
+        per_row = recipe[1] == 1
+    _check_scale_shape(sw, sw_kind, (g, d if per_row else cdiv(d, 128)), r, "sw")
+    if (sa.is_cuda or sw.is_cuda or out.is_cuda or w.is_cuda) and not (
+        a.device == w.device == out.device == sa.device == sw.device
+    ):
+        raise ValueError(
+            f"fp8_einsum: operands on different devices: a {a.device}, sa {sa.device}, w {w.device}, "
+            f"sw {sw.device}, out {out.device}"
+        )
+    return sa_kind, sa, sw_kind, sw, per_row
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def fp8_einsum_with_config(
+    equation: str,
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    out: torch.Tensor,
+    recipe: tuple[int, int, int] | None = None,
+    config: KernelConfig | str | None = None,
+) -> None:
+    """:func:`fp8_einsum` with an explicit config (``None``: the plan's choice). See the module docstring."""
+    (x, sa), (w, sw) = a, b
+    sa_kind, sa, sw_kind, sw, per_row = _prepare(equation, x, sa, w, sw, out, recipe)
+    require_triton()
+    if not (x.is_cuda or _interpreting()):
+        raise ValueError(
+            f"fp8_einsum: needs CUDA tensors (got {x.device}); set TRITON_INTERPRET=1 for the CPU"
+        )
+    t, g, r = x.shape
+    d = w.shape[1]
+    if t == 0:
+        return
+    if config is None:
+        cfg = select_fp8_einsum_config(t)
+    else:
+        cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
+    meta = cfg.constexprs()
+    grid = (cdiv(t, meta["BLOCK_T"]) * cdiv(d, meta["BLOCK_D"]), g)
+    _fp8_einsum_kernel[grid](
+        out,
+        x,
+        sa,
+        w,
+        sw,
+        t,
+        d,
+        r,
+        out.stride(0),
+        out.stride(1),
+        x.stride(0),
+        x.stride(1),
+        w.stride(0),
+        w.stride(1),
+        sa.stride(0),
+        sa.stride(1),
+        sa.stride(2),
+        sw.stride(0),
+        sw.stride(1),
+        sw.stride(2),
+        SA_KIND=sa_kind,
+        SW_KIND=sw_kind,
+        SW_PER_ROW=per_row,
+        **meta,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+
+
+@torch.library.custom_op("sparkpair::fp8_einsum", mutates_args=("out",))
+def _fp8_einsum_op(
+    equation: str,
+    a: torch.Tensor,
+    sa: torch.Tensor,
+    w: torch.Tensor,
+    sw: torch.Tensor,
+    out: torch.Tensor,
+    recipe: list[int],
+) -> None:
+    fp8_einsum_with_config(equation, (a, sa), (w, sw), out, tuple(recipe) if recipe else None)  # type: ignore[arg-type]
+
+
+@_fp8_einsum_op.register_fake
+def _fp8_einsum_fake(
+    equation: str,
+    a: torch.Tensor,
+    sa: torch.Tensor,
+    w: torch.Tensor,
+    sw: torch.Tensor,
+    out: torch.Tensor,
+    recipe: list[int],
+) -> None:
+    return None
+
+
+def fp8_einsum(
+    equation: str,
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    out: torch.Tensor,
+    recipe: tuple[int, int, int] | None = None,
+) -> None:
+    """``out[t,g,d] = sum_r a[t,g,r] sa w[g,d,r] sw`` in place, vLLM/DeepGEMM calling convention.
+
+    Args:
+        equation: must be ``"bhr,hdr->bhd"``.
+        a: ``(a, sa)``: e4m3fn ``[T, G, R]`` and its per-(token, 128-wide K block) scales.
+        b: ``(w, sw)``: e4m3fn ``[G, D, R]`` and its block scales (see the module docstring).
+        out: bf16 ``[T, G, D]``, written in place.
+        recipe: ``(1, 128, 128)`` or ``(1, 1, 128)``; ``None`` infers it from ``sw``'s shape.
+    Raises:
+        ValueError: another equation, wrong dtypes/shapes/strides, unsupported scale encoding
+            or recipe, mixed devices, CPU tensors without ``TRITON_INTERPRET=1``.
+        RuntimeError: Triton is not installed.
+    Runs through ``torch.ops.sparkpair.fp8_einsum``; no host sync; graph-capturable.
+    """
+    (x, sa), (w, sw) = a, b
+    torch.ops.sparkpair.fp8_einsum(equation, x, sa, w, sw, out, list(recipe) if recipe is not None else [])

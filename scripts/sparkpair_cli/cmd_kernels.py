@@ -1,0 +1,102 @@
+"""``sparkpair kernels build``: AOT-compile every sparkpair Triton kernel config, no GPU needed.
+
+Compiles each config of each kernel (``sparkpair_overlay.kernels.aot.all_variants()``) for each
+target, prints config -> registers, spill bytes, shared memory, and exits non-zero naming the
+kernel, config, arch and bytes when a config does not compile or needs more than GB10's
+101,376 B of shared memory per block on sm_12x.
+
+The compiled artifacts are written to ``--cache-dir`` (a Triton cache directory). Ship it in the
+image and set ``TRITON_CACHE_DIR`` to it at run time: Triton's runtime computes the same cache
+key (same source, specialisation, options, target) and loads the cubin instead of compiling.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+kernels_app = typer.Typer(
+    help="sparkpair's own Triton kernels: AOT build and shared-memory gate.", no_args_is_help=True
+)
+
+
+def _parse_archs(arch: str) -> list[str]:
+    from sparkpair_overlay.kernels.aot import AOT_TARGETS
+
+    archs = [a.strip() for a in arch.split(",") if a.strip()]
+    bad = [a for a in archs if a not in AOT_TARGETS]
+    if not archs or bad:
+        raise typer.BadParameter(
+            f"unknown arch {', '.join(bad) or arch!r}; choose from {', '.join(AOT_TARGETS)}"
+        )
+    return archs
+
+
+def run_build(archs: list[str], cache_dir: Path | None, quiet: bool = False) -> int:
+    """Compile everything for ``archs``; print the table; return 0 when every config passes, else 1."""
+    from sparkpair_overlay.kernels import aot
+
+    t0 = time.monotonic()
+    variants = aot.all_variants()
+    total = len(variants) * len(archs)
+    done = 0
+
+    def progress(r: aot.AotResult) -> None:
+        nonlocal done
+        done += 1
+        if not quiet and (done % 20 == 0 or done == total):
+            console.print(f"[dim]compiled {done}/{total} ({time.monotonic() - t0:.0f} s)[/dim]")
+
+    results = aot.build(archs, str(cache_dir) if cache_dir else None, variants, progress)
+    table = Table(title=f"sparkpair kernels: {len(variants)} configs x {len(archs)} targets")
+    for col in ("kernel", "config", "variant", "arch", "regs", "spill B", "shared B", "limit B", "status"):
+        table.add_column(col, justify="right" if col.endswith("B") or col == "regs" else "left")
+    for r in results:
+        status = (
+            "[green]ok[/green]"
+            if r.fits
+            else f"[red]{'compile error' if not r.ok else 'too much smem'}[/red]"
+        )
+        table.add_row(
+            r.kernel,
+            r.config,
+            r.variant,
+            r.arch,
+            str(r.n_regs if r.n_regs is not None else "?"),
+            str(r.spills if r.spills is not None else "?"),
+            str(r.shared if r.shared is not None else "-"),
+            str(r.limit or "-"),
+            status,
+        )
+    if not quiet:
+        console.print(table)
+    failures = [r.problem() for r in results if not r.fits]
+    for f in failures:
+        console.print(f"[red]FAIL[/red] {f}")
+    if cache_dir:
+        console.print(f"Triton cache written to {cache_dir} (set TRITON_CACHE_DIR={cache_dir} at run time)")
+    console.print(f"{len(results) - len(failures)}/{len(results)} passed in {time.monotonic() - t0:.0f} s")
+    return 1 if failures else 0
+
+
+_ArchOpt = Annotated[str, typer.Option("--arch", help="comma-separated: sm_121a,sm_120a,sm_100a,sm_90a")]
+_CacheOpt = Annotated[Path | None, typer.Option("--cache-dir", help="Triton cache dir to write")]
+_QuietOpt = Annotated[bool, typer.Option("--quiet", help="print only failures and the summary")]
+
+
+@kernels_app.command("build")
+def build_cmd(arch: _ArchOpt = "sm_121a", cache_dir: _CacheOpt = None, quiet: _QuietOpt = False) -> None:
+    """AOT-compile every kernel config for each target; fail on compile errors or shared memory > GB10's."""
+    raise typer.Exit(run_build(_parse_archs(arch), cache_dir, quiet))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``kernels`` sub-app to the sparkpair CLI."""
+    app.add_typer(kernels_app, name="kernels")
