@@ -68,6 +68,7 @@ class DSV4CheckSettings(BaseModel):
     )
     semantic_skip_reason: str = "the profile disables semantic checks"
     thinking_enabled: bool = Field(False, description="the model thinks (profile checks.thinking)")
+    thinking_skip_reason: str = "the profile's model does not think (checks.thinking disabled)"
     tools_enabled: bool = Field(True, description="the server has a tool-call parser (profile checks.tools)")
     thinking_default: bool = Field(
         True,
@@ -117,6 +118,12 @@ class DSV4CheckSettings(BaseModel):
             "thinking_enabled": enabled(profile.checks.thinking),
             "tools_enabled": enabled(profile.checks.tools),
         }
+        reason = getattr(profile.checks.thinking, "skip_reason", "")
+        if reason:
+            data["thinking_skip_reason"] = reason
+        default_ck = _server_default_chat_kwargs(list(profile.server.args))
+        if default_ck is not None and ("thinking" in default_ck or "enable_thinking" in default_ck):
+            data["thinking_default"] = bool(default_ck.get("thinking") or default_ck.get("enable_thinking"))
         if sem.expected_answers:
             data["expected_answers"] = [
                 {"prompt": a["prompt"], "contains": a["contains"]}
@@ -127,6 +134,23 @@ class DSV4CheckSettings(BaseModel):
         data.update(profile.checks.extra.get("dsv4", {}) or {})
         data.update(overrides)
         return cls.model_validate(data)
+
+
+def _server_default_chat_kwargs(args: list[str]) -> dict[str, Any] | None:
+    """The JSON of ``--default-chat-template-kwargs`` in a server's arguments, if any."""
+    for i, a in enumerate(args):
+        val = None
+        if a == "--default-chat-template-kwargs" and i + 1 < len(args):
+            val = args[i + 1]
+        elif a.startswith("--default-chat-template-kwargs="):
+            val = a.split("=", 1)[1]
+        if val is not None:
+            try:
+                d = json.loads(val)
+            except ValueError:
+                return None
+            return d if isinstance(d, dict) else None
+    return None
 
 
 # --------------------------------------------------------------------------- results
@@ -1005,44 +1029,79 @@ class ModelCheck:
     name: str
     fn: Callable[[Client], tuple[str, dict[str, Any]]]
     applies: Callable[[DSV4CheckSettings], str | None]
+    title: str = ""
+    catches: str = ""
+    timeout_s: float = 180.0
 
 
 def _need_semantic(s: DSV4CheckSettings) -> str | None:
     return None if s.semantic_enabled else s.semantic_skip_reason
 
 
+def _need_thinking(s: DSV4CheckSettings) -> str | None:
+    if not s.thinking_enabled:
+        return s.thinking_skip_reason
+    return _need_semantic(s)
+
+
+def _need_tools(s: DSV4CheckSettings) -> str | None:
+    if not s.tools_enabled:
+        return "the server has no tool-call parser (checks.tools disabled)"
+    return _need_semantic(s)
+
+
+def _soak_on(s: DSV4CheckSettings) -> str | None:
+    return None if s.soak_requests > 0 else "soak off (soak_requests=0; it is not part of the 3-minute suite)"
+
+
 CHECKS: tuple[ModelCheck, ...] = (
-    ModelCheck("dsv4.greedy_sanity", check_greedy_sanity, _need_semantic),
+    ModelCheck(
+        "dsv4.greedy_sanity",
+        check_greedy_sanity,
+        _need_semantic,
+        "greedy known answers, finish_reason stop, twice byte-identical",
+        "B15",
+        120.0,
+    ),
     ModelCheck(
         "dsv4.thinking",
         check_thinking,
-        lambda s: (
-            _need_semantic(s)
-            or (None if s.thinking_enabled else "the profile's model does not think (checks.thinking: false)")
-        ),
+        _need_thinking,
+        "every way to ask for thinking: reasoning exactly when on, answer in content, no leaks",
+        "audit §6 (thinking/reasoning_effort conflict), B11",
+        600.0,
     ),
     ModelCheck(
         "dsv4.tool_calls",
         check_tool_calls,
-        lambda s: (
-            _need_semantic(s)
-            or (None if s.tools_enabled else "the server has no tool-call parser (checks.tools: false)")
-        ),
+        _need_tools,
+        "exact tool calls: auto/required, one and several tools, stream; no wrapper, no DSML",
+        "B10",
+        300.0,
     ),
-    ModelCheck("dsv4.stream_equality", check_stream_equality, lambda s: None),
+    ModelCheck(
+        "dsv4.stream_equality",
+        check_stream_equality,
+        lambda s: None,
+        "greedy streamed reasoning/content/tool args == non-streamed",
+        "B11",
+        300.0,
+    ),
     ModelCheck(
         "dsv4.long_context",
         check_long_context,
-        lambda s: None if s.long_context_tokens > 0 and s.long_context_depths else "no depths configured",
+        lambda s: None if s.long_context_depths else "no depths configured (long_context_depths=[])",
+        "needle at several depths returned exactly; prompt length verified from usage",
+        "B13 envelope, truncation",
+        600.0,
     ),
     ModelCheck(
         "dsv4.soak",
         check_soak,
-        lambda s: (
-            None
-            if s.soak_requests > 0
-            else "soak off (soak_requests=0; it is not part of the 3-minute suite)"
-        ),
+        _soak_on,
+        "N sequential mixed-length requests (>= 1000-token outputs) within a latency budget",
+        "B08",
+        3600.0,
     ),
 )
 CHECK_NAMES = tuple(ch.name for ch in CHECKS)
@@ -1094,3 +1153,51 @@ def run_model_checks(
 ) -> list[ModelCheckResult]:
     """All results of :func:`iter_model_checks` as a list."""
     return list(iter_model_checks(settings, only))
+
+
+# --------------------------------------------------------------------------- health v1 suite adapter
+
+
+def dsv4_check_specs(api_key: SecretStr | str | None = None, **overrides: Any) -> list[Any]:
+    """The checks above as the suite's ``CheckSpec`` list, for ``run_suite(settings, checks=...)``.
+
+    Each spec builds :class:`DSV4CheckSettings` from the suite's context (profile, base URL,
+    served model name) plus ``overrides`` and maps the outcome onto the suite's classes:
+    ``pass`` -> ``Passed``, ``fail`` -> ``Fail``, ``skip`` -> ``Skip``, ``error`` ->
+    ``client.SuiteError`` (reported ``error``). The check's budget is the suite deadline.
+
+    Args:
+        api_key: the server's key (the suite's ``SuiteSettings.api_key``), never printed.
+        overrides: :class:`DSV4CheckSettings` fields (e.g. ``long_context_tokens=1500``).
+    """
+    from .checks import CheckSpec, Fail, Passed, Skip
+    from .client import SuiteError as HealthSuiteError
+
+    key = SecretStr(api_key) if isinstance(api_key, str) else api_key
+    DSV4CheckSettings.model_validate({"base_url": "http://x", "served_model_name": "x", **overrides})
+
+    def make(ch: ModelCheck) -> Callable[[Any, Any], Any]:
+        def fn(ctx: Any, deadline: Any) -> Any:
+            s = DSV4CheckSettings.from_profile(
+                ctx.profile,
+                ctx.client.base_url,
+                **{
+                    "served_model_name": ctx.model,
+                    "api_key": key,
+                    "request_timeout_s": ctx.long_prompt_timeout_s,
+                    "check_timeout_s": deadline.left(),
+                    **overrides,
+                },
+            )
+            r = run_check(ch, s)
+            if r.status == "pass":
+                return Passed(r.message, r.evidence)
+            if r.status == "fail":
+                raise Fail(r.message, r.evidence)
+            if r.status == "skip":
+                raise Skip(r.message)
+            raise HealthSuiteError(r.message.removeprefix("suite error (not a model verdict): "))
+
+        return fn
+
+    return [CheckSpec(ch.name, ch.title, ch.catches, make(ch), ch.timeout_s) for ch in CHECKS]

@@ -197,7 +197,7 @@ def _answer(body: dict[str, Any], st: FaultState, n_req: int) -> Answer:
     if "nondeterministic" in st.faults and content is not None:
         content += f" #{n_req}"
     ct = len((content or "").split()) + len((reasoning or "").split()) + (8 if tool else 0)
-    return Answer(content, reasoning, finish, tool, ct)
+    return Answer(content, reasoning, finish, tool, min(ct, max_tokens))
 
 
 def make_app(st: FaultState) -> FastAPI:

@@ -122,9 +122,11 @@ def test_semantic_checks_skip_with_the_profiles_reason_on_the_tiny_profile() -> 
             s, only=("dsv4.greedy_sanity", "dsv4.thinking", "dsv4.tool_calls", "dsv4.soak")
         )
     }
-    for name in ("dsv4.greedy_sanity", "dsv4.thinking", "dsv4.tool_calls"):
+    for name in ("dsv4.greedy_sanity", "dsv4.tool_calls"):
         assert results[name].status == "skip"
         assert results[name].message == prof.checks.semantic.skip_reason
+    assert results["dsv4.thinking"].status == "skip"
+    assert results["dsv4.thinking"].message == prof.checks.thinking.skip_reason
     assert results["dsv4.soak"].status == "skip" and "soak_requests=0" in results["dsv4.soak"].message
 
 

@@ -1,0 +1,74 @@
+# ruff: noqa: B008  (typer declares options as argument defaults)
+"""``sparkpair gateway``: serve ``/livez``, ``/readyz``, ``/report`` and ``/metrics`` for a vLLM server.
+
+Every option is also read from ``SPARKPAIR_<OPTION>`` (e.g. ``--canary-interval-s`` from
+``SPARKPAIR_CANARY_INTERVAL_S``): one schema, :class:`sparkpair_health.gateway.GatewaySettings`;
+an option given on the command line wins over the environment. Exit code 3: bad settings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``sparkpair gateway`` to ``app``."""
+
+    @app.command()
+    def gateway(
+        base_url: str = typer.Option(None, help="the vLLM server, http://host:port [env SPARKPAIR_BASE_URL]"),
+        profile: str = typer.Option(
+            None, help="model profile name or path [env SPARKPAIR_PROFILE; tiny-demo]"
+        ),
+        served_model_name: str = typer.Option(None, help="model name to request [default: the profile's]"),
+        api_key_file: Path = typer.Option(
+            None, help="file holding the server's --api-key (or SPARKPAIR_API_KEY / SPARKPAIR_API_KEY_FILE)"
+        ),
+        host: str = typer.Option(None, help="gateway bind address [127.0.0.1]"),
+        port: int = typer.Option(None, help="gateway port [8080]"),
+        ready_timeout_s: float = typer.Option(None, help="seconds to wait for a real decode [900]"),
+        request_timeout_s: float = typer.Option(None, help="seconds per ordinary suite request [60]"),
+        canary_interval_s: float = typer.Option(None, help="seconds between canary completions [15]"),
+        canary_timeout_s: float = typer.Option(None, help="seconds one canary may take [10]"),
+        dsv4_checks: bool = typer.Option(
+            None, "--dsv4-checks/--no-dsv4-checks", help="add the DeepSeek-V4 checks"
+        ),
+        dsv4: str = typer.Option(
+            None, help="DeepSeek-V4 check settings as JSON, e.g. '{\"soak_requests\": 15}'"
+        ),
+        report_json: Path = typer.Option(None, help="also write each report here"),
+        junit_xml: Path = typer.Option(None, help="also write JUnit XML here"),
+        check_settings: bool = typer.Option(False, "--check-settings", help="print the settings and exit"),
+    ) -> None:
+        """Gate traffic on a real verdict: readiness, the suite, then a periodic canary completion."""
+        import json
+
+        from sparkpair_health.apikey import ApiKeyError
+        from sparkpair_health.gateway import GatewaySettings, GatewaySettingsError, serve
+
+        given = dict(locals())
+        overrides = {
+            k: v
+            for k, v in given.items()
+            if k in GatewaySettings.model_fields and k != "dsv4" and v is not None
+        }
+        try:
+            if dsv4 is not None:
+                try:
+                    overrides["dsv4"] = json.loads(dsv4)
+                except ValueError as e:
+                    raise GatewaySettingsError(f"--dsv4={dsv4!r}: not valid JSON ({e})") from None
+            settings = GatewaySettings.from_env(overrides=overrides)
+            settings.resolved_api_key()
+        except (GatewaySettingsError, ApiKeyError) as e:
+            typer.echo(f"sparkpair gateway: {e}", err=True)
+            raise typer.Exit(3) from None
+        if check_settings:
+            typer.echo(settings.model_dump_json(indent=2))
+            return
+        typer.echo(
+            f"sparkpair gateway: http://{settings.host}:{settings.port} -> {settings.base_url}", err=True
+        )
+        serve(settings)
