@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One device call on the H200 (the `run` tool; see benchmarks/README.md): GPU tests, then both
+# benchmarks, everything logged under $OUT. Phases are time-capped to fit the 10-minute limit.
+#   usage: SPARKPAIR_GIT_SHA=<sha> bash benchmarks/run_h200.sh [tests|router|fp8|cache|all]...
+set -uo pipefail
+export PYTHONPATH="$PWD/overlay:$PWD/scripts:$PWD/healthchecks${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+OUT="${OUT:-$PWD/out/h200}"
+mkdir -p "$OUT"
+phases=("$@")
+[[ ${#phases[@]} -eq 0 ]] && phases=(all)
+want() { [[ " ${phases[*]} " == *" all "* || " ${phases[*]} " == *" $1 "* ]]; }
+python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())'
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw --format=csv,noheader || true
+if want cache && [[ -d out/aot-sm90a ]]; then
+  # Does the runtime hit the AOT-built cache (built on a CPU machine for sm_90a)?
+  n0=$(find out/aot-sm90a -name '*.cubin' | wc -l)
+  TRITON_CACHE_DIR="$PWD/out/aot-sm90a" timeout 120 python3 benchmarks/check_aot_cache.py 2>&1 | tee "$OUT/aot_cache.log"
+  n1=$(find out/aot-sm90a -name '*.cubin' | wc -l)
+  echo "aot cache cubins before $n0 after $n1" | tee -a "$OUT/aot_cache.log"
+fi
+if want tests; then
+  timeout 250 python3 -m pytest tests/gpu -q -p no:cacheprovider -m gpu -rfE 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+fi
+if want router; then
+  timeout 130 python3 benchmarks/bench_router_gemm.py --cold --out "$OUT/router_gemm.csv" \
+    --command "benchmarks/bench_router_gemm.py --cold" > "$OUT/bench_router.log" 2>&1
+  tail -32 "$OUT/bench_router.log"
+fi
+if want fp8; then
+  timeout 190 python3 benchmarks/bench_fp8_einsum.py --out "$OUT/fp8_einsum.csv" \
+    --command "benchmarks/bench_fp8_einsum.py" > "$OUT/bench_fp8.log" 2>&1
+  tail -24 "$OUT/bench_fp8.log"
+fi
+exit 0

@@ -1,0 +1,132 @@
+"""fp8_einsum on the GPU: both recipes and all scale encodings against fp64, graphs, determinism."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_numerics import fp8_einsum_reference, make_fp8_operands, rel_fro
+from sparkpair_overlay.kernels import fp8_einsum as fe
+
+pytestmark = pytest.mark.gpu
+
+TS = (1, 3, 17, 31, 129, 4099)
+G, D, R = 4, 1024, 4096  # TP=2 (audit §2, §5)
+CASES = [((1, 128, 128), "fp32"), ((1, 1, 128), "int32"), ((1, 1, 128), "e8m0"), ((1, 128, 128), "e8m0")]
+IDS = ["r128-fp32", "r1-int32", "r1-e8m0", "r128-e8m0"]
+TOL = 1e-2  # relative Frobenius, bf16-output level (issue 3)
+
+
+def _run(t, g, d, r, recipe, enc, config=None, seed=0):
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, g, d, r, recipe, enc, seed=seed)
+    out = torch.full((t, g, d), float("nan"), dtype=torch.bfloat16, device="cuda")  # poison
+    if config is None:
+        fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
+    else:
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe, config)
+    return out, fp8_einsum_reference(a, sa_f, w, sw_f)
+
+
+@pytest.mark.parametrize("recipe,enc", CASES, ids=IDS)
+@pytest.mark.parametrize("t", TS)
+def test_dispatch_matches_fp64(t, recipe, enc) -> None:
+    out, ref = _run(t, G, D, R, recipe, enc, seed=t)
+    assert not out.isnan().any(), "unwritten (poisoned) outputs"
+    err = rel_fro(out, ref)
+    assert err <= TOL, f"T={t} {recipe} {enc}: rel fro err {err:.3g}"
+
+
+@pytest.mark.parametrize("t", (1, 31, 129))
+def test_every_config(t) -> None:
+    for cfg in fe.FP8_EINSUM_CONFIGS:
+        for recipe, enc in CASES[:2]:
+            out, ref = _run(t, G, D, R, recipe, enc, config=cfg, seed=7)
+            assert not out.isnan().any(), cfg.name
+            assert rel_fro(out, ref) <= TOL, (cfg.name, recipe, enc)
+
+
+@pytest.mark.parametrize("t", (1, 17, 300))
+def test_tp1_shapes(t) -> None:
+    out, ref = _run(t, 8, D, R, (1, 1, 128), "int32", seed=3)
+    assert rel_fro(out, ref) <= TOL
+
+
+def test_encodings_agree_bitwise() -> None:
+    """B02: e8m0fnu, packed int32 and fp32 scales with the same exponents give the same bits."""
+    t = 37
+    outs = {}
+    for enc in ("fp32", "int32", "e8m0"):
+        a, sa, w, sw, _, _ = make_fp8_operands(t, G, D, R, (1, 1, 128), enc, seed=11)
+        out = torch.empty((t, G, D), dtype=torch.bfloat16, device="cuda")
+        fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=(1, 1, 128))
+        outs[enc] = out
+    assert torch.equal(outs["fp32"], outs["int32"])
+    assert torch.equal(outs["fp32"], outs["e8m0"])
+
+
+def test_contiguous_activation_layout() -> None:
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(19, G, D, R, (1, 128, 128), "fp32", group_major=False)
+    out = torch.empty((19, G, D), dtype=torch.bfloat16, device="cuda")
+    fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=(1, 128, 128))
+    assert rel_fro(out, fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL
+
+
+def test_deterministic_bitwise() -> None:
+    for t in (1, 129, 4099):
+        a, sa, w, sw, _, _ = make_fp8_operands(t, G, D, R, (1, 1, 128), "int32")
+        outs = []
+        for _ in range(4):
+            out = torch.empty((t, G, D), dtype=torch.bfloat16, device="cuda")
+            fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=(1, 1, 128))
+            outs.append(out)
+        assert all(torch.equal(outs[0], o) for o in outs[1:]), t
+
+
+def _n_compiled() -> int:
+    return sum(len(c[0]) for c in fe._fp8_einsum_kernel.device_caches.values())
+
+
+def test_no_recompile_across_t() -> None:
+    ops = {t: make_fp8_operands(t, G, D, R, (1, 1, 128), "int32", seed=t) for t in range(1, 70)}
+    for t in (1, 16, 17, 32, 33, 64, 65):  # warm each plan config
+        a, sa, w, sw, _, _ = ops[t]
+        fe.fp8_einsum(
+            "bhr,hdr->bhd",
+            (a, sa),
+            (w, sw),
+            torch.empty((t, G, D), dtype=torch.bfloat16, device="cuda"),
+            recipe=(1, 1, 128),
+        )
+    before = _n_compiled()
+    for t, (a, sa, w, sw, _, _) in ops.items():
+        out = torch.empty((t, G, D), dtype=torch.bfloat16, device="cuda")
+        fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=(1, 1, 128))
+    assert _n_compiled() == before
+
+
+@pytest.mark.parametrize("recipe,enc", CASES[:2], ids=IDS[:2])
+def test_cuda_graph_capture_and_replay_across_t(recipe, enc) -> None:
+    graphs = {}
+    for t in (1, 5, 32, 37, 300):
+        a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=t)
+        out = torch.empty((t, G, D), dtype=torch.bfloat16, device="cuda")
+        fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
+        graphs[t] = (g, a, sa, w, sw, sa_f, sw_f, out)
+    for t, (g, a, sa, w, sw, sa_f, sw_f, out) in graphs.items():
+        new = make_fp8_operands(t, G, D, R, recipe, enc, seed=1000 + t)
+        a.copy_(new[0])
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel_fro(out, fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL, t
+
+
+def test_custom_op_and_errors() -> None:
+    a, sa, w, sw, _, _ = make_fp8_operands(3, G, D, R, (1, 1, 128), "int32")
+    out = torch.empty((3, G, D), dtype=torch.bfloat16, device="cuda")
+    torch.ops.sparkpair.fp8_einsum("bhr,hdr->bhd", a, sa, w, sw, out, [1, 1, 128])
+    with pytest.raises(ValueError, match="equation"):
+        fe.fp8_einsum("bhr,hrd->bhd", (a, sa), (w, sw), out, recipe=(1, 1, 128))
