@@ -8,7 +8,6 @@ server — on success, on failure and on Ctrl-C/SIGTERM, leaving no process behi
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -109,11 +108,10 @@ def run_demo(
         report = run_suite(settings, console=console)
 
         lines = plan_lines(server.log_path.read_text(errors="replace"))
-        console.print(f"[bold]overlay plan[/] ({len(lines)} vLLM processes logged it):")
+        console.print(f"[bold]overlay plan line[/], logged once by each of {len(lines)} vLLM processes:")
         for line in lines:
-            console.print(f"  {line}")
-        if plan_path.exists():
-            console.print(f"  plan JSON {plan_path}: {json.dumps(json.loads(plan_path.read_text()))}")
+            process = line.split(")", 1)[0].lstrip("(") if line.startswith("(") else "?"
+            console.print(f"  {process}: {line[line.index(PLAN_LINE_MARK):]}", soft_wrap=True)
         console.print(f"report: {settings.report_json}  junit: {settings.junit_xml}  log: {server.log_path}")
         if keep_running and report.passed:
             console.print(f"server stays up at {server.base_url}; Ctrl-C to stop")

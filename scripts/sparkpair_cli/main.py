@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "sparkpair_cli.cmd_demo",
     "sparkpair_cli.cmd_health",
     "sparkpair_cli.cmd_logscan",
+    "sparkpair_cli.cmd_bench",
 )
 
 
