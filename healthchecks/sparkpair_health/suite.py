@@ -27,7 +27,15 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from rich.console import Console
 
 from .checks import CHECKS, CheckContext, CheckSpec, Fail, Passed, Skip
-from .client import Deadline, HealthClient, RequestTimeout, ServerGone, SuiteError, diagnose_server
+from .client import (
+    Deadline,
+    HealthClient,
+    RequestTimeout,
+    ServerGone,
+    SuiteError,
+    diagnose_server,
+    engine_dead_in,
+)
 from .profile import Profile, load_profile
 from .report import CheckResult, ReadyInfo, Report
 
@@ -37,7 +45,15 @@ ProgressFn = Callable[[str, str], None]
 
 
 class NotReady(RuntimeError):
-    """The server did not become ready (a decode did not succeed) within the ready timeout."""
+    """The server did not become ready (a decode did not succeed) within the ready timeout.
+
+    Attributes:
+        stage: the stage it was stuck at: ``health``, ``models`` or ``decode``.
+    """
+
+    def __init__(self, message: str, stage: str = "health") -> None:
+        super().__init__(message)
+        self.stage = stage
 
 
 class Timeouts(BaseModel):
@@ -165,7 +181,8 @@ def wait_ready(
             if waited > settings.timeouts.ready_s:
                 raise NotReady(
                     f"{settings.base_url} not ready after {settings.timeouts.ready_s:.0f} s "
-                    f"(timeouts.ready_s): stuck at stage {stage!r}: {seen}"
+                    f"(timeouts.ready_s): stuck at stage {stage!r}: {seen}",
+                    stage,
                 )
             try:
                 r = c.get("/health", timeout_s=min(10.0, settings.timeouts.request_s))
@@ -334,7 +351,7 @@ def run_suite(
                 report.ready = wait_ready(settings, progress, client=client)
             except NotReady as e:
                 report.ready = ReadyInfo(
-                    ready=False, stage="not-ready", waited_s=time.monotonic() - t0, detail=str(e)
+                    ready=False, stage=e.stage, waited_s=time.monotonic() - t0, detail=str(e)
                 )
                 report.duration_s = round(time.monotonic() - t0, 3)
                 report.write(settings.report_json, settings.junit_xml)
@@ -371,7 +388,14 @@ def run_suite(
             if res.status in ("fail", "error"):
                 # Was it the server? A dead engine or a vanished server ends the run now.
                 gone = diagnose_server(client, timeout_s=min(5.0, settings.timeouts.request_s))
-                if gone:
+                saw_dead_engine = engine_dead_in(res.message) or res.message.startswith(
+                    "suite error: engine died"
+                )
+                if gone or saw_dead_engine:
+                    if saw_dead_engine and not (gone or "").startswith("engine died"):
+                        # The check's own answer named the dead engine; /health may already be gone.
+                        cause = "engine died: the server answered with vLLM's engine-dead error"
+                        gone = f"{cause}; then {gone}" if gone else cause
                     res.status = "error"
                     res.message = f"{gone} (during check {spec.id}; the check saw: {res.message})"
                     report.aborted = f"{gone} (during check {spec.id})"
