@@ -38,6 +38,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from .apikey import auth_headers, redact, resolve_api_key
+from .stability import StabilityMonitor, StabilitySettings
 
 ENV_PREFIX = "SPARKPAIR_"
 
@@ -66,6 +67,9 @@ class GatewaySettings(BaseModel):
         dsv4: :class:`~sparkpair_health.checks_model.DSV4CheckSettings` overrides (JSON in env).
         only: run only these health-v1 check ids.
         report_json / junit_xml: where each suite report is also written.
+        stability: both nodes' containers and kernel logs to watch
+            (:class:`~sparkpair_health.stability.StabilitySettings`, JSON in env); ``None``: off.
+        stability_interval_s: seconds between stability looks after the suite.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -89,6 +93,8 @@ class GatewaySettings(BaseModel):
     only: list[str] | None = None
     report_json: Path | None = None
     junit_xml: Path | None = None
+    stability: StabilitySettings | None = None
+    stability_interval_s: float = Field(60.0, gt=0)
 
     @field_validator("base_url")
     @classmethod
@@ -192,6 +198,36 @@ class GatewayMetrics:
             "sparkpair_canary_consecutive_failures", "canary failures since the last success", registry=r
         )
 
+        self.stability_findings = Gauge(
+            "sparkpair_stability_findings",
+            "findings of the latest stability look",
+            ["node", "severity"],
+            registry=r,
+        )
+        self.container_restarts = Gauge(
+            "sparkpair_container_restart_count",
+            "Docker RestartCount of each serving container",
+            ["node", "container"],
+            registry=r,
+        )
+        self.container_oom_killed = Gauge(
+            "sparkpair_container_oom_killed",
+            "1 when Docker says the container was OOM-killed",
+            ["node", "container"],
+            registry=r,
+        )
+
+    def record_stability(self, rep: Any) -> None:
+        self.stability_findings.clear()
+        counts: dict[tuple[str, str], int] = {}
+        for f in rep.findings:
+            counts[(f.node, f.severity)] = counts.get((f.node, f.severity), 0) + 1
+        for (node, sev), n in counts.items():
+            self.stability_findings.labels(node, sev).set(n)
+        for c in rep.containers:
+            self.container_restarts.labels(c.node, c.name).set(c.restart_count)
+            self.container_oom_killed.labels(c.node, c.name).set(1.0 if c.oom_killed else 0.0)
+
     def record_report(self, checks: list[dict[str, Any]], passed: bool, duration_s: float) -> None:
         self.check_status.clear()
         self.check_duration.clear()
@@ -232,6 +268,8 @@ class Gateway:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._runner = suite_runner or self.run_suite
+        self.monitor = StabilityMonitor(settings.stability) if settings.stability else None
+        self.stability_failing: dict[str, str] | None = None
         self.app = self._make_app()
 
     # ---------------------------------------------------------------- state
@@ -288,6 +326,10 @@ class Gateway:
             from .checks_model import dsv4_check_specs
 
             checks += dsv4_check_specs(self.key, **self.s.dsv4)
+        if self.monitor is not None:
+            from .stability import stability_check_spec
+
+            checks.append(stability_check_spec(self.monitor))
         return run_suite(settings.model_copy(update={"only": None}), on_progress, checks=checks)
 
     def _on_progress(self, event: str, detail: str) -> None:
@@ -388,7 +430,13 @@ class Gateway:
             self.canary_failures = 0
             self.metrics.canary_latency.observe(lat)
             if self.suite_ok:
-                self._set("ready", None)
+                self._set(
+                    *(
+                        ("stability_failing", self.stability_failing)
+                        if self.stability_failing
+                        else ("ready", None)
+                    )
+                )
         else:
             self.canary_failures += 1
             if self.suite_ok:
@@ -407,8 +455,26 @@ class Gateway:
         except Exception as e:  # noqa: BLE001 - a suite defect must show in /readyz, not kill the thread
             self.suite_ok = False
             self._set("suite_failed", {"check": "suite", "cause": f"suite defect: {type(e).__name__}: {e}"})
+        next_look = time.monotonic() + self.s.stability_interval_s
         while not self._stop.wait(self.s.canary_interval_s):
             self._canary_tick()
+            if self.monitor is not None and time.monotonic() >= next_look:
+                next_look = time.monotonic() + self.s.stability_interval_s
+                self.stability_tick()
+
+    def stability_tick(self) -> None:
+        """Look at both nodes once; a fatal finding makes /readyz 503 (``failing_check: stability``)."""
+        assert self.monitor is not None
+        rep = self.monitor.check()
+        self.metrics.record_stability(rep)
+        if rep.status == "fail":
+            self.stability_failing = {"check": "stability", "cause": rep.message()}
+            if self.suite_ok:
+                self._set("stability_failing", self.stability_failing)
+        else:
+            self.stability_failing = None
+            if self.suite_ok and self.canary_failures == 0:
+                self._set("ready", None)
 
     def start(self) -> Gateway:
         """Start the background worker thread (idempotent)."""

@@ -207,3 +207,41 @@ def test_cli_command_reads_env_and_options_the_same_way(monkeypatch: pytest.Monk
     monkeypatch.setenv("SPARKPAIR_PORT", "70000")
     r = CliRunner().invoke(app, ["gateway", "--check-settings"])
     assert r.exit_code == 3 and "SPARKPAIR_PORT='70000'" in r.output and "65535" in r.output
+
+
+def test_stability_fatal_on_a_node_turns_readyz_503_naming_node_and_cause() -> None:
+    from sparkpair_health.stability import CommandResult, StabilityMonitor
+
+    kernel = {"text": "kernel: Linux version 6.11.0\n"}
+
+    def recorded(argv, timeout_s):  # type: ignore[no-untyped-def]
+        if argv[:4] == ["journalctl", "-k", "-b", "-1"]:
+            return CommandResult(0, "kernel: reboot: Power down\n")
+        return CommandResult(0, kernel["text"])
+
+    st = FaultState(served_model_name="deepseek-v4-flash")
+    with serve(st) as fault:
+        s = gw_settings(
+            fault.base_url,
+            stability={"nodes": [{"name": "worker", "kernel_log": "local"}]},
+            stability_interval_s=0.5,
+        )
+        gw = Gateway(s)
+        assert s.stability is not None
+        gw.monitor = StabilityMonitor(s.stability, runners={"worker": recorded})
+        gw.start()
+        try:
+            with Served(gw.app) as g:
+                wait_readyz(g.base_url, 200, 60)
+                rep = httpx.get(g.base_url + "/report").json()
+                assert {c["id"]: c["status"] for c in rep["checks"]}["stability"] == "pass"
+                kernel["text"] += "kernel: NVRM: Xid (PCI:000f:01:00): 79, GPU has fallen off the bus\n"
+                body = wait_readyz(g.base_url, 503, 5).json()
+                assert body["failing_check"] == "stability"
+                assert body["cause"].startswith("worker kernel: the GPU reported an Xid error")
+                assert (
+                    'sparkpair_stability_findings{node="worker",severity="fatal"} 1.0'
+                    in httpx.get(g.base_url + "/metrics").text
+                )
+        finally:
+            gw.stop()
