@@ -38,6 +38,9 @@ class Pattern:
         meaning: one line: what a match means.
         fix: one line: what to do about it.
         threshold: matches at which a ``fatal-if-repeated`` pattern turns fatal (>= 2).
+        repeat_key: optional regex whose group 1 keys a repeat: matches with the same key count
+            once (one failed start prints its error several times under one ``pid=``; a
+            restart loop has a new pid each time). Lines without the key count one each.
     """
 
     id: str
@@ -47,6 +50,7 @@ class Pattern:
     meaning: str
     fix: str
     threshold: int = 1
+    repeat_key: str | None = None
 
     def __post_init__(self) -> None:
         re.compile(self.regex)
@@ -207,12 +211,13 @@ CATALOGUE: tuple[Pattern, ...] = (
     ),
     Pattern(
         "startup_memory_check",
-        r"ValueError: Free memory on device.*(less than desired|is less than)",
+        r"ValueError: (?:Free|Available) memory on (?:device|node) .*(?:is less than|less than desired)",
         "fatal-if-repeated",
         "B14",
         "vLLM's startup free-memory check failed; repeated, it is a restart loop (page cache counted as used)",
         "drop caches before launch; cap the restart policy (on-failure with a limit)",
         threshold=2,
+        repeat_key=r"\bpid=(\d+)",
     ),
     Pattern(
         "jit_during_inference",
@@ -241,6 +246,8 @@ class Finding:
     Attributes:
         pattern: the catalogue entry.
         count: matching lines.
+        repeats: distinct occurrences (``count`` with ``repeat_key`` duplicates folded), the
+            number compared with a ``fatal-if-repeated`` threshold.
         severity: the effective severity: ``fatal`` or ``warning`` (``fatal-if-repeated``
             resolved against its threshold).
         first_line_no: 1-based line number of the first match.
@@ -249,6 +256,7 @@ class Finding:
 
     pattern: Pattern
     count: int = 0
+    repeats: int = 0
     severity: Literal["fatal", "warning"] = "warning"
     first_line_no: int = 0
     samples: list[str] = field(default_factory=list)
@@ -296,23 +304,29 @@ class ScanResult:
 
 def scan_lines(lines: Iterable[str], catalogue: Sequence[Pattern] = CATALOGUE) -> ScanResult:
     """Match every line against ``catalogue``; see :class:`ScanResult`."""
-    compiled = [(p, re.compile(p.regex)) for p in catalogue]
+    compiled = [
+        (p, re.compile(p.regex), re.compile(p.repeat_key) if p.repeat_key else None) for p in catalogue
+    ]
     found: dict[str, Finding] = {}
+    keys: dict[str, set[str]] = {}
     n = 0
     for n, line in enumerate(lines, start=1):
-        for p, rx in compiled:
+        for p, rx, krx in compiled:
             if rx.search(line):
                 f = found.setdefault(p.id, Finding(p, first_line_no=n))
                 f.count += 1
+                km = krx.search(line) if krx else None
+                if km is None:
+                    f.repeats += 1
+                elif km.group(1) not in keys.setdefault(p.id, set()):
+                    keys[p.id].add(km.group(1))
+                    f.repeats += 1
                 if len(f.samples) < 3:
                     f.samples.append(line.strip()[:400])
     for f in found.values():
         sev = f.pattern.severity
-        f.severity = (
-            "fatal"
-            if sev == "fatal" or (sev == "fatal-if-repeated" and f.count >= f.pattern.threshold)
-            else ("warning")
-        )
+        repeated = sev == "fatal-if-repeated" and f.repeats >= f.pattern.threshold
+        f.severity = "fatal" if sev == "fatal" or repeated else "warning"
     findings = sorted(found.values(), key=lambda f: (f.severity != "fatal", f.first_line_no))
     notes: list[str] = []
     if "shm_broadcast_starved" in found and "semlock_missing" not in found:
