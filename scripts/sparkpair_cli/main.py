@@ -23,6 +23,8 @@ COMMAND_MODULES = (
     "sparkpair_cli.cmd_health",
     "sparkpair_cli.cmd_logscan",
     "sparkpair_cli.cmd_bench",
+    "sparkpair_cli.cmd_gateway",
+    "sparkpair_cli.cmd_kernels",
 )
 
 
