@@ -1,0 +1,40 @@
+# ruff: noqa: B008  (typer declares options as argument defaults)
+"""``sparkpair inspect``: checkpoint completeness and gate dtype, without torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``inspect`` to ``app``."""
+
+    @app.command("inspect")
+    def inspect(
+        model: str = typer.Argument(..., help="checkpoint folder, or a hub id in HF_HOME's cache"),
+        hf_home: Path = typer.Option(Path.home() / ".cache" / "huggingface", envvar="HF_HOME"),
+        gate_dtype: str = typer.Option(
+            "", help="dtype the gate weights must have (e.g. BF16); empty: report only"
+        ),
+    ) -> None:
+        """Check every shard named by model.safetensors.index.json is present and complete, and
+        report (or require) the dtype of the MoE gate weights. Exit 1 on a problem."""
+        from .preflight.checkpoint import InspectError, inspect_checkpoint, resolve_model_dir
+
+        d = resolve_model_dir(model, hf_home)
+        if d is None:
+            print(
+                f"inspect: {model!r} is not a folder and not in {hf_home}/hub; wanted a downloaded checkpoint"
+            )
+            raise typer.Exit(1)
+        try:
+            rep = inspect_checkpoint(d, gate_dtype=gate_dtype or None)
+        except InspectError as e:
+            print(f"inspect: {e}")
+            raise typer.Exit(1) from None
+        print(f"inspect: {d}: {rep.summary}")
+        for p in rep.problems:
+            print(f"inspect: problem: {p}")
+        raise typer.Exit(1 if rep.problems else 0)

@@ -1,0 +1,309 @@
+# ruff: noqa: B008  (typer declares options as argument defaults)
+"""``sparkpair node``: the container entrypoint of a head or worker node, its health checks,
+and validation of the node env file.
+
+``sparkpair node run --role head|worker`` validates the node env (configs/node.env, passed
+by compose), runs ``sparkpair preflight --local``, then the kernel probe where this build
+has it, resolves the RoCEv2 GID index, and starts Ray and vLLM with the profile's arguments.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+import typer
+from rich.console import Console
+
+from .deploy import launch, liveness
+from .deploy.nodeenv import NodeEnv, NodeEnvError, load_node_env_file, load_node_env_from_environ
+
+err = Console(stderr=True)
+out = Console()
+
+AOT_TRITON_CACHE = Path(os.environ.get("SPARKPAIR_AOT_TRITON_CACHE", "/opt/sparkpair/triton-cache"))
+"""Where the image ships its AOT-compiled Triton kernels (Dockerfile)."""
+
+EXIT_CONFIG = 2
+EXIT_PREFLIGHT = 3
+EXIT_CLUSTER = 4
+
+
+def _load_env(env_file: Path | None) -> NodeEnv:
+    try:
+        return load_node_env_file(env_file) if env_file else load_node_env_from_environ()
+    except NodeEnvError as e:
+        err.print(f"[red]sparkpair node: invalid node env[/red]\n{e}", highlight=False)
+        raise typer.Exit(EXIT_CONFIG) from None
+
+
+def _load_profile(env: NodeEnv):  # type: ignore[no-untyped-def]
+    from sparkpair_health.profile import ProfileError, load_profile
+
+    try:
+        return load_profile(env.SPARKPAIR_PROFILE)
+    except ProfileError as e:
+        err.print(
+            f"node {env.SPARKPAIR_NODE_NAME}: SPARKPAIR_PROFILE={env.SPARKPAIR_PROFILE!r}: {e}",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_CONFIG) from None
+
+
+def _say(env: NodeEnv, msg: str) -> None:
+    err.print(f"[bold]sparkpair node {env.SPARKPAIR_NODE_NAME} ({env.role}):[/bold] {msg}", highlight=False)
+
+
+def _has_command(module: str) -> bool:
+    """Whether ``sparkpair_cli.<module>`` exists and the CLI registers it (main.COMMAND_MODULES)."""
+    from . import main
+
+    name = f"sparkpair_cli.{module}"
+    return name in main.COMMAND_MODULES and importlib.util.find_spec(name) is not None
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``sparkpair node`` (run, check, health, validate, plan) to ``app``."""
+    node = typer.Typer(help="Run this node (container entrypoint), check its health, validate its env file.")
+    app.add_typer(node, name="node")
+
+    @node.command("validate")
+    def validate(
+        env_file: Path = typer.Option(Path("configs/node.env"), help="the node env file"),
+        host_paths: bool = typer.Option(True, help="also check host paths (SPARKPAIR_MODEL_CACHE) exist"),
+    ) -> None:
+        """Validate a node env file and the profile it names; exit 2 with every problem listed."""
+        env = _load_env(env_file)
+        profile = _load_profile(env)
+        problems = []
+        try:
+            launch.check_shape(env, profile)
+            launch.executor_of(env, profile)
+        except launch.LaunchError as e:
+            problems.append(str(e))
+        if host_paths:
+            cache = env.SPARKPAIR_MODEL_CACHE
+            if not cache:
+                problems.append(
+                    f"node {env.SPARKPAIR_NODE_NAME}: SPARKPAIR_MODEL_CACHE=''; wanted an absolute host path"
+                )
+            elif not Path(cache).is_dir():
+                problems.append(
+                    f"node {env.SPARKPAIR_NODE_NAME}: SPARKPAIR_MODEL_CACHE={cache!r} is not a directory on this "  # noqa: E501
+                    "host; wanted an existing folder (mkdir -p it, then download the model into it)"
+                )
+        if problems:
+            err.print("\n".join(problems), highlight=False)
+            raise typer.Exit(EXIT_CONFIG)
+        out.print(
+            f"node {env.SPARKPAIR_NODE_NAME}: {env_file} is valid: rank {env.SPARKPAIR_NODE_RANK}/"
+            f"{env.SPARKPAIR_NNODES} ({env.role}), executor {launch.executor_of(env, profile)}, "
+            f"profile {profile.name}, fabric {env.VLLM_HOST_IP} on {env.SPARKPAIR_FABRIC_IFNAME}",
+            highlight=False,
+        )
+
+    @node.command("plan")
+    def plan_cmd(
+        role: str = typer.Option(..., help="head or worker"),
+        env_file: Path | None = typer.Option(None, help="node env file (default: the environment)"),
+    ) -> None:
+        """Print what ``node run`` would start (argv and environment), without starting it."""
+        env = _load_env(env_file)
+        profile = _load_profile(env)
+        try:
+            p = launch.plan(env, profile, _role(role), base_env=dict(os.environ), gid_index=None)
+        except launch.LaunchError as e:
+            err.print(str(e), highlight=False)
+            raise typer.Exit(EXIT_CONFIG) from None
+        out.print(launch.describe(p), highlight=False, soft_wrap=True)
+
+    @node.command("run")
+    def run(
+        role: str = typer.Option(..., help="head or worker (the compose service)"),
+        env_file: Path | None = typer.Option(None, help="node env file (default: the environment)"),
+        root: Path = typer.Option(Path("/"), help="root for /sys and /proc reads (tests)"),
+    ) -> None:
+        """Container entrypoint: preflight, probe, then start Ray/vLLM for this node."""
+        env = _load_env(env_file)
+        profile = _load_profile(env)
+        r = _role(role)
+        if r != env.role:
+            err.print(
+                f"node {env.SPARKPAIR_NODE_NAME}: compose service {r!r} started with SPARKPAIR_NODE_RANK="
+                f"{env.SPARKPAIR_NODE_RANK}; wanted rank 0 for head, 1..{env.SPARKPAIR_NNODES - 1} for worker "  # noqa: E501
+                f"(run `--profile {env.role}` on this node)",
+                highlight=False,
+            )
+            raise typer.Exit(EXIT_CONFIG)
+
+        from .preflight import checks as pf
+
+        _say(env, "preflight --local")
+        report = pf.run_local(env, profile, root=root)
+        pf.print_report(report, err)
+        if report.failed:
+            _say(env, f"[red]preflight failed ({len(report.failed)} checks); not starting[/red]")
+            raise typer.Exit(EXIT_PREFLIGHT)
+
+        if _has_command("cmd_probe"):
+            _say(env, "sparkpair probe (kernel self-test)")
+            rc = subprocess.call([sys.executable, "-m", "sparkpair_cli.main", "probe"])
+            if rc != 0:
+                _say(env, f"[red]sparkpair probe exited {rc}; not starting[/red]")
+                raise typer.Exit(EXIT_PREFLIGHT)
+        else:
+            _say(env, "sparkpair probe is not in this build; kernel plan comes from predicates only")
+
+        gid = None
+        if env.NCCL_IB_GID_INDEX == "auto":
+            gid = pf.resolve_gid_index(env, root)
+            _say(
+                env,
+                f"NCCL_IB_GID_INDEX=auto resolved to {gid if gid is not None else 'unset (no RoCEv2 entry; waived)'}",  # noqa: E501
+            )
+        else:
+            gid = int(env.NCCL_IB_GID_INDEX)
+
+        cache = Path(os.environ.get("TRITON_CACHE_DIR", ""))
+        if cache.parts:
+            n = launch.seed_triton_cache(AOT_TRITON_CACHE, cache)
+            _say(env, f"Triton cache {cache}: {n} AOT entries copied from {AOT_TRITON_CACHE}")
+
+        try:
+            p = launch.plan(env, profile, r, base_env=dict(os.environ), gid_index=gid)
+        except launch.LaunchError as e:
+            err.print(str(e), highlight=False)
+            raise typer.Exit(EXIT_CONFIG) from None
+        _say(env, f"executor {p.executor}; plan:\n{launch.describe(p)}")
+        _start(env, p)
+
+    @node.command("check")
+    def check(
+        role: str = typer.Option(..., help="head, worker or health"),
+        root: Path = typer.Option(Path("/"), help="root for /proc reads (tests)"),
+    ) -> None:
+        """Container health check (exit 0 healthy, 1 not): see ``deploy/liveness.py``."""
+        env = _load_env(None)
+        if role == "head":
+            res = liveness.http_ok(f"http://{_url_host(env.probe_host())}:{env.SPARKPAIR_API_PORT}/health")
+        elif role == "worker":
+            executor = env.SPARKPAIR_EXECUTOR or _load_profile(env).server.env.get(
+                "SPARKPAIR_EXECUTOR", "ray"
+            )
+            res = liveness.worker_alive(
+                env.SPARKPAIR_NODE_NAME,
+                executor,
+                str(env.SPARKPAIR_HEAD_ADDR),
+                env.SPARKPAIR_MASTER_PORT,
+                root,
+            )
+        elif role == "health":
+            res = liveness.http_ok(f"http://127.0.0.1:{env.SPARKPAIR_GATEWAY_PORT}/readyz")
+        else:
+            err.print(f"sparkpair node check: --role {role!r}; wanted head, worker or health")
+            raise typer.Exit(EXIT_CONFIG)
+        print(res.message)
+        raise typer.Exit(0 if res.ok else 1)
+
+    @node.command("health")
+    def health() -> None:
+        """Entrypoint of the ``health`` service: the gateway that runs the functional suite
+        against this node's API server and answers ``/readyz``."""
+        env = _load_env(None)
+        base = f"http://{_url_host(env.probe_host())}:{env.SPARKPAIR_API_PORT}"
+        if not _has_command("cmd_gateway"):
+            err.print(
+                "sparkpair node health: `sparkpair gateway` is not in this build; wanted the health gateway "
+                "(healthchecks/) to serve /readyz",
+                highlight=False,
+            )
+            raise typer.Exit(EXIT_CONFIG)
+        reports = Path(os.environ.get("SPARKPAIR_REPORTS_DIR", "/var/lib/sparkpair/reports"))
+        argv = [
+            sys.executable, "-m", "sparkpair_cli.main", "gateway",
+            "--base-url", base,
+            "--profile", env.SPARKPAIR_PROFILE,
+            "--port", str(env.SPARKPAIR_GATEWAY_PORT),
+            "--report-json", str(reports / "report.json"),
+            "--junit-xml", str(reports / "junit.xml"),
+        ]  # fmt: skip
+        reports.mkdir(parents=True, exist_ok=True)
+        _say(env, "exec " + " ".join(argv))
+        launch.exec_argv(argv, os.environ)
+
+
+def _role(role: str) -> Literal["head", "worker"]:
+    if role not in ("head", "worker"):
+        err.print(f"sparkpair node: --role {role!r}; wanted head or worker")
+        raise typer.Exit(EXIT_CONFIG)
+    return role  # type: ignore[return-value]
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _start(env: NodeEnv, p: launch.LaunchPlan) -> None:
+    timeout = float(env.SPARKPAIR_JOIN_TIMEOUT_S)
+    head, port = str(env.SPARKPAIR_HEAD_ADDR), env.SPARKPAIR_MASTER_PORT
+
+    def tick(waited: float) -> None:
+        if int(waited) % 30 < 2:
+            _say(env, f"waiting for the head at {head}:{port} ({waited:.0f}/{timeout:.0f} s)")
+
+    if p.executor == "mp":
+        if p.role == "worker":
+            _wait_head(env, head, port, timeout, tick)
+        assert p.serve is not None
+        _say(env, "exec " + " ".join(p.serve))
+        launch.exec_argv(p.serve, p.env)
+
+    assert p.ray_start is not None
+    if p.role == "worker":
+        _wait_head(env, head, port, timeout, tick)
+        _say(env, "exec " + " ".join(p.ray_start))
+        launch.exec_argv(p.ray_start, p.env)
+
+    rc = subprocess.call(p.ray_start, env=p.env)
+    if rc != 0:
+        _say(env, f"[red]`{' '.join(p.ray_start)}` exited {rc}[/red]")
+        raise typer.Exit(EXIT_CLUSTER)
+    os.environ.update({k: v for k, v in p.env.items() if k.startswith(("RAY_", "VLLM_"))})
+    t0 = time.monotonic()
+    address = f"{env.VLLM_HOST_IP}:{port}"
+    while True:
+        nodes = launch.ray_alive_nodes(address)
+        waited = time.monotonic() - t0
+        if len(nodes) >= p.wait_nodes:
+            break
+        if waited > timeout:
+            _say(
+                env,
+                f"[red]Ray cluster at {address} has {len(nodes)} alive nodes after {timeout:.0f} s; wanted "
+                f"SPARKPAIR_NNODES={p.wait_nodes} (start the workers: --profile worker)[/red]",
+            )
+            raise typer.Exit(EXIT_CLUSTER)
+        _say(env, f"Ray cluster: {len(nodes)}/{p.wait_nodes} nodes alive ({waited:.0f}/{timeout:.0f} s)")
+        time.sleep(5)
+    problems = launch.check_ray_nodes(env, nodes)
+    if problems:
+        err.print("\n".join(problems), highlight=False)
+        raise typer.Exit(EXIT_CLUSTER)
+    _say(env, f"Ray cluster formed: {[n['ip'] for n in nodes]}")
+    assert p.serve is not None
+    _say(env, "exec " + " ".join(p.serve))
+    launch.exec_argv(p.serve, p.env)
+
+
+def _wait_head(env: NodeEnv, head: str, port: int, timeout: float, tick) -> None:  # type: ignore[no-untyped-def]
+    try:
+        waited = launch.wait_tcp(head, port, timeout, tick)
+    except TimeoutError as e:
+        _say(env, f"[red]{e}; wanted the head (SPARKPAIR_HEAD_ADDR) up within SPARKPAIR_JOIN_TIMEOUT_S[/red]")
+        raise typer.Exit(EXIT_CLUSTER) from None
+    _say(env, f"head {head}:{port} reachable after {waited:.0f} s")

@@ -1,0 +1,94 @@
+# ruff: noqa: B008  (typer declares options as argument defaults)
+"""``sparkpair preflight``: per-node host checks and cross-node comparisons; and
+``sparkpair nccl-allreduce``: the two-rank NCCL all-reduce between nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from .deploy.nodeenv import NodeEnvError, load_node_env_file, load_node_env_from_environ
+
+err = Console(stderr=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``preflight`` and ``nccl-allreduce`` to ``app``."""
+
+    @app.command("preflight")
+    def preflight(
+        local: bool = typer.Option(True, "--local/--no-local", help="run this node's checks"),
+        env_file: Path | None = typer.Option(None, help="node env file (default: the environment)"),
+        root: Path = typer.Option(Path("/"), help="root for /sys, /proc, /etc reads (recorded trees)"),
+        only: str = typer.Option("", help="comma list of check groups (rdma,netdev,gid,memory,...)"),
+        facts_out: Path | None = typer.Option(None, help="write this node's report (with facts) as JSON"),
+        compare: list[Path] = typer.Option([], help="reports of every node (--facts-out files) to compare"),
+        list_ids: bool = typer.Option(False, "--list", help="list check ids and exit"),
+    ) -> None:
+        """Check this node (fabric, memory, shm, logind, kernel, driver, ptxas, FlashInfer,
+        checkpoint); with --compare, check the nodes agree. Exit 1 on any failure."""
+        from .preflight import checks as pf
+
+        if list_ids:
+            for k, v in pf.CHECK_IDS.items():
+                print(f"{k:20s} {v}")
+            return
+        failed = False
+        if compare:
+            reports = [json.loads(p.read_text()) for p in compare]
+            results = pf.compare(reports)
+            pf.print_report(results, err)
+            failed |= any(r.status == "fail" for r in results)
+        if local and not compare:
+            from sparkpair_health.profile import ProfileError, load_profile
+
+            try:
+                env = load_node_env_file(env_file) if env_file else load_node_env_from_environ()
+            except NodeEnvError as e:
+                err.print(f"[red]invalid node env[/red]\n{e}", highlight=False)
+                raise typer.Exit(2) from None
+            try:
+                profile = load_profile(env.SPARKPAIR_PROFILE)
+            except ProfileError as e:
+                err.print(str(e), highlight=False)
+                raise typer.Exit(2) from None
+            report = pf.run_local(env, profile, root=root, only=[x for x in only.split(",") if x] or None)
+            pf.print_report(report, err)
+            if facts_out:
+                facts_out.write_text(report.to_json())
+            failed |= bool(report.failed)
+        raise typer.Exit(1 if failed else 0)
+
+    @app.command("nccl-allreduce")
+    def nccl_allreduce(
+        env_file: Path | None = typer.Option(None, help="node env file (default: the environment)"),
+        port: int = typer.Option(29599, help="rendezvous port on the head for this test"),
+        max_bytes: str = typer.Option("1G", help="largest buffer (capped at 4G: B05 froze a node at 16G)"),
+        floor_gbps: float = typer.Option(15.0, help="bus-bandwidth floor in GB/s at the largest size"),
+        parse: Path | None = typer.Option(None, help="only parse a recorded log (nccl-tests or this test)"),
+        transport: str = typer.Option("IB", help="the data path wanted: IB (RoCE) or Socket"),
+    ) -> None:
+        """Two-rank NCCL all-reduce between the nodes (run on every node at once); asserts the
+        data path is NET/IB (not NET/Socket) and busbw >= the floor. Exit 1 otherwise."""
+        from .preflight import nccl
+
+        if parse is not None:
+            verdict = nccl.judge(
+                nccl.parse_log(parse.read_text()), floor_gbps=floor_gbps, transport=transport
+            )
+            print(verdict.message)
+            raise typer.Exit(0 if verdict.ok else 1)
+        try:
+            env = load_node_env_file(env_file) if env_file else load_node_env_from_environ()
+        except NodeEnvError as e:
+            err.print(f"[red]invalid node env[/red]\n{e}", highlight=False)
+            raise typer.Exit(2) from None
+        cap = nccl.parse_size(max_bytes)
+        log = nccl.run_allreduce(env, port=port, max_bytes=cap, environ=dict(os.environ))
+        verdict = nccl.judge(nccl.parse_log(log), floor_gbps=floor_gbps, transport=transport)
+        print(verdict.message)
+        raise typer.Exit(0 if verdict.ok else 1)

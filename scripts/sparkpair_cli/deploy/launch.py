@@ -1,0 +1,351 @@
+"""What a node runs: the vLLM/Ray command lines built from the node env and the profile.
+
+Pure functions build the argv and environment (tested without a cluster); the ``run_*``
+functions execute them. Cluster shape comes only from the node env
+(SPARKPAIR_NNODES, SPARKPAIR_NODE_RANK, SPARKPAIR_HEAD_ADDR), so the same code serves
+two nodes or more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from sparkpair_health.profile import Profile
+
+from .nodeenv import NodeEnv
+
+NODE_OWNED_ARGS = (
+    "--distributed-executor-backend",
+    "--nnodes",
+    "-n",
+    "--node-rank",
+    "-r",
+    "--master-addr",
+    "--master-port",
+    "--headless",
+    "--host",
+    "--port",
+    "--served-model-name",
+    "--tensor-parallel-size",
+    "-tp",
+    "--max-model-len",
+)
+"""Arguments ``sparkpair node`` sets itself; a profile that sets them is refused."""
+
+VLLM_MAIN = "sparkpair_cli.deploy.vllm_main"
+
+
+class LaunchError(RuntimeError):
+    """The node cannot start: the message names the node, the setting, seen and wanted."""
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything one node runs, in order.
+
+    Attributes:
+        role: ``head`` or ``worker``.
+        executor: ``ray`` or ``mp``.
+        env: environment for every child (node env + profile env + derived NCCL/Ray keys).
+        ray_start: argv of ``ray start`` (executor ray), else ``None``.
+        serve: argv of the vLLM process this node ends in (``exec``), or ``None`` for a Ray
+            worker, which ends in ``ray start --block``.
+        wait_nodes: alive Ray nodes the head waits for before serving (0 for mp).
+    """
+
+    role: Literal["head", "worker"]
+    executor: Literal["ray", "mp"]
+    env: dict[str, str]
+    ray_start: list[str] | None
+    serve: list[str] | None
+    wait_nodes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _arg_value(args: list[str], *names: str) -> str | None:
+    for i, a in enumerate(args):
+        for n in names:
+            if a == n and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(n + "="):
+                return a.split("=", 1)[1]
+    return None
+
+
+def executor_of(env: NodeEnv, profile: Profile) -> Literal["ray", "mp"]:
+    """The executor: the node env's SPARKPAIR_EXECUTOR, else the profile's, else ``ray``."""
+    chosen = env.SPARKPAIR_EXECUTOR or profile.server.env.get("SPARKPAIR_EXECUTOR", "ray")
+    if chosen not in ("ray", "mp"):
+        raise LaunchError(
+            f"node {env.SPARKPAIR_NODE_NAME}: profile {profile.name} server.env.SPARKPAIR_EXECUTOR={chosen!r}; "  # noqa: E501
+            "wanted 'ray' or 'mp'"
+        )
+    return chosen  # type: ignore[return-value]
+
+
+def check_shape(env: NodeEnv, profile: Profile) -> None:
+    """TP x PP of the profile must equal nodes x GPUs per node.
+
+    Raises:
+        LaunchError: naming both sides of the mismatch, or a node-owned argument in the profile.
+    """
+    node = env.SPARKPAIR_NODE_NAME
+    for a in profile.server.args:
+        if a.split("=", 1)[0] in NODE_OWNED_ARGS:
+            raise LaunchError(
+                f"node {node}: profile {profile.name} server.args contains {a!r}; wanted it unset "
+                "(sparkpair node sets it from the node env and the profile's own fields)"
+            )
+    pp = int(_arg_value(profile.server.args, "--pipeline-parallel-size", "-pp") or 1)
+    world = profile.server.tensor_parallel_size * pp
+    have = env.SPARKPAIR_NNODES * env.SPARKPAIR_GPUS_PER_NODE
+    if world != have:
+        raise LaunchError(
+            f"node {node}: profile {profile.name} tensor_parallel_size x pipeline_parallel_size = "
+            f"{profile.server.tensor_parallel_size} x {pp} = {world}; wanted SPARKPAIR_NNODES x "
+            f"SPARKPAIR_GPUS_PER_NODE = {env.SPARKPAIR_NNODES} x {env.SPARKPAIR_GPUS_PER_NODE} = {have}"
+        )
+
+
+def child_env(
+    env: NodeEnv, profile: Profile, base: Mapping[str, str], gid_index: int | None
+) -> dict[str, str]:
+    """Environment for Ray and vLLM: ``base`` + profile env + derived keys (derived win).
+
+    ``gid_index`` replaces ``NCCL_IB_GID_INDEX=auto`` (NCCL would not understand ``auto``);
+    ``None`` removes the key so NCCL picks the index itself.
+    """
+    out = dict(base)
+    for k, v in profile.server.env.items():
+        out.setdefault(k, v)
+    out.update(env.derived_env())
+    if gid_index is None:
+        out.pop("NCCL_IB_GID_INDEX", None)
+    else:
+        out["NCCL_IB_GID_INDEX"] = str(gid_index)
+    out["SPARKPAIR_NODE_ROLE"] = env.role
+    return out
+
+
+def serve_argv(
+    env: NodeEnv, profile: Profile, executor: Literal["ray", "mp"], python: str = sys.executable
+) -> list[str]:
+    """argv of the vLLM server (head) or headless engine (mp worker)."""
+    spec = profile.server
+    model = env.SPARKPAIR_MODEL or spec.model
+    argv = [
+        python,
+        "-m",
+        VLLM_MAIN,
+        "serve",
+        model,
+        "--served-model-name",
+        profile.served_model_name,
+        "--max-model-len",
+        str(spec.max_model_len),
+        "--tensor-parallel-size",
+        str(spec.tensor_parallel_size),
+        *spec.args,
+        "--distributed-executor-backend",
+        executor,
+    ]
+    if executor == "mp" and env.SPARKPAIR_NNODES > 1:
+        argv += [
+            "--nnodes",
+            str(env.SPARKPAIR_NNODES),
+            "--node-rank",
+            str(env.SPARKPAIR_NODE_RANK),
+            "--master-addr",
+            str(env.SPARKPAIR_HEAD_ADDR),
+            "--master-port",
+            str(env.SPARKPAIR_MASTER_PORT),
+        ]
+    if env.role == "head":
+        argv += ["--host", str(env.SPARKPAIR_API_HOST), "--port", str(env.SPARKPAIR_API_PORT)]
+    else:
+        argv += ["--headless"]
+    return argv
+
+
+def ray_start_argv(env: NodeEnv, ray: str = "ray") -> list[str]:
+    """``ray start`` for this node: head on SPARKPAIR_MASTER_PORT, worker joining it.
+
+    The node IP is the fabric address (B06); a worker blocks (``--block``) so the
+    container lives as long as its raylet.
+    """
+    common = [
+        f"--node-ip-address={env.VLLM_HOST_IP}",
+        f"--num-gpus={env.SPARKPAIR_GPUS_PER_NODE}",
+        f"--object-store-memory={env.RAY_OBJECT_STORE_MEMORY}",
+        "--disable-usage-stats",
+    ]
+    if env.role == "head":
+        return [
+            ray,
+            "start",
+            "--head",
+            f"--port={env.SPARKPAIR_MASTER_PORT}",
+            "--include-dashboard=false",
+            *common,
+        ]
+    return [
+        ray,
+        "start",
+        f"--address={env.SPARKPAIR_HEAD_ADDR}:{env.SPARKPAIR_MASTER_PORT}",
+        *common,
+        "--block",
+    ]
+
+
+def plan(
+    env: NodeEnv,
+    profile: Profile,
+    role: Literal["head", "worker"],
+    *,
+    base_env: Mapping[str, str],
+    gid_index: int | None,
+    python: str = sys.executable,
+    ray: str = "ray",
+) -> LaunchPlan:
+    """Build the launch plan of this node.
+
+    Raises:
+        LaunchError: ``role`` disagrees with SPARKPAIR_NODE_RANK, or the shape check fails.
+    """
+    if role != env.role:
+        raise LaunchError(
+            f"node {env.SPARKPAIR_NODE_NAME}: compose service {role!r} started with SPARKPAIR_NODE_RANK="
+            f"{env.SPARKPAIR_NODE_RANK}; wanted rank 0 for head, 1..{env.SPARKPAIR_NNODES - 1} for worker "
+            f"(use `--profile {env.role}` on this node)"
+        )
+    check_shape(env, profile)
+    executor = executor_of(env, profile)
+    cenv = child_env(env, profile, base_env, gid_index)
+    if executor == "ray":
+        serve = serve_argv(env, profile, executor, python) if role == "head" else None
+        return LaunchPlan(role, executor, cenv, ray_start_argv(env, ray), serve, env.SPARKPAIR_NNODES)
+    return LaunchPlan(role, executor, cenv, None, serve_argv(env, profile, executor, python), 0)
+
+
+def wait_tcp(host: str, port: int, timeout_s: float, on_tick: Callable[[float], None] | None = None) -> float:
+    """Wait until ``host:port`` accepts a TCP connection; return seconds waited.
+
+    Raises:
+        TimeoutError: not reachable within ``timeout_s``.
+    """
+    t0 = time.monotonic()
+    delay = 1.0
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=3):
+                return time.monotonic() - t0
+        except OSError:
+            waited = time.monotonic() - t0
+            if waited > timeout_s:
+                raise TimeoutError(
+                    f"{host}:{port} did not accept a connection within {timeout_s:.0f} s"
+                ) from None
+            if on_tick:
+                on_tick(waited)
+            time.sleep(delay)
+            delay = min(delay * 1.5, 10.0)
+
+
+def ray_alive_nodes(address: str) -> list[dict[str, object]]:
+    """Alive nodes of the Ray cluster at ``address`` (``ip:port``): ``[{ip, gpus, cpus}]``."""
+    import ray  # noqa: PLC0415  (only present where the ray executor runs)
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    try:
+        return [
+            {
+                "ip": n["NodeManagerAddress"],
+                "gpus": n["Resources"].get("GPU", 0),
+                "cpus": n["Resources"].get("CPU", 0),
+            }
+            for n in ray.nodes()
+            if n["Alive"]
+        ]
+    finally:
+        ray.shutdown()
+
+
+def check_ray_nodes(env: NodeEnv, nodes: list[dict[str, object]]) -> list[str]:
+    """Problems with the Ray cluster's nodes (B06): each node's IP must lie on the fabric
+    subnet, the head must be registered under VLLM_HOST_IP, and each node must offer
+    SPARKPAIR_GPUS_PER_NODE GPUs."""
+    import ipaddress
+
+    out = []
+    ips = [str(n["ip"]) for n in nodes]
+    for n in nodes:
+        if ipaddress.ip_address(str(n["ip"])) not in env.SPARKPAIR_FABRIC_CIDR:
+            out.append(
+                f"node {env.SPARKPAIR_NODE_NAME}: a Ray node registered as {n['ip']}; wanted an address in "
+                f"SPARKPAIR_FABRIC_CIDR={env.SPARKPAIR_FABRIC_CIDR} (set VLLM_HOST_IP on that node, B06)"
+            )
+        if float(n["gpus"]) < env.SPARKPAIR_GPUS_PER_NODE:  # type: ignore[arg-type]
+            out.append(
+                f"node {env.SPARKPAIR_NODE_NAME}: Ray node {n['ip']} offers GPU={n['gpus']}; wanted "
+                f"SPARKPAIR_GPUS_PER_NODE={env.SPARKPAIR_GPUS_PER_NODE}"
+            )
+    if env.role == "head" and str(env.VLLM_HOST_IP) not in ips:
+        out.append(
+            f"node {env.SPARKPAIR_NODE_NAME}: Ray registered nodes {ips}; wanted the head under "
+            f"VLLM_HOST_IP={env.VLLM_HOST_IP} (B06)"
+        )
+    return out
+
+
+def seed_triton_cache(shipped: Path, cache: Path) -> int:
+    """Copy AOT kernels shipped in the image into the persistent Triton cache volume.
+
+    The volume outlives images; entries are content-addressed, so only missing ones are
+    copied. Returns the number of cache entries copied.
+    """
+    if not shipped.is_dir() or shipped.resolve() == cache.resolve():
+        return 0
+    cache.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for entry in sorted(shipped.iterdir()):
+        dst = cache / entry.name
+        if dst.exists():
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, dst)
+        else:
+            shutil.copy2(entry, dst)
+        n += 1
+    return n
+
+
+def describe(p: LaunchPlan) -> str:
+    """A JSON rendering of the plan (for ``sparkpair node plan`` and logs)."""
+    keys = sorted(k for k in p.env if k.startswith(("NCCL_", "GLOO_", "TP_", "VLLM_", "RAY_", "SPARKPAIR_")))
+    return json.dumps(
+        {
+            "role": p.role,
+            "executor": p.executor,
+            "ray_start": p.ray_start,
+            "serve": p.serve,
+            "wait_nodes": p.wait_nodes,
+            "env": {k: p.env[k] for k in keys},
+        },
+        indent=2,
+    )
+
+
+def exec_argv(argv: list[str], env: Mapping[str, str]) -> None:
+    """Replace this process with ``argv`` (tini stays PID 1 and forwards signals)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe(argv[0], argv, dict(env))

@@ -1,0 +1,158 @@
+"""Checkpoint completeness and gate-weight dtype, read from safetensors headers without torch.
+
+A safetensors file is an 8-byte little-endian header length, a JSON header
+(``{name: {dtype, shape, data_offsets: [begin, end]}}``, offsets relative to the end of
+the header) and the data. A complete shard is exactly ``8 + header_len + max(end)`` bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+GATE_RE = re.compile(r"(^|\.)gate\.weight$")
+"""MoE router gate weights (``...mlp.gate.weight`` / ``...ffn.gate.weight``), not ``gate_proj``."""
+
+MAX_HEADER = 100 << 20
+"""Refuse absurd header lengths (a corrupt file) instead of reading them."""
+
+
+class InspectError(ValueError):
+    """The folder is not a readable safetensors checkpoint."""
+
+
+@dataclass
+class CheckpointReport:
+    """What ``inspect_checkpoint`` found."""
+
+    folder: Path
+    shards: list[str]
+    tensors: int
+    total_bytes: int
+    gate_dtypes: dict[str, int]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        """One line: shards, tensors, size, gate dtypes."""
+        return (
+            f"{len(self.shards)} shards, {self.tensors} tensors, {self.total_bytes / (1 << 30):.2f} GiB, "
+            f"gate dtypes {self.gate_dtypes or 'none'}"
+        )
+
+
+def read_header(path: Path) -> tuple[int, dict[str, Any]]:
+    """``(header_len, header)`` of a safetensors file.
+
+    Raises:
+        InspectError: too short, or a header that is not JSON.
+    """
+    with path.open("rb") as f:
+        raw = f.read(8)
+        if len(raw) < 8:
+            raise InspectError(f"{path.name}: {len(raw)} bytes; wanted at least the 8-byte header length")
+        (n,) = struct.unpack("<Q", raw)
+        if n > MAX_HEADER:
+            raise InspectError(f"{path.name}: header length {n}; wanted <= {MAX_HEADER} (corrupt file?)")
+        body = f.read(n)
+    if len(body) < n:
+        raise InspectError(f"{path.name}: header cut at {len(body)} of {n} bytes (incomplete download)")
+    try:
+        return n, json.loads(body)
+    except json.JSONDecodeError as e:
+        raise InspectError(f"{path.name}: header is not JSON ({e})") from None
+
+
+def inspect_checkpoint(folder: Path, gate_dtype: str | None = None) -> CheckpointReport:
+    """Check every shard the index names exists, is complete, and holds the tensors the index
+    maps to it; collect gate-weight dtypes and compare with ``gate_dtype`` when given.
+
+    Raises:
+        InspectError: no index and no ``model.safetensors``, or an index that is not JSON.
+    """
+    idx = folder / "model.safetensors.index.json"
+    problems: list[str] = []
+    if idx.is_file():
+        try:
+            weight_map: dict[str, str] = json.loads(idx.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as e:
+            raise InspectError(f"{idx}: not a safetensors index ({e})") from None
+    elif (folder / "model.safetensors").is_file():
+        _, h = read_header(folder / "model.safetensors")
+        weight_map = {k: "model.safetensors" for k in h if k != "__metadata__"}
+    else:
+        raise InspectError(f"{folder}: no model.safetensors.index.json or model.safetensors")
+    shards = sorted(set(weight_map.values()))
+    total = 0
+    tensors = 0
+    gates: dict[str, int] = {}
+    for shard in shards:
+        p = folder / shard
+        if not p.is_file():
+            problems.append(f"{shard}: missing ({sum(1 for v in weight_map.values() if v == shard)} tensors)")
+            continue
+        try:
+            n, header = read_header(p)
+        except InspectError as e:
+            problems.append(str(e))
+            continue
+        entries = {k: v for k, v in header.items() if k != "__metadata__"}
+        end = max((v["data_offsets"][1] for v in entries.values()), default=0)
+        size = p.stat().st_size
+        want = 8 + n + end
+        if size != want:
+            problems.append(
+                f"{shard}: {size} bytes; wanted {want} (8 + header {n} + data {end}): incomplete download"
+            )
+        total += size
+        tensors += len(entries)
+        for name, shard_of in weight_map.items():
+            if shard_of == shard and name not in entries:
+                problems.append(f"{shard}: tensor {name} named by the index is not in the shard")
+                break
+        for name, meta in entries.items():
+            if GATE_RE.search(name):
+                gates[meta["dtype"]] = gates.get(meta["dtype"], 0) + 1
+    if gate_dtype is not None:
+        wrong = {d: k for d, k in gates.items() if d != gate_dtype}
+        if not gates:
+            problems.append(f"gate weights: none found (*.gate.weight); wanted {gate_dtype}")
+        elif wrong:
+            problems.append(
+                f"gate weights: dtypes {gates}; wanted all {gate_dtype} (the profile's router path assumes it)"  # noqa: E501
+            )
+    return CheckpointReport(folder, shards, tensors, total, gates, problems)
+
+
+def expected_gate_dtype(profile: Any) -> str | None:
+    """Gate dtype the profile assumes: ``server.env.SPARKPAIR_GATE_DTYPE`` if set, else BF16
+    for DeepSeek-V4 (field notes (c): "gate: BF16"; audit §5: bf16 [256, 4096]), else none."""
+    env = getattr(getattr(profile, "server", None), "env", {}) or {}
+    if env.get("SPARKPAIR_GATE_DTYPE"):
+        return str(env["SPARKPAIR_GATE_DTYPE"])
+    from .checks import is_dsv4
+
+    return "BF16" if is_dsv4(profile) else None
+
+
+def resolve_model_dir(model: str, hf_home: Path) -> Path | None:
+    """The local folder of ``model``: a path as given (absolute, or below ``hf_home``), or a
+    hub id's snapshot in ``hf_home/hub`` (``refs/main``, else the newest snapshot)."""
+    for cand in (Path(model), hf_home / model.lstrip("/")):
+        if cand.is_dir() and (
+            any(cand.glob("*.safetensors")) or (cand / "model.safetensors.index.json").exists()
+        ):
+            return cand
+    repo = hf_home / "hub" / ("models--" + model.replace("/", "--"))
+    snaps = repo / "snapshots"
+    if not snaps.is_dir():
+        return None
+    ref = repo / "refs" / "main"
+    if ref.is_file() and (snaps / ref.read_text().strip()).is_dir():
+        return snaps / ref.read_text().strip()
+    dirs = sorted((d for d in snaps.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    return dirs[-1] if dirs else None
