@@ -988,6 +988,14 @@ def check_soak(c: Client) -> tuple[str, dict[str, Any]]:
             "seed": s.seed + i,
             **(NO_THINKING if s.thinking_enabled else {}),
         }
+        left = c.deadline.t_end - time.monotonic()
+        if left < budget:
+            raise SuiteError(
+                f"request {i}/{len(plan)} needs a {budget:.0f} s latency budget but only "
+                f"{max(left, 0):.0f} s of check_timeout_s={c.deadline.total_s:g} are left; "
+                "raise it or lower soak_requests",
+                requests=seen,
+            )
         try:
             resp, lat = c.chat(body, timeout_s=budget)
         except RequestTimeout:

@@ -192,3 +192,8 @@ def test_soak_plan_always_has_a_long_request() -> None:
     assert cm.soak_plan(1, 64, 1000) == [1000]
     assert cm.soak_plan(5, 64, 1000) == [64, 1000, 250, 64, 1000]
     assert cm.soak_plan(0, 64, 1000) == []
+
+
+def test_soak_that_cannot_fit_its_budget_is_a_suite_error_not_a_wedge() -> None:
+    res = run(set(), "dsv4.soak", soak_requests=3, soak_first_token_budget_s=30.0, check_timeout_s=5.0)
+    assert res.status == "error" and "latency budget" in res.message and "check_timeout_s=5" in res.message
