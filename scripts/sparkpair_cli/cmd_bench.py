@@ -30,8 +30,8 @@ bench_app = typer.Typer(
 
 
 def _stdout_console() -> Console:
-    """Console on stdout; 200 columns when piped, so the wide table is not squeezed."""
-    return Console(width=None if sys.stdout.isatty() else 200)
+    """Console on stdout; 240 columns when piped, so the wide table is not squeezed."""
+    return Console(width=None if sys.stdout.isatty() else 240)
 
 
 def _ints(option: str, text: str | None) -> list[int] | None:

@@ -127,3 +127,13 @@ def test_a_cell_too_long_for_the_server_names_cell_values_and_the_fix() -> None:
     assert "max_model_len is 2048" in msg
     assert "--max-model-len >= 131392" in msg
     big.check_fits(131392)
+
+
+def test_prompt_tags_are_unique_per_request_and_reproducible() -> None:
+    from sparkpair_cli.bench.runner import prompt_tag
+
+    cells = load_workload("dsv4-pair").cells()
+    tags = [prompt_tag(c, ph, f"x-{i}") for c in cells for ph in ("measured", "warmup") for i in range(12)]
+    assert len(set(tags)) == len(tags)
+    assert all(t.startswith("#") and len(t) == 9 for t in tags)
+    assert prompt_tag(cells[0], "measured", "x-0") == tags[0]

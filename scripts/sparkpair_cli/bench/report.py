@@ -77,7 +77,8 @@ def result_table(result: dict[str, Any]) -> Table:
         f"({ep.get('base_url')}, vLLM {ep.get('vllm_version')}) — {result.get('status')}",
         title_justify="left",
     )
-    t.add_column("cell")
+    ids = [c["id"] for c in result.get("cells", [])]
+    t.add_column("cell", no_wrap=True, min_width=max((len(i) for i in ids), default=4))
     t.add_column("status")
     t.add_column("ok/req", justify="right")
     t.add_column("err", justify="right")
@@ -123,7 +124,7 @@ def compare_table(a: dict[str, Any], b: dict[str, Any], a_name: str, b_name: str
     cells_a = {c["id"]: c for c in a.get("cells", [])}
     cells_b = {c["id"]: c for c in b.get("cells", [])}
     t = Table(title=f"A = {a_name}\nB = {b_name}", title_justify="left")
-    t.add_column("cell")
+    t.add_column("cell", no_wrap=True, min_width=max((len(i) for i in cells_a), default=4))
     t.add_column("metric")
     t.add_column("unit")
     t.add_column("A", justify="right")

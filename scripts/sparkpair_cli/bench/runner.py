@@ -23,6 +23,7 @@ vLLM's own per-cell result JSON (``--save-detailed``) is kept next to ours
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -146,8 +147,12 @@ def vllm_argv(
 
 
 @contextlib.contextmanager
-def _request_hook(on_done: Callable[[Any, Any, bool], None]) -> Iterator[None]:
+def _request_hook(
+    on_done: Callable[[Any, Any, bool], None], transform: Callable[[Any], Any] = lambda x: x
+) -> Iterator[None]:
     """Wrap vLLM's ``openai-chat`` request function: ``on_done(input, output, cancelled)`` per request.
+
+    ``transform`` maps each ``RequestFuncInput`` before it is sent (see :func:`tag_prompt`).
 
     vLLM 0.32's ``benchmark()`` looks the function up in ``ASYNC_REQUEST_FUNCS`` at call time
     (``vllm/benchmarks/serve.py``); the original is restored on exit.
@@ -168,6 +173,7 @@ def _request_hook(on_done: Callable[[Any, Any, bool], None]) -> Iterator[None]:
     async def recorded(request_func_input: Any, session: Any, pbar: Any = None, **kw: Any) -> Any:
         import asyncio
 
+        request_func_input = transform(request_func_input)
         try:
             out = await orig(request_func_input=request_func_input, session=session, pbar=pbar, **kw)
         except asyncio.CancelledError:
@@ -181,6 +187,23 @@ def _request_hook(on_done: Callable[[Any, Any, bool], None]) -> Iterator[None]:
         yield
     finally:
         funcs[BACKEND] = orig
+
+
+def prompt_tag(cell: Cell, phase: str, request_id: str | None) -> str:
+    """The unique tag put in front of one request's prompt: ``#`` and 8 hex digits.
+
+    vLLM's ``random`` dataset draws each prompt as a run of consecutive token ids from a
+    random offset (``vllm/benchmarks/datasets/datasets.py``, ``generate_token_sequence``), so
+    two requests get the same prompt, or one the prefix of another across cells, with
+    probability about N^2 / (2 x vocabulary): ~24 % for the dsv4-pair grid's ~250 prompts on
+    DeepSeek-V4's 129,280 tokens, and near certainty on the tiny test model. A shared prefix
+    hits the server's prefix cache and fakes a fast TTFT. The tag, derived from the cell seed
+    and the request index, makes every prompt's first KV block unique and stays reproducible.
+    """
+    import hashlib
+
+    key = f"{cell.seed(phase)}:{cell.id}:{phase}:{request_id}"
+    return "#" + hashlib.sha256(key.encode()).hexdigest()[:8]
 
 
 def _prompt_digest(prompt: Any) -> str:
@@ -322,10 +345,15 @@ class BenchRun:
             self._record(cell, phase, inp, out, cancelled)
             on_done()
 
+        def tag(inp: Any) -> Any:
+            if not isinstance(inp.prompt, str):
+                return inp
+            return dataclasses.replace(inp, prompt=f"{prompt_tag(cell, phase, inp.request_id)} {inp.prompt}")
+
         with (
             self.log_path.open("a") as log,
             contextlib.redirect_stdout(log),
-            _request_hook(done),
+            _request_hook(done, tag),
         ):
             print(f"\n=== {cell.id} {phase}: vllm bench serve {' '.join(argv)}", flush=True)
             result = main(args)

@@ -4,8 +4,9 @@ A cell is one (context length, output length, concurrency, thinking mode) point.
 cell sends ``concurrency * requests_per_user`` measured requests with at most
 ``concurrency`` in flight, after ``warmup_requests`` warm-up requests that are recorded
 but excluded from every summary. Prompts are vLLM's ``random`` dataset, reproducible from
-a seed derived from the workload's ``seed`` and the cell id, so two cells never share a
-prompt (a shared prompt would hit the server's prefix cache and fake a fast TTFT).
+a seed derived from the workload's ``seed`` and the cell id, each prefixed with a unique
+tag (:func:`sparkpair_cli.bench.runner.prompt_tag`), so no two requests share a prompt
+prefix (a shared prefix would hit the server's prefix cache and fake a fast TTFT).
 
 Errors are :class:`WorkloadError` naming the file, the setting, the value seen and the
 value wanted.
