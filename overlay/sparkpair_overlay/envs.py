@@ -164,7 +164,9 @@ def read(name: str, environ: Mapping[str, str] | None = None) -> Any:
     try:
         return var.parse(raw)
     except (ValueError, TypeError):
-        raise EnvError(f"{name}={raw!r} is not valid; wanted {var.wanted} (default {var.default!r})") from None
+        raise EnvError(
+            f"{name}={raw!r} is not valid; wanted {var.wanted} (default {var.default!r})"
+        ) from None
 
 
 def read_all(environ: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -110,7 +110,8 @@ def _calls(node: ast.AST, func_name: str) -> list[ast.Call]:
 
 def _uses_attr(node: ast.AST, obj: str, attr: str) -> bool:
     return any(
-        isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.value, ast.Name) and n.value.id == obj
+        isinstance(n, ast.Attribute) and n.attr == attr
+        and isinstance(n.value, ast.Name) and n.value.id == obj
         for n in ast.walk(node)
     )
 
@@ -219,7 +220,8 @@ def _check_gate_linear(c: _Checker) -> None:
             c.ok(tgt)
         tgt = "GateLinear.__init__ sets out_dtype / is_unquantized"
         assigned = {n.attr for n in ast.walk(init) if isinstance(n, ast.Attribute)
-                    and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name) and n.value.id == "self"}
+                    and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name)
+                    and n.value.id == "self"}
         if {"out_dtype", "is_unquantized"} <= assigned:
             c.ok(tgt)
         else:

@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from sparkpair_overlay import envs
 
 OVERLAY = Path(__file__).resolve().parents[2] / "overlay" / "sparkpair_overlay"

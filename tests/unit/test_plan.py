@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from sparkpair_overlay.plan import (
     DEFAULT_ROUTER_MAX_M,
     RECIPE_SM90,
@@ -32,7 +31,8 @@ def test_capability_family_matches_vllm_rule(cap, family):
 
 
 @pytest.mark.parametrize(
-    "cap,recipe,tma", [((12, 1), RECIPE_SM100, True), ((10, 0), RECIPE_SM100, True), ((9, 0), RECIPE_SM90, False)]
+    "cap,recipe,tma",
+    [((12, 1), RECIPE_SM100, True), ((10, 0), RECIPE_SM100, True), ((9, 0), RECIPE_SM90, False)],
 )
 def test_upstream_recipe_mirrors_vllm_compute_fp8_einsum_recipe(cap, recipe, tma):
     assert upstream_recipe(cap) == (recipe, tma)
@@ -87,7 +87,8 @@ def test_router_max_m_override_wins():
 
 def _probe(router=(), o_proj=(), cap=(12, 1)):
     return ProbeResults.from_json(
-        {"schema": "sparkpair-probe/1", "capability": list(cap), "router": list(router), "o_proj": list(o_proj)}
+        {"schema": "sparkpair-probe/1", "capability": list(cap), "router": list(router),
+         "o_proj": list(o_proj)}
     )
 
 
@@ -252,7 +253,8 @@ def test_layer_decision_uses_the_same_inputs_as_the_plan():
     p = _plan(router_max_m=4)
     assert p.router_decision("bfloat16", (256, 4096)).max_m == 4
     assert p.router_decision("float32", (256, 4096)).path == "triton-fp32-accurate"
-    assert _plan(vllm_version="9", version_verified=False).router_decision("bfloat16", None).path == "upstream"
+    unverified = _plan(vllm_version="9", version_verified=False)
+    assert unverified.router_decision("bfloat16", None).path == "upstream"
 
 
 # ---------------------------------------------------------------- per-call predicate (real tensors)
@@ -313,13 +315,15 @@ def test_einsum_route_sends_everything_else_to_deepgemm_with_a_reason(change, ne
     if change.get("cpu"):
         a = (a[0]._t, a[1])
     route, reason = einsum_route(change.get("decision", TRITON), change.get("cap", (12, 1)),
-                                 change.get("eq", "bhr,hdr->bhd"), a, b, out, change.get("recipe", (1, 1, 128)))
+                                 change.get("eq", "bhr,hdr->bhd"), a, b, out,
+                                 change.get("recipe", (1, 1, 128)))
     assert route == "deepgemm" and needle in reason
 
 
 def test_einsum_route_rejects_2d_wo_a_and_mismatched_shapes():
     (x, sa), (w, sw), out = _call()
-    route, reason = einsum_route(TRITON, (12, 1), "bhr,hdr->bhd", (x, sa), (w.reshape(-1, w.shape[-1]), sw), out,
+    w2d = w.reshape(-1, w.shape[-1])
+    route, reason = einsum_route(TRITON, (12, 1), "bhr,hdr->bhd", (x, sa), (w2d, sw), out,
                                  (1, 1, 128))
     assert route == "deepgemm" and "3-D" in reason
     bad_out = torch.zeros(3, 4, 128, dtype=torch.bfloat16)

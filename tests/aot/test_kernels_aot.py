@@ -1,0 +1,82 @@
+"""Kernels-AOT tier (CPU, no GPU): every config of every kernel compiles for sm_121a, sm_120a,
+sm_100a and sm_90a, and fits GB10's 101,376 B of shared memory on sm_12x; the gate fails, naming
+kernel/config/arch/bytes, on a config that does not fit."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("triton")
+
+from sparkpair_overlay.kernels import aot  # noqa: E402
+from sparkpair_overlay.kernels._common import GB10_SHARED_MEMORY_BYTES, make_config  # noqa: E402
+
+pytestmark = [pytest.mark.aot, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("arch", aot.DEFAULT_ARCHS)
+def test_every_config_compiles_and_fits(arch: str, tmp_path) -> None:
+    results = aot.build([arch], str(tmp_path / "cache"))
+    assert len(results) == len(aot.all_variants())
+    problems = [r.problem() for r in results if not r.fits]
+    assert not problems, "\n".join(problems)
+    for r in results:
+        assert r.shared is not None and r.n_regs is not None, r
+        if arch.startswith("sm_12"):
+            assert r.limit == GB10_SHARED_MEMORY_BYTES and r.shared <= GB10_SHARED_MEMORY_BYTES
+
+
+def _oversized_fp8_variant() -> aot.AotVariant:
+    base = aot.fp8_einsum_variants(("ue8m0-int32",))[0]
+    cfg = make_config(
+        "t256_d256_s4_oversized", "_fp8_einsum_kernel", 8, 4, BLOCK_T=256, BLOCK_D=256, BLOCK_R=128, GROUP_T=8
+    )
+    kwargs = {**base.kwargs, **cfg.constexprs()}
+    return aot.AotVariant("fp8_einsum", cfg, base.variant, base.fn, base.args, kwargs)
+
+
+def test_gate_rejects_config_over_gb10_shared_memory(tmp_path) -> None:
+    v = _oversized_fp8_variant()
+    r121 = aot.compile_variant(v, "sm_121a", str(tmp_path))
+    assert r121.ok and r121.shared > GB10_SHARED_MEMORY_BYTES
+    assert not r121.fits
+    msg = r121.problem()
+    assert "fp8_einsum/t256_d256_s4_oversized" in msg and "sm_121a" in msg and str(r121.shared) in msg
+    assert "101376" in msg
+    r90 = aot.compile_variant(v, "sm_90a", str(tmp_path))  # no GB10 limit on Hopper
+    assert r90.limit is None
+
+
+def test_gate_reports_compile_errors(tmp_path) -> None:
+    base = aot.router_variants()[0]
+    bad = aot.AotVariant(
+        base.kernel, base.config, base.variant, base.fn, base.args, {**base.kwargs, "BLOCK_K": 48}
+    )  # not a power of two: tl.arange rejects it
+    r = aot.compile_variant(bad, "sm_121a", str(tmp_path))
+    assert not r.ok and not r.fits and "does not compile for sm_121a" in r.problem()
+
+
+def test_cli_fails_non_zero_naming_the_config(tmp_path, monkeypatch) -> None:
+    typer = pytest.importorskip("typer")
+    from sparkpair_cli import cmd_kernels
+    from typer.testing import CliRunner
+
+    small = aot.router_variants()[:1] + [_oversized_fp8_variant()]
+    monkeypatch.setattr(aot, "all_variants", lambda: small)
+    app = typer.Typer()
+
+    @app.callback()
+    def _root() -> None:
+        """test root"""
+
+    cmd_kernels.register(app)
+    cache = tmp_path / "tcache"
+    res = CliRunner().invoke(app, ["kernels", "build", "--arch", "sm_121a,sm_90a", "--cache-dir", str(cache)])
+    assert res.exit_code == 1, res.output
+    assert "t256_d256_s4_oversized" in res.output and "sm_121a" in res.output
+    assert any(cache.rglob("*.cubin")), "the cache directory holds the compiled kernels"
+    monkeypatch.setattr(aot, "all_variants", lambda: small[:1])
+    ok = CliRunner().invoke(app, ["kernels", "build", "--arch", "sm_121a", "--quiet"])
+    assert ok.exit_code == 0, ok.output
+    bad = CliRunner().invoke(app, ["kernels", "build", "--arch", "sm_75"])
+    assert bad.exit_code != 0

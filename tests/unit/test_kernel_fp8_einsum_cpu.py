@@ -1,0 +1,164 @@
+"""fp8_einsum on the CPU: scale decoding (bit-exact UE8M0, e8m0fnu), layout/stride validation,
+the fake implementation, and a TRITON_INTERPRET=1 run of the real kernel on tiny shapes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from sparkpair_overlay.kernels import fp8_einsum as fe
+
+E8M0 = getattr(torch, "float8_e8m0fnu", None)
+
+
+def test_decode_ue8m0_is_bit_exact_for_every_byte() -> None:
+    e = torch.arange(256, dtype=torch.int32)
+    got = fe.decode_ue8m0(e)
+    for v in range(1, 255):
+        assert got[v].item() == 2.0 ** (v - 127)
+    assert got[0].item() == 2.0**-127  # subnormal, exact
+    assert torch.isnan(got[255])
+    assert got[127].view(torch.int32).item() == 0x3F800000
+
+
+@pytest.mark.skipif(E8M0 is None, reason="torch has no float8_e8m0fnu")
+def test_decode_matches_torch_e8m0fnu_upcast() -> None:
+    b = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    as_e8 = b.view(E8M0)
+    ours = fe.decode_ue8m0(as_e8)
+    theirs = as_e8.to(torch.float32)
+    same = (ours.view(torch.int32) == theirs.view(torch.int32)) | (torch.isnan(ours) & torch.isnan(theirs))
+    assert bool(same.all()), [(i, ours[i].item(), theirs[i].item()) for i in range(256) if not same[i]]
+
+
+def test_unpack_int32_byte_k_at_bits_8k() -> None:
+    words = torch.tensor(
+        [[0x7F80_0102, -1]], dtype=torch.int32
+    )  # bytes (LSB first): 02 01 80 7F | FF FF FF FF
+    assert fe.unpack_ue8m0_int32(words, 8).tolist() == [[0x02, 0x01, 0x80, 0x7F, 255, 255, 255, 255]]
+    assert fe.unpack_ue8m0_int32(words, 6).shape == (1, 6)
+    with pytest.raises(ValueError, match="int32"):
+        fe.unpack_ue8m0_int32(words.float(), 8)
+
+
+def _ops(t=3, g=2, d=256, r=512, recipe=(1, 1, 128), enc="int32"):
+    a = torch.zeros(g, t, r).to(torch.float8_e4m3fn).transpose(0, 1)
+    w = torch.zeros(g, d, r).to(torch.float8_e4m3fn)
+    kb = r // 128
+    if enc == "int32":
+        sa = torch.zeros(t, g, kb // 4, dtype=torch.int32)
+        sw = torch.zeros(g, d, kb // 4, dtype=torch.int32)
+    elif enc == "fp32":
+        sa = torch.ones(t, g, kb)
+        sw = torch.ones(g, d if recipe[1] == 1 else d // 128, kb)
+    else:
+        sa = torch.zeros(t, g, kb, dtype=torch.uint8).view(E8M0)
+        sw = torch.zeros(g, d if recipe[1] == 1 else d // 128, kb, dtype=torch.uint8).view(E8M0)
+    out = torch.empty(t, g, d, dtype=torch.bfloat16)
+    return a, sa, w, sw, out
+
+
+@pytest.mark.parametrize(
+    "mutate,match",
+    [
+        (lambda o: {"equation": "bhr,hrd->bhd"}, "only equation"),
+        (lambda o: {"a": o["a"].float()}, "float8_e4m3fn"),
+        (lambda o: {"out": o["out"].float()}, "bfloat16"),
+        (lambda o: {"sa": o["sa"][:, :, :0]}, "sa has shape"),
+        (lambda o: {"sw": torch.zeros(2, 2, 1, dtype=torch.int32)}, "sw has shape"),
+        (lambda o: {"sa": o["sa"].to(torch.int16)}, "not a supported scale encoding"),
+        (lambda o: {"recipe": (1, 64, 128)}, "recipe"),
+        (lambda o: {"w": o["w"].transpose(1, 2).contiguous().transpose(1, 2)}, "unit stride"),
+        (lambda o: {"out": torch.empty(3, 2, 128, dtype=torch.bfloat16)}, "shapes disagree"),
+    ],
+)
+def test_validation_errors_name_the_problem(mutate, match) -> None:
+    a, sa, w, sw, out = _ops()
+    args = {"equation": "bhr,hdr->bhd", "a": a, "sa": sa, "w": w, "sw": sw, "out": out, "recipe": (1, 1, 128)}
+    args.update(mutate(args))
+    with pytest.raises(ValueError, match=match):
+        fe.fp8_einsum(
+            args["equation"],
+            (args["a"], args["sa"]),
+            (args["w"], args["sw"]),
+            args["out"],
+            recipe=args["recipe"],
+        )
+
+
+def test_cpu_tensors_without_interpreter_are_refused(monkeypatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    a, sa, w, sw, out = _ops()
+    with pytest.raises(ValueError, match="CUDA"):
+        fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=(1, 1, 128))
+
+
+@pytest.mark.skipif(E8M0 is None, reason="torch has no float8_e8m0fnu")
+def test_e8m0_scales_are_viewed_as_uint8_not_passed_as_e8m0() -> None:
+    kind, s = fe._scale_kind(torch.zeros(2, 4, dtype=torch.uint8).view(E8M0), "sa")
+    assert kind == fe._SCALE_U8 and s.dtype == torch.uint8
+
+
+def test_fake_impl_under_fake_tensor_mode() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        a, sa, w, sw, out = _ops()
+        torch.ops.sparkpair.fp8_einsum("bhr,hdr->bhd", a, sa, w, sw, out, [1, 1, 128])
+        assert out.shape == (3, 2, 256)
+
+
+INTERPRET_SCRIPT = textwrap.dedent(
+    """
+    import torch
+    from sparkpair_overlay.kernels import fp8_einsum as fe
+    g = torch.Generator().manual_seed(0)
+    T, G, D, R = 5, 2, 256, 512
+    a = (torch.randn(G, T, R, generator=g) * 100).to(torch.float8_e4m3fn).transpose(0, 1)
+    w = (torch.randn(G, D, R, generator=g) * 100).to(torch.float8_e4m3fn)
+    ea = torch.randint(118, 124, (T, G, R // 128), generator=g, dtype=torch.int32)
+    ew = torch.randint(114, 120, (G, D, R // 128), generator=g, dtype=torch.int32)
+    sa_f, sw_f = fe.decode_ue8m0(ea), fe.decode_ue8m0(ew)
+    ref = torch.einsum("tgr,gdr->tgd", a.double() * sa_f.double().repeat_interleave(128, -1),
+                       w.double() * sw_f.double().repeat_interleave(128, -1))
+    def pack(e):
+        e = e.view(*e.shape[:-1], -1, 4)
+        return (e[..., 0] | (e[..., 1] << 8) | (e[..., 2] << 16) | (e[..., 3] << 24)).to(torch.int32)
+    T4 = (T + 3) // 4 * 4
+    buf = torch.zeros(G * (R // 512) * T4, dtype=torch.int32)
+    sa_p = buf.as_strided((G, T, R // 512), ((R // 512) * T4, 1, T4)).transpose(0, 1)
+    sa_p.copy_(pack(ea))
+    outs = {}
+    for name, sa, sw in (("fp32", sa_f, sw_f), ("int32", sa_p, pack(ew)),
+                         ("e8m0", ea.to(torch.uint8).view(torch.float8_e8m0fnu),
+                          ew.to(torch.uint8).view(torch.float8_e8m0fnu))):
+        out = torch.empty(T, G, D, dtype=torch.bfloat16)
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 1, 128), "t16_d32_s6")
+        outs[name] = out
+        err = float((out.double() - ref).norm() / ref.norm())
+        assert err < 1e-2, (name, err)
+    assert torch.equal(outs["fp32"], outs["int32"]) and torch.equal(outs["fp32"], outs["e8m0"])
+    # recipe (1,128,128): one weight scale per 128x128 block
+    swb = fe.decode_ue8m0(ew[:, ::128])
+    out = torch.empty(T, G, D, dtype=torch.bfloat16)
+    fe.fp8_einsum("bhr,hdr->bhd", (a, sa_f), (w, swb), out, recipe=(1, 128, 128))
+    refb = torch.einsum("tgr,gdr->tgd", a.double() * sa_f.double().repeat_interleave(128, -1),
+                        w.double() * swb.double().repeat_interleave(128, -1).repeat_interleave(128, 1))
+    assert float((out.double() - refb).norm() / refb.norm()) < 1e-2
+    print("OK")
+    """
+)
+
+
+@pytest.mark.skipif(E8M0 is None, reason="torch has no float8_e8m0fnu")
+def test_kernel_under_triton_interpreter() -> None:
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    res = subprocess.run(
+        [sys.executable, "-c", INTERPRET_SCRIPT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr
