@@ -218,23 +218,35 @@ FP8_EINSUM_CONFIGS: tuple[KernelConfig, ...] = (
 
 _CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
 
-#: Dispatch: ``(max_T, config name)`` in increasing max_T; beyond the last entry, the last config.
-#: A priori values; the H200 sweep (benchmarks/bench_fp8_einsum.py, results in
-#: benchmarks/results/fp8_einsum.csv) sets them.
-FP8_EINSUM_PLAN: tuple[tuple[int, str], ...] = (
+#: Dispatch by scale encoding: ``(max_T, config name)`` in increasing max_T; beyond the last
+#: entry, the last config. Source: H200 sweep (benchmarks/bench_fp8_einsum.py, TP=2 shapes,
+#: CUDA-graph replay p50, 2026-11-30, rows in benchmarks/results/fp8_einsum.csv). Packed UE8M0
+#: (GB10's recipe (1,1,128)): T=1..16 t16_d32_s6 12.1-12.3 us; T=32 t32_d32_s6 14.2; T=64 t32_d64_s4
+#: 17.6; T=128 t64_d64_s4 20.7; T>=512 t64_d128_s4 (T=8192: 478 us). fp32 scales (recipe
+#: (1,128,128)): T<=32 t16_d32_s6 10.7-12.9 us; T=64..128 t64_d64_s4 13.8-14.0; T>=512
+#: t128_d64_s4 (T=8192: 424 us).
+FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
     (16, "t16_d32_s6"),
     (32, "t32_d32_s6"),
-    (128, "t64_d64_s4"),
-    (1 << 62, "t128_d128_s3_w8"),
+    (64, "t32_d64_s4"),
+    (256, "t64_d64_s4"),
+    (1 << 62, "t64_d128_s4"),
 )
+FP8_EINSUM_PLAN_FP32: tuple[tuple[int, str], ...] = (
+    (32, "t16_d32_s6"),
+    (256, "t64_d64_s4"),
+    (1 << 62, "t128_d64_s4"),
+)
+FP8_EINSUM_PLAN = FP8_EINSUM_PLAN_UE8M0  # the served recipe on GB10
 
 
-def select_fp8_einsum_config(t: int) -> KernelConfig:
-    """The config :func:`fp8_einsum` uses for ``t`` tokens."""
-    for max_t, name in FP8_EINSUM_PLAN:
+def select_fp8_einsum_config(t: int, fp32_scales: bool = False) -> KernelConfig:
+    """The config :func:`fp8_einsum` uses for ``t`` tokens (``fp32_scales``: both scales fp32)."""
+    plan = FP8_EINSUM_PLAN_FP32 if fp32_scales else FP8_EINSUM_PLAN_UE8M0
+    for max_t, name in plan:
         if t <= max_t:
             return _CONFIGS_BY_NAME[name]
-    return _CONFIGS_BY_NAME[FP8_EINSUM_PLAN[-1][1]]
+    return _CONFIGS_BY_NAME[plan[-1][1]]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -384,7 +396,8 @@ def fp8_einsum_with_config(
     if t == 0:
         return
     if config is None:
-        cfg = select_fp8_einsum_config(t)
+        fp32_scales = sa_kind == _SCALE_FP32 and sw_kind == _SCALE_FP32
+        cfg = select_fp8_einsum_config(t, fp32_scales)
     else:
         cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
     meta = cfg.constexprs()

@@ -84,6 +84,10 @@ if HAS_TRITON:
         n_mask = offs_n < N
         k_per = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
         k_lo = pid_k * k_per
+        # Each BLOCK_K chunk's products are summed on the tensor cores from a fresh zero, then
+        # added to the fp32 accumulator on the CUDA cores (round-to-nearest). Chaining all of K
+        # through the MMA accumulator loses accuracy (H200 sweep, 2026-11-30: max rel. error
+        # 5e-6 with one 4096-long chain vs 5e-7 with 512-long chains).
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc_lo = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, k_per, BLOCK_K):
@@ -104,11 +108,10 @@ if HAS_TRITON:
                 r = w - hi.to(tl.float32)
                 mid = r.to(tl.bfloat16)
                 lo = (r - mid.to(tl.float32)).to(tl.bfloat16)
-                acc = tl.dot(x, tl.trans(hi), acc)
-                acc_lo = tl.dot(x, tl.trans(mid), acc_lo)
-                acc_lo = tl.dot(x, tl.trans(lo), acc_lo)
+                acc += tl.dot(x, tl.trans(hi))
+                acc_lo += tl.dot(x, tl.trans(mid), tl.dot(x, tl.trans(lo)))
             else:
-                acc = tl.dot(x, tl.trans(w), acc)
+                acc += tl.dot(x, tl.trans(w))
         if W_SPLIT3:
             acc = acc + acc_lo
         p_ptrs = part_ptr + pid_k * stride_pk + offs_m[:, None] * stride_pm + offs_n[None, :]
@@ -225,28 +228,22 @@ def _gemv(name: str, bm: int, bn: int, bk: int, split: int, warps: int, w_dtype:
 #: W_DTYPE (gemv kernel: weight dtype, "bf16" or "fp32"). Each fits GB10's 101,376 B of shared
 #: memory (checked by ``sparkpair kernels build`` and tests/aot).
 ROUTER_GEMM_CONFIGS: tuple[KernelConfig, ...] = (
-    # bf16 weight, decode (M <= 16): ~128 CTAs, 16 KB of weight each.
-    _gemv("bf16_gemv_m4_n8_s4", 4, 8, 256, 4, 4, "bf16"),
-    _gemv("bf16_gemv_m8_n8_s4", 8, 8, 128, 4, 4, "bf16"),
-    _gemv("bf16_gemv_m16_n8_s8", 16, 8, 64, 8, 4, "bf16"),
+    # bf16 weight. Split-K on the tensor cores: ~128 CTAs, 16 KB of weight each at M <= 16.
     _dot("bf16_dot_m16_n16_s8", 16, 16, 256, 8, 4, 3, False),
     _dot("bf16_dot_m16_n32_s16", 16, 32, 128, 16, 4, 2, False),
     _dot("bf16_dot_m32_n32_s8", 32, 32, 128, 8, 4, 3, False),
     _dot("bf16_dot_m64_n64_s4", 64, 64, 128, 4, 4, 3, False),
-    _dot("bf16_dot_m64_n64_s1", 64, 64, 64, 1, 4, 4, False),
     _dot("bf16_dot_m128_n128_s1", 128, 128, 64, 1, 8, 3, False),
-    # fp32 weight, small M: fp32 FMA GEMV (exactly fp32 arithmetic).
+    # bf16 FMA GEMV: kept as the CUDA-core reference; 1.7x slower than the dot path at M=1 on H200.
+    _gemv("bf16_gemv_m4_n8_s4", 4, 8, 256, 4, 4, "bf16"),
+    # fp32 weight: fp32 FMA GEMV (exact fp32 arithmetic; slower than BF16x3 on H200 at every M).
     _gemv("fp32_gemv_m4_n8_s8", 4, 8, 128, 8, 4, "fp32"),
-    _gemv("fp32_gemv_m8_n8_s8", 8, 8, 64, 8, 4, "fp32"),
-    _gemv("fp32_gemv_m16_n4_s8", 16, 4, 64, 8, 4, "fp32"),
-    _gemv("fp32_gemv_m32_n4_s8", 32, 4, 32, 8, 4, "fp32"),
     # fp32 weight: BF16x3 on the tensor cores.
     _dot("fp32x3_dot_m16_n16_s8", 16, 16, 128, 8, 4, 3, True),
     _dot("fp32x3_dot_m32_n32_s8", 32, 32, 64, 8, 4, 3, True),
     _dot("fp32x3_dot_m64_n64_s2", 64, 64, 64, 2, 4, 3, True),
-    _dot("fp32x3_dot_m64_n128_s1", 64, 128, 32, 1, 4, 3, True),
-    _dot("fp32x3_dot_m128_n128_s1", 128, 128, 32, 1, 8, 3, True),
     _dot("fp32x3_dot_m128_n64_s1", 128, 64, 32, 1, 4, 3, True),
+    _dot("fp32x3_dot_m128_n128_s1", 128, 128, 32, 1, 8, 3, True),
 )
 
 #: The second-stage reduce kernel's one config (elementwise; no shared memory).
@@ -254,24 +251,27 @@ ROUTER_REDUCE_CONFIG: KernelConfig = make_config("reduce", "_router_reduce_kerne
 
 _CONFIGS_BY_NAME = {c.name: c for c in ROUTER_GEMM_CONFIGS}
 
-#: Dispatch for a bf16 weight: ``(max_M, config name)`` in increasing max_M; beyond the last
-#: entry the call goes to cuBLAS. Initial values are a priori; the H200 sweep
-#: (benchmarks/bench_router_gemm.py, results in benchmarks/results/router_gemm.csv) sets them.
+#: Dispatch for a bf16 weight: ``(max_M, config name)`` in increasing max_M; ``"cublas"`` means
+#: ``torch.mm(x, W.T, out_dtype=fp32)``; beyond the last entry, cuBLAS. Source: H200 sweep
+#: (benchmarks/bench_router_gemm.py, CUDA-graph replay p50, warm L2, 2026-11-30, rows in
+#: benchmarks/results/router_gemm.csv): M=1..16 bf16_dot_m16_n16_s8 4.5-5.1 us vs cuBLAS 5.4-6.2;
+#: M=32..64 bf16_dot_m32_n32_s8 5.3-5.6 us vs 6.2-6.3; from M=128 cuBLAS is as fast or faster.
 ROUTER_BF16_PLAN: tuple[tuple[int, str], ...] = (
-    (4, "bf16_gemv_m4_n8_s4"),
     (16, "bf16_dot_m16_n16_s8"),
-    (32, "bf16_dot_m32_n32_s8"),
-    (128, "bf16_dot_m64_n64_s4"),
+    (64, "bf16_dot_m32_n32_s8"),
 )
 
-#: Dispatch for an fp32 weight: ``(max_M, config name)``; beyond the last entry, the last config.
-#: fp32 weights never go to cuBLAS (its true-fp32 GEMM is 3-4x slower, issue 3's table).
+#: Dispatch for an fp32 weight: ``(max_M, config name)``; ``"cublas"`` means the true-fp32
+#: ``F.linear(x.float(), W)`` (TF32 off); beyond the last entry, the last config. Source: the same
+#: H200 sweep: M=1 F.linear 5.6 us vs BF16x3 8.5; M=2..32 fp32x3_dot_m16_n16_s8 8.6-11.0 us vs
+#: 12.3-17.8; M=33..512 F.linear 14-41 us is fastest; M=1024/2048 fp32x3_dot_m64_n64_s2 45/55 us vs
+#: 70/127; M>=4096 fp32x3_dot_m128_n64_s1 108/131 us vs 233/445.
 ROUTER_FP32_PLAN: tuple[tuple[int, str], ...] = (
-    (4, "fp32_gemv_m4_n8_s8"),
-    (8, "fp32_gemv_m8_n8_s8"),
-    (32, "fp32_gemv_m32_n4_s8"),
-    (256, "fp32x3_dot_m64_n64_s2"),
-    (1 << 62, "fp32x3_dot_m128_n128_s1"),
+    (1, "cublas"),
+    (32, "fp32x3_dot_m16_n16_s8"),
+    (512, "cublas"),
+    (2048, "fp32x3_dot_m64_n64_s2"),
+    (1 << 62, "fp32x3_dot_m128_n64_s1"),
 )
 
 
@@ -280,7 +280,7 @@ def select_router_config(m: int, weight_dtype: torch.dtype) -> KernelConfig | No
     plan = ROUTER_FP32_PLAN if weight_dtype == torch.float32 else ROUTER_BF16_PLAN
     for max_m, name in plan:
         if m <= max_m:
-            return _CONFIGS_BY_NAME[name]
+            return None if name == "cublas" else _CONFIGS_BY_NAME[name]
     return None
 
 
