@@ -160,3 +160,33 @@ def test_thinking_output_parsed_then_judged(vllm_parts) -> None:  # type: ignore
     assert c is None and any(
         "lacks the answer" in p for p in cm._judge_thinking("on", True, r, c, "stop", 64)
     )
+
+
+@pytest.fixture(scope="module")
+def dsv4_tokenizer(vllm_parts):  # type: ignore[no-untyped-def]
+    """vLLM's ``deepseek_v4`` tokenizer mode wrapped around a two-word tokenizer (the encoder is Python)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import PreTrainedTokenizerFast
+    from vllm.tokenizers.deepseek_v4 import get_deepseek_v4_tokenizer
+
+    t = Tokenizer(WordLevel({"[UNK]": 0, "hi": 1}, unk_token="[UNK]"))
+    t.pre_tokenizer = Whitespace()
+    return get_deepseek_v4_tokenizer(PreTrainedTokenizerFast(tokenizer_object=t, unk_token="[UNK]"))
+
+
+@pytest.mark.parametrize("variant", cm.THINKING_VARIANTS, ids=lambda v: v.label)
+def test_our_thinking_table_matches_the_deepseek_v4_prompt_encoder(
+    vllm_parts, dsv4_tokenizer, variant
+) -> None:  # type: ignore[no-untyped-def]
+    """The prompt vLLM renders opens a <think> block exactly when dsv4.thinking expects reasoning."""
+    _, Request, _ = vllm_parts
+    req = Request(model="dsv4", messages=[{"role": "user", "content": "hi"}], **variant.fields)
+    ck = req.build_chat_params(None, "auto").chat_template_kwargs
+    prompt = dsv4_tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, **ck)
+    want = True if variant.thinking is None else variant.thinking
+    assert prompt.endswith("<｜Assistant｜><think>" if want else "<｜Assistant｜></think>"), (
+        variant.label,
+        prompt[-80:],
+    )
