@@ -222,6 +222,8 @@ def router_variants() -> list[AotVariant]:
             w_dtype = torch.float32 if meta.pop("W_DTYPE") == "fp32" else torch.bfloat16
             fn = rg._router_gemv_kernel
         args = (_Mock(torch.float32), _Mock(torch.bfloat16), _Mock(w_dtype), 7, n, k, k, k, 7 * n, n)
+        if cfg.kernel == "_router_dot_kernel":
+            args = (*args, 1.0)
         out.append(
             AotVariant(
                 "router_gemm",
