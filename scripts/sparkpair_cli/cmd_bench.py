@@ -2,7 +2,8 @@
 
 ``sparkpair bench [--quick | --workload NAME|PATH] --base-url URL`` runs a workload
 (``configs/bench/*.yaml``) and writes ``result.json`` plus two PNG plots;
-``sparkpair bench compare A.json B.json`` lines two results up and prints ratios.
+``sparkpair bench compare A.json B.json`` lines two results up and prints ratios;
+``sparkpair bench show result.json [--plots]`` prints a result again (and redraws its plots).
 
 Exit codes: 0 all cells complete without request errors; 1 a cell failed or a request
 errored (the results are still written); 2 bad arguments or workload; 130 interrupted
@@ -206,6 +207,27 @@ def compare(
     if not any(c["id"] in {x["id"] for x in rb.get("cells", [])} for c in ra.get("cells", [])):
         Console(stderr=True).print("[red]error:[/red] no cell id is in both files; nothing to compare")
         raise typer.Exit(1)
+
+
+@bench_app.command("show")
+def show(
+    result: Annotated[Path, typer.Argument(help="a result.json")],
+    plots: Annotated[bool, typer.Option("--plots/--no-plots", help="(re)draw the PNGs next to it")] = False,
+) -> None:
+    """Print a result's table; with --plots, redraw its PNG plots."""
+    from sparkpair_cli.bench.report import ResultFileError, load_result, print_result
+
+    try:
+        data = load_result(result)
+    except ResultFileError as e:
+        Console(stderr=True).print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    print_result(data, _stdout_console())
+    if plots:
+        from sparkpair_cli.bench.plots import write_plots
+
+        for p in write_plots(data, result.parent):
+            _stdout_console().print(f"wrote {p}")
 
 
 def register(app: typer.Typer) -> None:

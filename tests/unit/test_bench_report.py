@@ -183,3 +183,19 @@ def test_plots_are_written_as_png(tmp_path: Path) -> None:
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert p.stat().st_size > 20_000
+
+
+def test_show_prints_the_table_and_redraws_the_plots(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from sparkpair_cli.cmd_bench import register
+
+    a = _result(tmp_path, "a", 1.0, 1.0, [1, 2])
+    app = typer.Typer()
+    register(app)
+    res = CliRunner().invoke(app, ["bench", "show", str(a), "--plots"])
+    assert res.exit_code == 0, res.output
+    assert "ctx100-out11-c1-off" in res.output and "ctx100-out11-c2-off" in res.output
+    assert (tmp_path / "tokps_vs_concurrency.png").is_file() and (tmp_path / "ttft_vs_context.png").is_file()
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    assert CliRunner().invoke(app, ["bench", "show", str(bad)]).exit_code == 2
