@@ -363,7 +363,7 @@ def router_gemm_with_config(
     args = (part, x, weight, m, n, k, x.stride(0), weight.stride(0), m * n, n)
     n16 = n % 16 == 0
     if cfg.kernel == "_router_dot_kernel":
-        _router_dot_kernel[grid](*args, **meta, N16=n16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        _router_dot_kernel[grid](*args, 1.0, **meta, N16=n16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     else:
         meta = {kk: v for kk, v in meta.items() if kk != "W_DTYPE"}
         _router_gemv_kernel[grid](*args, **meta, N16=n16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
