@@ -48,7 +48,8 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps(data, indent=2, sort_keys=True))
             return
-        title = f"sparkpair kernel plan (vLLM {data.get('vllm_version')}, cap {data.get('capability')})"
+        cap = ".".join(str(v) for v in data["capability"]) if data.get("capability") else "cpu"
+        title = f"sparkpair kernel plan (vLLM {data.get('vllm_version')}, cap {cap})"
         t = Table(title=title)
         for col in ("kernel", "path", "reason"):
             t.add_column(col, overflow="fold")
