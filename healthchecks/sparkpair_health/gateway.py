@@ -270,6 +270,7 @@ class Gateway:
         self._runner = suite_runner or self.run_suite
         self.monitor = StabilityMonitor(settings.stability) if settings.stability else None
         self.stability_failing: dict[str, str] | None = None
+        self._model: str | None = None
         self.app = self._make_app()
 
     # ---------------------------------------------------------------- state
@@ -411,9 +412,11 @@ class Gateway:
         return True, "", lat
 
     def _profile_model(self) -> str:
-        from .profile import load_profile
+        if self._model is None:
+            from .profile import load_profile
 
-        return load_profile(self.s.profile).served_model_name
+            self._model = load_profile(self.s.profile).served_model_name
+        return self._model
 
     def _canary_tick(self) -> None:
         ok, cause, lat = self.canary_once()
