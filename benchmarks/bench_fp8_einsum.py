@@ -111,7 +111,7 @@ def main() -> None:
                     )
                 )
                 print(
-                    f"  {enc} T={t:5d} {prov:22s} p50 {p50:9.2f} us ({flops / (p50 * 1e-6) / 1e12:6.1f} TFLOP/s)"
+                    f"  {enc} T={t:5d} {prov:22s} p50 {p50:9.2f} us ({flops / (p50 * 1e-6) / 1e12:6.1f} TFLOP/s)"  # noqa: E501
                     f"  err {err:.2e}",
                     flush=True,
                 )
@@ -125,7 +125,7 @@ def main() -> None:
         b = min(rs, key=lambda r: r["p50_us"]) if rs else None
         print(
             f"{k}: best {b['provider'] if b else '-'} {b['p50_us'] if b else float('nan'):.2f} us | auto "
-            f"{au[0]['p50_us'] if au else float('nan'):.2f} | dequant {bl[0]['p50_us'] if bl else float('nan'):.2f}"
+            f"{au[0]['p50_us'] if au else float('nan'):.2f} | dequant {bl[0]['p50_us'] if bl else float('nan'):.2f}"  # noqa: E501
         )
 
 

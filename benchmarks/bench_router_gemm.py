@@ -113,7 +113,7 @@ def main() -> None:
                         if key not in best or p50 < best[key][0]:
                             best[key] = (p50, prov)
                     print(
-                        f"  {wname} M={m:5d} {mode} {prov:26s} p50 {p50:8.2f} us  (p20 {p20:.2f}, p80 {p80:.2f})"
+                        f"  {wname} M={m:5d} {mode} {prov:26s} p50 {p50:8.2f} us  (p20 {p20:.2f}, p80 {p80:.2f})"  # noqa: E501
                         f"  err {err:.2e}",
                         flush=True,
                     )

@@ -116,7 +116,7 @@ def test_cuda_graph_capture_and_replay_across_t(recipe, enc) -> None:
         with torch.cuda.graph(g):
             fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
         graphs[t] = (g, a, sa, w, sw, sa_f, sw_f, out)
-    for t, (g, a, sa, w, sw, sa_f, sw_f, out) in graphs.items():
+    for t, (g, a, _sa, w, _sw, sa_f, sw_f, out) in graphs.items():
         new = make_fp8_operands(t, G, D, R, recipe, enc, seed=1000 + t)
         a.copy_(new[0])
         out.fill_(float("nan"))

@@ -264,14 +264,14 @@ ROUTER_BF16_PLAN: tuple[tuple[int, str], ...] = (
 
 #: Dispatch for an fp32 weight: ``(max_M, config name)``; ``"cublas"`` means the true-fp32
 #: ``F.linear(x.float(), W)`` (TF32 off); beyond the last entry, the last config. Source: the same
-#: H200 sweep: M=1 F.linear 5.6 us vs BF16x3 8.5; M=2..32 fp32x3_dot_m16_n16_s8 8.6-11.0 us vs
-#: 12.3-17.8; M=33..512 F.linear 14-41 us is fastest; M=1024/2048 fp32x3_dot_m64_n64_s2 45/55 us vs
-#: 70/127; M>=4096 fp32x3_dot_m128_n64_s1 108/131 us vs 233/445.
+#: H200 sweep (run at 3175348): M=1 F.linear 5.6 us vs BF16x3 8.5; M=2..32 fp32x3_dot_m16_n16_s8
+#: 9.0-11.4 us vs 12.3-17.8; M=33..512 F.linear 14.8-41 us (ties BF16x3 at 64/128); M=1024..4096
+#: fp32x3_dot_m64_n64_s2 44/55/109 us vs 71/128/234; M=8192 fp32x3_dot_m128_n64_s1 164 us vs 446.
 ROUTER_FP32_PLAN: tuple[tuple[int, str], ...] = (
     (1, "cublas"),
     (32, "fp32x3_dot_m16_n16_s8"),
     (512, "cublas"),
-    (2048, "fp32x3_dot_m64_n64_s2"),
+    (4096, "fp32x3_dot_m64_n64_s2"),
     (1 << 62, "fp32x3_dot_m128_n64_s1"),
 )
 
@@ -363,7 +363,9 @@ def router_gemm_with_config(
     args = (part, x, weight, m, n, k, x.stride(0), weight.stride(0), m * n, n)
     n16 = n % 16 == 0
     if cfg.kernel == "_router_dot_kernel":
-        _router_dot_kernel[grid](*args, 1.0, **meta, N16=n16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        _router_dot_kernel[grid](
+            *args, 1.0, **meta, N16=n16, num_warps=cfg.num_warps, num_stages=cfg.num_stages
+        )
     else:
         meta = {kk: v for kk, v in meta.items() if kk != "W_DTYPE"}
         _router_gemv_kernel[grid](*args, **meta, N16=n16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
