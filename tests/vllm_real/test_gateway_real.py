@@ -81,6 +81,8 @@ def test_gateway_ready_on_a_real_server_then_503_naming_the_dead_engine(  # type
             assert ids["dsv4.stream_equality"] == "pass" and ids["dsv4.long_context"] == "pass"
             assert ids["dsv4.greedy_sanity"] == "skip" and ids["dsv4.thinking"] == "skip"
             assert (tmp_path / "report.json").is_file()
+            dsv4_s = sum(c["latency_ms"] for c in report["checks"] if c["id"].startswith("dsv4.")) / 1000
+            print(f"suite {report['duration_s']:.1f} s on the tiny server, of which dsv4.* {dsv4_s:.1f} s")
             # a canary succeeds against the real engine
             t_end = time.monotonic() + 3 * CANARY_INTERVAL_S + CANARY_TIMEOUT_S
             while not (gw.last_canary or {}).get("ok"):
