@@ -64,6 +64,7 @@ def test_cell_summary_matches_hand_computed_values() -> None:
         {**rec(33.0, 0.0, 0.0, 0, 0, success=False, cancelled=True), "start_s": None, "latency_s": None},
     ]
     s = summarize_cell(records)
+    assert summarize_cell(r for r in records) == s  # the runner passes a generator
     assert s["requests"] == 3
     assert s["completed"] == 2
     assert s["errors"] == 1

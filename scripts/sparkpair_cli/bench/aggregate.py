@@ -84,12 +84,10 @@ def summarize_cell(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     ``records`` may contain warm-up and cancelled records; they are excluded here. Units are
     in the key names (``_ms``, ``_s``, ``_tok_s``).
     """
+    records = list(records)  # may be a generator; it is walked more than once
     measured = [r for r in records if r.get("phase") == "measured" and not r.get("cancelled")]
     ok = [r for r in measured if r.get("success")]
-    cancelled_n = 0
-    for r in records:
-        if r.get("phase") == "measured" and r.get("cancelled"):
-            cancelled_n += 1
+    cancelled_n = sum(1 for r in records if r.get("phase") == "measured" and r.get("cancelled"))
 
     ttft = [r["ttft_s"] for r in ok]
     e2el = [r["latency_s"] for r in ok]
