@@ -56,10 +56,10 @@ def bench(
         str, typer.Option("--workload", "-w", help="name in configs/bench or a YAML path")
     ] = ("dsv4-pair"),
     out: Annotated[
-        Path | None, typer.Option(help="result folder [default: reports/bench/<UTC>-<workload>]")
+        Path | None, typer.Option(help="result folder (default: reports/bench/<UTC>-<workload>)")
     ] = None,
     tokenizer: Annotated[
-        str | None, typer.Option(help="tokenizer for the prompts [default: model root]")
+        str | None, typer.Option(help="tokenizer for the prompts (default: the model root)")
     ] = None,
     tokenizer_mode: Annotated[
         str, typer.Option(help="vLLM tokenizer mode (deepseek_v4 for DeepSeek-V4)")

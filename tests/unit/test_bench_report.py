@@ -199,3 +199,29 @@ def test_show_prints_the_table_and_redraws_the_plots(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
     assert CliRunner().invoke(app, ["bench", "show", str(bad)]).exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--concurrency", "1,x"], "--concurrency is '1,x'; want comma-separated integers"),
+        (
+            ["--concurrency", "0"],
+            "quick (with command-line overrides): grid.concurrency: values [0] are outside",
+        ),
+        (["--thinking", "on"], "grid.thinking names ['on'], which are not keys of thinking_modes"),
+        (["--workload", "nope"], "workload 'nope': no file"),
+        ([], "GET /v1/models failed"),  # nothing listens on the discard port
+    ],
+)
+def test_bench_run_refuses_bad_arguments_before_sending_a_request(args: list[str], fragment: str) -> None:
+    from sparkpair_cli.cmd_bench import register
+
+    app = typer.Typer()
+    register(app)
+    base = ["bench", "--base-url", "http://127.0.0.1:9"]
+    if "--workload" not in args:
+        base.append("--quick")
+    res = CliRunner().invoke(app, base + args, env={"COLUMNS": "300"})
+    assert res.exit_code == 2, res.output
+    assert fragment in " ".join(res.output.split())
