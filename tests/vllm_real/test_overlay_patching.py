@@ -154,6 +154,16 @@ if plan is not None and plan.patches_router:
     report["restored_einsum"] = einsum_state()
     report["restored_recipe"] = recipe_state()
     report["restored_gate_class"] = type(GateLinear(64, 8, bias=False, out_dtype=torch.float32)).__name__
+if setup.get("fork"):
+    # A fork()ed child inherits vLLM's plugins_loaded guard and never calls register();
+    # the overlay's at-fork hook must log the plan line there once.
+    sys.stderr.flush()
+    child = os.fork()
+    if child == 0:
+        sys.stderr.flush()
+        os._exit(0)
+    os.waitpid(child, 0)
+    report["pids"] = {"parent": os.getpid(), "child": child}
 path = os.environ.get("SPARKPAIR_PLAN_PATH")
 report["plan_file"] = json.loads(open(path).read()) if path and os.path.exists(path) else None
 print("REPORT " + json.dumps(report, default=str))
@@ -320,3 +330,11 @@ def test_bad_setting_stops_vllm_with_a_named_error(tmp_path):
     assert proc.returncode != 0
     want = "SPARKPAIR_O_PROJ='cutlass' is not valid; wanted one of auto, deepgemm, triton, upstream"
     assert want in proc.stderr
+
+
+def test_forked_child_logs_the_plan_line_once(tmp_path):
+    r, err = run_case(tmp_path, {"SPARKPAIR_FAKE_CAPABILITY": "9.0"}, fork=True)
+    lines = plan_lines(err)
+    pids = sorted(int(ln.split(" pid=")[1].split(")")[0]) for ln in lines)
+    assert pids == sorted(r["pids"].values()), lines
+    assert len({ln.split("sparkpair overlay plan:")[1] for ln in lines}) == 1
