@@ -287,12 +287,13 @@ def check_stream(ctx: CheckContext, deadline: Deadline) -> Passed:
 
 
 def check_stream_no_usage(ctx: CheckContext, deadline: Deadline) -> Passed:
-    """Streaming without include_usage (false, and absent): no usage chunk, one [DONE]."""
+    """Streaming without include_usage (false, ``{}``, absent): no usage chunk, one [DONE]."""
     body = base_chat(ctx)
     ev: dict[str, Any] = {}
     problems: list[str] = []
     for label, extra in (
         ("include_usage=false", {"stream_options": {"include_usage": False}}),
+        ("stream_options={}", {"stream_options": {}}),  # usage leaked here before vllm PR #36379
         ("no stream_options", {}),
     ):
         s = stream_chat(ctx, dict(body, **extra), deadline, f"streamed chat ({label})")

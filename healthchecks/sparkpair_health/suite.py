@@ -171,6 +171,7 @@ def wait_ready(
     """
     progress = on_progress or _noop
     model = settings.model_name()
+    profile = settings.resolved_profile()
     own = client is None
     c = client or settings.client()
     t0 = time.monotonic()
@@ -203,6 +204,7 @@ def wait_ready(
                             "messages": [{"role": "user", "content": "Hi"}],
                             "max_tokens": 2,
                             "temperature": 0.0,
+                            **profile.checks.request_extra,
                         }
                         r = c.post("/v1/chat/completions", body, timeout_s=settings.timeouts.decode_probe_s)
                         n = (

@@ -7,7 +7,8 @@ It is not a mock of the suite: the suite runs unchanged over real HTTP against i
 
 Faults (strings in :attr:`FaultServer.faults`):
     models_missing, chat_500, chat_empty, usage_wrong, double_done, no_usage_chunk,
-    usage_always, stream_differs, tool_args_true, tool_args_invalid, tool_in_content,
+    usage_always, usage_on_empty_options (vllm PR #36379), stream_differs, tool_args_true,
+    tool_args_invalid, tool_in_content,
     tool_finish_stop, long_hang, long_accept_overlong, prompt_tokens_off, nondeterministic,
     engine_dies (after ``die_after`` chat requests /health answers 503 and chat 500 with
     vLLM's EngineDeadError text), wrong_answer, reasoning_when_off.
@@ -294,7 +295,12 @@ class _Handler(BaseHTTPRequestHandler):
                     )
                 )
         out.append(json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": fr}]}))
-        if (include_usage and "no_usage_chunk" not in self.faults) or "usage_always" in self.faults:
+        empty_opts = body.get("stream_options") == {} and "usage_on_empty_options" in self.faults
+        if (
+            (include_usage and "no_usage_chunk" not in self.faults)
+            or "usage_always" in self.faults
+            or empty_opts
+        ):
             out.append(json.dumps({**base, "choices": [], "usage": usage}))
         out.append("[DONE]")
         if "double_done" in self.faults:

@@ -44,6 +44,7 @@ CASES = [
     ("no_usage_chunk", "stream", "0 chunks carry usage"),
     ("stream_differs", "stream", "streamed text differs"),
     ("usage_always", "stream_no_usage", "not requested but"),
+    ("usage_on_empty_options", "stream_no_usage", "stream_options={}: include_usage not requested"),
     ("double_done", "stream_no_usage", "wanted exactly 1"),
     ("tool_args_true", "tool_required", "violate the get_weather schema"),
     ("tool_args_true", "tool_named", "violate the get_weather schema"),
