@@ -338,3 +338,57 @@ def test_forked_child_logs_the_plan_line_once(tmp_path):
     pids = sorted(int(ln.split(" pid=")[1].split(")")[0]) for ln in lines)
     assert pids == sorted(r["pids"].values()), lines
     assert len({ln.split("sparkpair overlay plan:")[1] for ln in lines}) == 1
+
+
+DISPATCH_OP_DRIVER = r'''
+import json, os, torch
+from sparkpair_overlay.kernels.router_gemm import router_gemm
+from sparkpair_overlay.patches import router
+calls = []
+def counted(x, w):  # the real kernel (Triton interpreter on CPU), counted
+    calls.append(x.shape[0])
+    return router_gemm(x, w)
+router._KERNEL = counted
+router._register_dispatch_op()
+router._register_dispatch_op()  # idempotent
+op = torch.ops.sparkpair_overlay.router_gemm_dispatch
+# The fake implementation (what torch.compile traces): shape and dtype only, any M.
+fake = op(torch.empty(7, 64, dtype=torch.bfloat16, device="meta"),
+          torch.empty(16, 64, dtype=torch.bfloat16, device="meta"), 4)
+torch.manual_seed(0)
+x_small, x_big = torch.randn(3, 64, dtype=torch.bfloat16), torch.randn(9, 64, dtype=torch.bfloat16)
+w = torch.randn(16, 64, dtype=torch.bfloat16)
+w32 = torch.randn(16, 64, dtype=torch.float32)
+small = router._router_gemm_dispatch(x_small, w, 4)
+try:  # M > max_m: vLLM's cuBLAS call torch.mm(out_dtype=fp32), which exists only on CUDA
+    router._router_gemm_dispatch(x_big, w, 4)
+    big = "returned"
+except NotImplementedError as exc:
+    big = str(exc).splitlines()[0]
+acc = router._router_gemm_dispatch(x_big, w32, -1)
+print("REPORT " + json.dumps({
+    "fake": [list(fake.shape), str(fake.dtype), str(fake.device)],
+    "kernel_calls": calls,
+    "dtypes": [str(small.dtype), str(acc.dtype)],
+    # The op returns exactly the kernel's output (its accuracy is the kernel tests' business).
+    "small_is_kernel_output": bool(torch.equal(small, router_gemm(x_small, w))),
+    "acc_is_kernel_output": bool(torch.equal(acc, router_gemm(x_big, w32))),
+    "big": big,
+}))
+'''
+
+
+def test_router_dispatch_op_splits_on_m_at_run_time_and_has_a_fake(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKPAIR_")}
+    env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run([sys.executable, "-c", DISPATCH_OP_DRIVER], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT "))[7:])
+    assert r["fake"] == [[7, 16], "torch.float32", "meta"]
+    # M=3 <= 4 -> our kernel; M=9 > 4 -> vLLM's torch.mm(out_dtype=fp32) (CUDA-only op, so it
+    # refuses CPU tensors here); max_m=-1 (fp32 weight) -> our kernel for every M.
+    assert r["kernel_calls"] == [3, 9]
+    assert r["dtypes"] == ["torch.float32"] * 2
+    assert "aten::mm.dtype" in r["big"] and "CPU" in r["big"], r["big"]
+    assert r["small_is_kernel_output"] and r["acc_is_kernel_output"], r
