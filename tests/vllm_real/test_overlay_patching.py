@@ -392,3 +392,29 @@ def test_router_dispatch_op_splits_on_m_at_run_time_and_has_a_fake(tmp_path):
     assert r["dtypes"] == ["torch.float32"] * 2
     assert "aten::mm.dtype" in r["big"] and "CPU" in r["big"], r["big"]
     assert r["small_is_kernel_output"] and r["acc_is_kernel_output"], r
+
+
+def test_probe_results_drive_the_plan_and_the_patches(tmp_path):
+    """A probe that found DeepGEMM (1,1,128) wrong and Triton (1,128,128) fastest, and the bf16
+    router kernel faster than cuBLAS up to M=8: the recipe is patched everywhere and layers get M<=8."""
+    rows_r = [{"path": p, "weight_dtype": "bfloat16", "m": m, "ok": True, "us": us, "shape": [8, 64]}
+              for m, ours, theirs in ((1, 4.0, 9.0), (8, 5.0, 9.0), (32, 14.0, 10.0))
+              for p, us in (("triton-bf16-lowM", ours), ("cublas", theirs))]
+    rows_o = [{"backend": b, "recipe": rc, "t": t, "ok": ok, "us": us}
+              for t in (1, 32, 2048)
+              for b, rc, ok, us in (("deepgemm", [1, 1, 128], t != 32, 5.0),
+                                    ("triton", [1, 1, 128], True, 9.0),
+                                    ("triton", [1, 128, 128], True, 7.0))]
+    probe = tmp_path / "probe.json"
+    probe.write_text(json.dumps({"schema": "sparkpair-probe/1", "capability": [12, 1], "router": rows_r,
+                                 "o_proj": rows_o}))
+    r, err = run_case(tmp_path, {"SPARKPAIR_FAKE_CAPABILITY": "12.1", "SPARKPAIR_PROBE_PLAN": str(probe)})
+    if not _kernels_ok(r):
+        assert_untouched(r)
+        return
+    assert r["plan"]["o_proj"]["label"] == "triton(1,128,128)" and r["plan"]["o_proj"]["patch_recipe"]
+    assert r["plan"]["router"]["bfloat16"]["max_m"] == 8
+    assert r["gate"]["torch.bfloat16"]["decision"] == ["triton-bf16-lowM", 8]  # the layer's (8, 64) shape
+    assert all(v["patched"] and v["value"] == [[1, 128, 128], False] for v in r["recipe"].values())
+    assert_plan(r, err, router="bf16:triton-bf16-lowM(M<=8),fp32:triton-fp32-accurate",
+                o_proj="triton(1,128,128)", cap="12.1 via SPARKPAIR_FAKE_CAPABILITY")
