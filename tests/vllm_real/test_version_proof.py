@@ -139,3 +139,15 @@ def test_the_checker_fails_on_a_tree_where_a_target_moved():
     assert "flashmla.compute_fp8_einsum_recipe" in problems
     _, findings = check_source(lambda p: None if p.endswith("router/gate_linear.py") else read(p))
     assert any("GateLinear" in f.target and "missing" in f.problem for f in findings)
+
+
+def test_the_image_pins_a_proven_vllm_version():
+    """Bumping the Dockerfile's vLLM without a proof here fails (issue 4 item 5)."""
+    import re
+
+    text = (REPO / "Dockerfile").read_text()
+    tags = set(re.findall(r"^ARG VLLM_IMAGE_TAG=v?([0-9][0-9A-Za-z.+-]*)\s*$", text, flags=re.M))
+    assert tags, "no `ARG VLLM_IMAGE_TAG=...` in the Dockerfile: the pin moved, update this test"
+    assert tags <= set(VERIFIED_VLLM_VERSIONS), (
+        f"Dockerfile pins vLLM {sorted(tags)}; the overlay is proven only for {list(VERIFIED_VLLM_VERSIONS)}"
+    )
