@@ -18,6 +18,8 @@ if want cache && [[ -d out/aot-sm90a ]]; then
   TRITON_CACHE_DIR="$PWD/out/aot-sm90a" timeout 120 python3 benchmarks/check_aot_cache.py 2>&1 | tee "$OUT/aot_cache.log"
   n1=$(find out/aot-sm90a -name '*.cubin' | wc -l)
   echo "aot cache cubins before $n0 after $n1" | tee -a "$OUT/aot_cache.log"
+  python3 benchmarks/aot_cache_key.py 2>&1 | tee -a "$OUT/aot_cache.log"
+  ls /usr/local/cuda/bin/ptxas 2>/dev/null; env | grep -i -E '^TRITON|^CUDA_HOME' | tee -a "$OUT/aot_cache.log"
 fi
 if want tests; then
   timeout 250 python3 -m pytest tests/gpu -q -p no:cacheprovider -m gpu -rfE 2>&1 | tee "$OUT/gpu_tests.log" | tail -40

@@ -88,7 +88,7 @@ def _n_compiled() -> int:
 
 def test_no_recompile_across_t() -> None:
     ops = {t: make_fp8_operands(t, G, D, R, (1, 1, 128), "int32", seed=t) for t in range(1, 70)}
-    for t in (1, 16, 17, 32, 33, 64, 65):  # warm each plan config
+    for t in (1, 16, 17, 32, 33, 64, 65, 66):  # warm each plan config
         a, sa, w, sw, _, _ = ops[t]
         fe.fp8_einsum(
             "bhr,hdr->bhd",
@@ -131,3 +131,22 @@ def test_custom_op_and_errors() -> None:
     torch.ops.sparkpair.fp8_einsum("bhr,hdr->bhd", a, sa, w, sw, out, [1, 1, 128])
     with pytest.raises(ValueError, match="equation"):
         fe.fp8_einsum("bhr,hrd->bhd", (a, sa), (w, sw), out, recipe=(1, 1, 128))
+
+
+def test_split_configs_reset_counters_and_repeat_bitwise() -> None:
+    from sparkpair_overlay.kernels._common import SEMAPHORES
+
+    for cfg in fe.FP8_EINSUM_CONFIGS:
+        if cfg["SPLIT_R"] == 1:
+            continue
+        a, sa, w, sw, sa_f, sw_f = make_fp8_operands(9, G, D, R, (1, 1, 128), "int32", seed=4)
+        outs = []
+        for _ in range(3):
+            out = torch.empty((9, G, D), dtype=torch.bfloat16, device="cuda")
+            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 1, 128), cfg)
+            outs.append(out)
+        assert all(torch.equal(outs[0], o) for o in outs[1:]), cfg.name
+        assert rel_fro(outs[0], fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL, cfg.name
+    torch.cuda.synchronize()
+    for arena in SEMAPHORES._arena.values():
+        assert int(arena.abs().sum()) == 0

@@ -162,3 +162,13 @@ def test_kernel_under_triton_interpreter() -> None:
         [sys.executable, "-c", INTERPRET_SCRIPT], env=env, capture_output=True, text=True, timeout=300
     )
     assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr
+
+
+def test_plans_name_existing_configs_in_increasing_t() -> None:
+    names = {c.name for c in fe.FP8_EINSUM_CONFIGS}
+    assert len(names) == len(fe.FP8_EINSUM_CONFIGS)
+    for plan in (fe.FP8_EINSUM_PLAN_UE8M0, fe.FP8_EINSUM_PLAN_FP32):
+        ts = [t for t, _ in plan]
+        assert ts == sorted(ts) and all(name in names for _, name in plan)
+    assert fe.select_fp8_einsum_config(1).name == fe.FP8_EINSUM_PLAN_UE8M0[0][1]
+    assert fe.select_fp8_einsum_config(16384, fp32_scales=True).name == fe.FP8_EINSUM_PLAN_FP32[-1][1]

@@ -72,3 +72,59 @@ def require_triton() -> None:
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative ints."""
     return -(-a // b)
+
+
+class SemaphorePool:
+    """Zeroed int32 tile counters for the single-launch split-K "last CTA reduces" pattern.
+
+    A split-K kernel writes its fp32 partial to a workspace, then bumps its output tile's counter
+    (one ``atomic_add`` with acq_rel semantics); the CTA that sees ``SPLIT - 1`` sums the partials
+    in split order 0, 1, ... (fixed order: bitwise deterministic, whichever CTA arrives last) and
+    resets the counter to 0, so the buffer is zero again when the kernel ends.
+
+    One arena per device, allocated and zeroed on the first call made outside CUDA-graph capture;
+    each CUDA stream gets its own slot, so kernels on concurrent streams never share counters.
+    Streams are assigned slots in Python (no allocation), which works during capture too.
+    ``get`` returns ``None`` (the caller falls back to a two-launch reduction) when the arena does
+    not exist yet and we are capturing, when the slots are used up, or when more tiles are needed
+    than a slot holds. Two graphs captured on one stream must not be replayed concurrently.
+    """
+
+    SLOTS = 32
+    TILES_PER_SLOT = 4096
+
+    def __init__(self) -> None:
+        self._arena: dict[int, Any] = {}
+        self._slot: dict[tuple[int, int], int] = {}
+
+    def get(self, device: Any, n_tiles: int) -> Any:
+        import torch
+
+        if n_tiles > self.TILES_PER_SLOT:
+            return None
+        if device.type == "cpu":  # TRITON_INTERPRET=1 runs programs one by one on the CPU
+            if -1 not in self._arena:
+                self._arena[-1] = torch.zeros((self.TILES_PER_SLOT,), dtype=torch.int32)
+            return self._arena[-1]
+        if device.type != "cuda":
+            return None
+        idx = device.index if device.index is not None else torch.cuda.current_device()
+        arena = self._arena.get(idx)
+        if arena is None:
+            if torch.cuda.is_current_stream_capturing():
+                return None
+            with torch.cuda.device(idx):
+                arena = torch.zeros((self.SLOTS, self.TILES_PER_SLOT), dtype=torch.int32, device=device)
+                torch.cuda.current_stream().synchronize()
+            self._arena[idx] = arena
+        key = (idx, torch.cuda.current_stream(idx).cuda_stream)
+        slot = self._slot.get(key)
+        if slot is None:
+            used = sum(1 for (d, _s) in self._slot if d == idx)
+            if used >= self.SLOTS:
+                return None
+            slot = self._slot[key] = used
+        return arena[slot]
+
+
+SEMAPHORES = SemaphorePool()

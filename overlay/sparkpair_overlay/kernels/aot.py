@@ -222,18 +222,17 @@ def router_variants() -> list[AotVariant]:
             w_dtype = torch.float32 if meta.pop("W_DTYPE") == "fp32" else torch.bfloat16
             fn = rg._router_gemv_kernel
         args = (_Mock(torch.float32), _Mock(torch.bfloat16), _Mock(w_dtype), 7, n, k, k, k, 7 * n, n)
+        variant = "fp32-w" if w_dtype == torch.float32 else "bf16-w"
         if cfg.kernel == "_router_dot_kernel":
-            args = (*args, 1.0)
-        out.append(
-            AotVariant(
-                "router_gemm",
-                cfg,
-                "fp32-w" if w_dtype == torch.float32 else "bf16-w",
-                fn,
-                args,
-                {**meta, "N16": True},
-            )
-        )
+            dot_args = (_Mock(torch.float32), _Mock(torch.int32), *args, 1.0)
+            fixups = (False, True) if meta["SPLIT_K"] > 1 else (False,)
+            for fixup in fixups:
+                kw = {**meta, "N16": True, "FIXUP": fixup}
+                out.append(
+                    AotVariant("router_gemm", cfg, variant + ("+fixup" if fixup else ""), fn, dot_args, kw)
+                )
+        else:
+            out.append(AotVariant("router_gemm", cfg, variant, fn, args, {**meta, "N16": True}))
     splits = sorted({c["SPLIT_K"] for c in rg.ROUTER_GEMM_CONFIGS if c["SPLIT_K"] > 1})
     rc = rg.ROUTER_REDUCE_CONFIG
     for s in splits:
@@ -285,6 +284,8 @@ def fp8_einsum_variants(layouts: Sequence[str] = ("fp32", "ue8m0-int32", "ue8m0-
         for cfg in fe.FP8_EINSUM_CONFIGS:
             args = (
                 _Mock(torch.bfloat16),
+                _Mock(torch.float32),  # workspace (SPLIT_R > 1)
+                _Mock(torch.int32),  # tile counters (SPLIT_R > 1)
                 _Mock(torch.float8_e4m3fn),
                 _Mock(s_dtype),
                 _Mock(torch.float8_e4m3fn),
@@ -302,6 +303,7 @@ def fp8_einsum_variants(layouts: Sequence[str] = ("fp32", "ue8m0-int32", "ue8m0-
                 7,
                 7,  # sa strides (T-dependent: not specialised)
                 *sw_strides,
+                7,  # workspace split stride T*G*D (not specialised)
             )
             kwargs = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row, **cfg.constexprs()}
             out.append(AotVariant("fp8_einsum", cfg, layout, fe._fp8_einsum_kernel, args, kwargs))

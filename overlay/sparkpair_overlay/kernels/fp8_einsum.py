@@ -53,7 +53,7 @@ import os
 
 import torch
 
-from ._common import HAS_TRITON, KernelConfig, cdiv, make_config, require_triton, tl, triton
+from ._common import HAS_TRITON, SEMAPHORES, KernelConfig, cdiv, make_config, require_triton, tl, triton
 
 __all__ = [
     "FP8_EINSUM_CONFIGS",
@@ -99,9 +99,11 @@ if HAS_TRITON:
             s = _exp_byte_to_f32(tl.load(ptr + offs, mask=mask, other=127).to(tl.int32))
         return s
 
-    @triton.jit(do_not_specialize=["T", "stride_sat", "stride_sag", "stride_sak"])
+    @triton.jit(do_not_specialize=["T", "stride_sat", "stride_sag", "stride_sak", "stride_wss"])
     def _fp8_einsum_kernel(
         out_ptr,  # [T, G, D] bf16, unit stride along D
+        ws_ptr,  # SPLIT_R > 1: fp32 partials [SPLIT_R, T, G, D] contiguous (else unused)
+        sem_ptr,  # SPLIT_R > 1: int32 tile counters, zero on entry and exit (see SemaphorePool)
         a_ptr,  # [T, G, R] e4m3, unit stride along R
         sa_ptr,  # scales of a: fp32 / int32 packed / uint8, [T, G, Ks]
         w_ptr,  # [G, D, R] e4m3, unit stride along R
@@ -121,6 +123,7 @@ if HAS_TRITON:
         stride_swg,
         stride_swd,
         stride_swk,
+        stride_wss,  # T*G*D: workspace stride between splits
         SA_KIND: tl.constexpr,
         SW_KIND: tl.constexpr,
         SW_PER_ROW: tl.constexpr,  # True: sw indexed by d; False: by d // 128
@@ -128,9 +131,11 @@ if HAS_TRITON:
         BLOCK_D: tl.constexpr,
         BLOCK_R: tl.constexpr,  # == 128 (one scale block per step)
         GROUP_T: tl.constexpr,  # T tiles per swizzle group (L2 reuse of w)
+        SPLIT_R: tl.constexpr = 1,  # K splits; >1: the last CTA of each tile sums them (one launch)
     ):
         g = tl.program_id(1)
         pid = tl.program_id(0)
+        pid_s = tl.program_id(2)
         num_d = tl.cdiv(D, BLOCK_D)
         num_t = tl.cdiv(T, BLOCK_T)
         # Swizzle: GROUP_T consecutive T tiles share each D tile's weight slab in L2.
@@ -157,7 +162,12 @@ if HAS_TRITON:
 
         acc = tl.zeros((BLOCK_T, BLOCK_D), dtype=tl.float32)
         num_kb = R // BLOCK_R
-        for kb in range(0, num_kb):
+        kb_per = tl.cdiv(num_kb, SPLIT_R)
+        kb_lo = pid_s * kb_per
+        kb_hi = tl.minimum(kb_lo + kb_per, num_kb)
+        a_ptrs += kb_lo * BLOCK_R
+        w_ptrs += kb_lo * BLOCK_R
+        for kb in range(kb_lo, kb_hi):
             a = tl.load(a_ptrs, mask=t_mask[:, None], other=0.0)
             w = tl.load(w_ptrs, mask=d_mask[:, None], other=0.0)
             if SA_KIND == 1:
@@ -175,8 +185,26 @@ if HAS_TRITON:
             a_ptrs += BLOCK_R
             w_ptrs += BLOCK_R
 
+        td_mask = t_mask[:, None] & d_mask[None, :]
         o_ptrs = out_ptr + offs_t[:, None] * stride_ot + g * stride_og + offs_d[None, :]
-        tl.store(o_ptrs, acc.to(tl.bfloat16), mask=t_mask[:, None] & d_mask[None, :])
+        if SPLIT_R == 1:
+            tl.store(o_ptrs, acc.to(tl.bfloat16), mask=td_mask)
+        else:
+            G = tl.num_programs(1)
+            w_offs = offs_t[:, None] * (G * D) + g * D + offs_d[None, :]
+            tl.store(ws_ptr + pid_s * stride_wss + w_offs, acc, mask=td_mask)
+            # Every thread's partial is stored before thread 0's release (CUTLASS barrier pattern).
+            tl.debug_barrier()
+            tile = g * tl.num_programs(0) + pid
+            arrived = tl.atomic_add(sem_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            if arrived == SPLIT_R - 1:
+                tot = tl.zeros((BLOCK_T, BLOCK_D), dtype=tl.float32)
+                for s in tl.static_range(SPLIT_R):  # split order: deterministic
+                    tot += tl.load(
+                        ws_ptr + s * stride_wss + w_offs, mask=td_mask, other=0.0, cache_modifier=".cg"
+                    )
+                tl.store(o_ptrs, tot.to(tl.bfloat16), mask=td_mask)
+                tl.store(sem_ptr + tile, 0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -184,7 +212,9 @@ if HAS_TRITON:
 # ----------------------------------------------------------------------------------------------
 
 
-def _cfg(name: str, bt: int, bd: int, warps: int, stages: int, group_t: int = 8) -> KernelConfig:
+def _cfg(
+    name: str, bt: int, bd: int, warps: int, stages: int, group_t: int = 8, split_r: int = 1
+) -> KernelConfig:
     return make_config(
         name,
         "_fp8_einsum_kernel",
@@ -194,6 +224,7 @@ def _cfg(name: str, bt: int, bd: int, warps: int, stages: int, group_t: int = 8)
         BLOCK_D=bd,
         BLOCK_R=SCALE_BLOCK,
         GROUP_T=group_t,
+        SPLIT_R=split_r,
     )
 
 
@@ -201,17 +232,22 @@ def _cfg(name: str, bt: int, bd: int, warps: int, stages: int, group_t: int = 8)
 #: memory per config is ``(BLOCK_T + BLOCK_D) * 128 B * num_stages`` plus Triton's scratch; each
 #: fits GB10's 101,376 B (checked by ``sparkpair kernels build`` and tests/aot).
 FP8_EINSUM_CONFIGS: tuple[KernelConfig, ...] = (
-    # decode, T <= 32: many small D tiles so ~128+ CTAs stream the 16 MB weight.
-    _cfg("t16_d16_s8", 16, 16, 4, 8),
+    # decode, T <= 64: K split in SPLIT_R parts (one launch; the last CTA of a tile sums the fp32
+    # partials in split order) so 256-1024 CTAs each stream 1/SPLIT_R of the weight rows.
+    _cfg("t16_d32_r4_s4", 16, 32, 4, 4, split_r=4),
+    _cfg("t16_d64_r4_s4", 16, 64, 4, 4, split_r=4),
+    _cfg("t16_d32_r8_s3", 16, 32, 4, 3, split_r=8),
+    _cfg("t32_d32_r4_s4", 32, 32, 4, 4, split_r=4),
+    _cfg("t32_d64_r2_s4", 32, 64, 4, 4, split_r=2),
+    _cfg("t64_d64_r2_s4", 64, 64, 4, 4, split_r=2),
+    # no split.
     _cfg("t16_d32_s6", 16, 32, 4, 6),
     _cfg("t32_d32_s6", 32, 32, 4, 6),
     _cfg("t32_d64_s4", 32, 64, 4, 4),
-    # mid T.
     _cfg("t64_d64_s4", 64, 64, 4, 4),
     _cfg("t64_d128_s4", 64, 128, 4, 4),
     # prefill.
     _cfg("t128_d128_s3_w8", 128, 128, 8, 3),
-    _cfg("t128_d128_s3_w4", 128, 128, 4, 3),
     _cfg("t128_d64_s4", 128, 64, 4, 4),
     _cfg("t64_d256_s3", 64, 256, 8, 3),
 )
@@ -226,14 +262,15 @@ _CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
 #: (1,128,128)): T<=32 t16_d32_s6 10.7-12.9 us; T=64..128 t64_d64_s4 13.8-14.0; T>=512
 #: t128_d64_s4 (T=8192: 424 us).
 FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
-    (16, "t16_d32_s6"),
-    (32, "t32_d32_s6"),
-    (64, "t32_d64_s4"),
+    (16, "t16_d32_r4_s4"),
+    (32, "t32_d32_r4_s4"),
+    (64, "t32_d64_r2_s4"),
     (256, "t64_d64_s4"),
     (1 << 62, "t64_d128_s4"),
 )
 FP8_EINSUM_PLAN_FP32: tuple[tuple[int, str], ...] = (
-    (32, "t16_d32_s6"),
+    (16, "t16_d32_r4_s4"),
+    (32, "t32_d32_r4_s4"),
     (256, "t64_d64_s4"),
     (1 << 62, "t128_d64_s4"),
 )
@@ -401,9 +438,17 @@ def fp8_einsum_with_config(
     else:
         cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
     meta = cfg.constexprs()
-    grid = (cdiv(t, meta["BLOCK_T"]) * cdiv(d, meta["BLOCK_D"]), g)
-    _fp8_einsum_kernel[grid](
+    n_tiles = cdiv(t, meta["BLOCK_T"]) * cdiv(d, meta["BLOCK_D"])
+    split = meta["SPLIT_R"]
+    sem = SEMAPHORES.get(x.device, n_tiles * g) if split > 1 else None
+    if sem is None:  # no counters (first call inside a graph capture, or too many tiles): no split
+        split = 1
+        meta["SPLIT_R"] = 1
+    ws = torch.empty((split, t, g, d), device=x.device, dtype=torch.float32) if split > 1 else out
+    _fp8_einsum_kernel[(n_tiles, g, split)](
         out,
+        ws,
+        sem if sem is not None else out,
         x,
         sa,
         w,
@@ -423,6 +468,7 @@ def fp8_einsum_with_config(
         sw.stride(0),
         sw.stride(1),
         sw.stride(2),
+        t * g * d,
         SA_KIND=sa_kind,
         SW_KIND=sw_kind,
         SW_PER_ROW=per_row,

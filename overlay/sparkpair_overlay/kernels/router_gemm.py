@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ._common import HAS_TRITON, KernelConfig, cdiv, make_config, require_triton, tl, triton
+from ._common import HAS_TRITON, SEMAPHORES, KernelConfig, cdiv, make_config, require_triton, tl, triton
 
 __all__ = [
     "ROUTER_GEMM_CONFIGS",
@@ -52,6 +52,8 @@ if HAS_TRITON:
 
     @triton.jit(do_not_specialize=["M", "stride_pk"])
     def _router_dot_kernel(
+        out_ptr,  # [M, N] fp32, row stride stride_pm (written by the last CTA when FIXUP)
+        sem_ptr,  # int32 tile counters, zero on entry and exit (FIXUP only; see SemaphorePool)
         part_ptr,  # out [M, N] fp32 (SPLIT_K == 1) or workspace [SPLIT_K, M, N] fp32
         x_ptr,  # [M, K] bf16, unit stride along K
         w_ptr,  # [N, K] bf16 (W_SPLIT3=False) or fp32 (W_SPLIT3=True), unit stride along K
@@ -69,6 +71,7 @@ if HAS_TRITON:
         BLOCK_K: tl.constexpr,
         SPLIT_K: tl.constexpr,
         N16: tl.constexpr,  # N % 16 == 0: stride_pk = M*N is a multiple of 16 (vector stores)
+        FIXUP: tl.constexpr = False,  # SPLIT_K > 1: the last CTA of each tile reduces (one launch)
     ):
         """Split-K tile on the tensor cores; program = (n tile, k split, m tile), n fastest."""
         if N16:
@@ -115,8 +118,22 @@ if HAS_TRITON:
                 acc += tl.dot(x, tl.trans(w)) * one
         if W_SPLIT3:
             acc = acc + acc_lo
-        p_ptrs = part_ptr + pid_k * stride_pk + offs_m[:, None] * stride_pm + offs_n[None, :]
-        tl.store(p_ptrs, acc, mask=m_mask[:, None] & n_mask[None, :])
+        mn_mask = m_mask[:, None] & n_mask[None, :]
+        p_offs = offs_m[:, None] * stride_pm + offs_n[None, :]
+        tl.store(part_ptr + pid_k * stride_pk + p_offs, acc, mask=mn_mask)
+        if FIXUP:
+            # Every thread's partial is stored before thread 0's release (CUTLASS barrier pattern).
+            tl.debug_barrier()
+            tile = pid_m * num_n + pid_n
+            arrived = tl.atomic_add(sem_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            if arrived == SPLIT_K - 1:
+                tot = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for s in tl.static_range(SPLIT_K):  # split order: deterministic
+                    tot += tl.load(
+                        part_ptr + s * stride_pk + p_offs, mask=mn_mask, other=0.0, cache_modifier=".cg"
+                    )
+                tl.store(out_ptr + p_offs, tot, mask=mn_mask)
+                tl.store(sem_ptr + tile, 0)
 
     @triton.jit(do_not_specialize=["M", "stride_pk"])
     def _router_gemv_kernel(
@@ -310,9 +327,13 @@ def _interpreting() -> bool:
 
 
 def router_gemm_with_config(
-    x: torch.Tensor, weight: torch.Tensor, config: KernelConfig | str | None
+    x: torch.Tensor, weight: torch.Tensor, config: KernelConfig | str | None, fixup: bool = True
 ) -> torch.Tensor:
     """Run one named variant (``None`` or ``"cublas"``: the cuBLAS / torch baseline).
+
+    ``fixup``: for split-K dot configs, reduce in the same launch (last CTA per tile, tile
+    counters from :data:`SEMAPHORES`); False, or no counters available, uses the second
+    ``_router_reduce_kernel`` launch. Both sum the partials in the same order: identical bits.
 
     Args:
         x: ``[M, K]`` bf16 activations.
@@ -363,9 +384,22 @@ def router_gemm_with_config(
     args = (part, x, weight, m, n, k, x.stride(0), weight.stride(0), m * n, n)
     n16 = n % 16 == 0
     if cfg.kernel == "_router_dot_kernel":
+        sem = None
+        if split > 1 and fixup:
+            sem = SEMAPHORES.get(x.device, cdiv(n, meta["BLOCK_N"]) * cdiv(m, meta["BLOCK_M"]))
         _router_dot_kernel[grid](
-            *args, 1.0, **meta, N16=n16, num_warps=cfg.num_warps, num_stages=cfg.num_stages
+            out,
+            sem if sem is not None else out,
+            *args,
+            1.0,
+            **meta,
+            N16=n16,
+            FIXUP=sem is not None,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
         )
+        if sem is not None:
+            return out
     else:
         meta = {kk: v for kk, v in meta.items() if kk != "W_DTYPE"}
         _router_gemv_kernel[grid](*args, **meta, N16=n16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
