@@ -132,3 +132,21 @@ def test_a_stream_that_stalls_is_a_timeout_error_not_a_hang() -> None:
         )
         assert time.monotonic() - t0 < 8
     assert report.check("long_prompt_rejected").status == "fail"
+
+
+def test_the_overlay_plan_is_in_the_report_when_given_and_an_unreadable_plan_fails(tmp_path: Path) -> None:
+    good, bad = tmp_path / "plan.json", tmp_path / "bad.json"
+    good.write_text('{"schema": "sparkpair-kernel-plan/1", "router": "upstream"}')
+    bad.write_text('{"schema": "sparkpair-kernel-plan/1", ')
+    with FaultServer() as srv:
+        ok = run_suite(settings(srv.base_url, only=["models"], plan_file=good, skip_ready=True))
+        broken = run_suite(settings(srv.base_url, only=["models"], plan_file=bad, skip_ready=True))
+        absent = run_suite(
+            settings(srv.base_url, only=["models"], plan_file=tmp_path / "no.json", skip_ready=True)
+        )
+    assert ok.passed and ok.overlay_plan == {"schema": "sparkpair-kernel-plan/1", "router": "upstream"}
+    assert '"router": "upstream"' in ok.to_json()
+    assert broken.check("overlay_plan").status == "fail" and not broken.passed
+    assert "not readable JSON" in broken.overlay_plan_note
+    assert absent.passed and absent.check("overlay_plan").status == "skip"
+    assert "does not exist" in absent.check("overlay_plan").message
