@@ -41,6 +41,10 @@ class Pattern:
         repeat_key: optional regex whose group 1 keys a repeat: matches with the same key count
             once (one failed start prints its error several times under one ``pid=``; a
             restart loop has a new pid each time). Lines without the key count one each.
+        window_s: optional window, seconds: a ``fatal-if-repeated`` pattern is fatal only when
+            ``threshold`` occurrences fall within this many seconds of each other (timestamps
+            read from vLLM's ``LEVEL MM-DD HH:MM:SS`` prefix or an ISO time, e.g. from
+            ``docker logs --timestamps``); occurrences without a timestamp count as one burst.
     """
 
     id: str
@@ -51,6 +55,7 @@ class Pattern:
     fix: str
     threshold: int = 1
     repeat_key: str | None = None
+    window_s: float | None = None
 
     def __post_init__(self) -> None:
         re.compile(self.regex)
@@ -218,6 +223,7 @@ CATALOGUE: tuple[Pattern, ...] = (
         "drop caches before launch; cap the restart policy (on-failure with a limit)",
         threshold=2,
         repeat_key=r"\bpid=(\d+)",
+        window_s=600.0,
     ),
     Pattern(
         "jit_during_inference",
@@ -302,6 +308,34 @@ class ScanResult:
         )
 
 
+_VLLM_TIME = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
+_ISO_TIME = re.compile(r"\b\d{4}-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")
+
+
+def line_time(line: str) -> float | None:
+    """Seconds since the start of the year (31-day months; only differences matter) of a log
+    line's timestamp: vLLM's ``LEVEL MM-DD HH:MM:SS`` or an ISO ``YYYY-MM-DDTHH:MM:SS``; ``None``
+    when the line has neither."""
+    m = _VLLM_TIME.search(line) or _ISO_TIME.search(line)
+    if not m:
+        return None
+    mo, d, h, mi, sec = (int(x) for x in m.groups())
+    return float((((mo * 31 + d) * 24 + h) * 60 + mi) * 60 + sec)
+
+
+def _max_in_window(times: list[float | None], window_s: float) -> int:
+    """Most occurrences within ``window_s`` seconds; untimed occurrences all count together."""
+    if not times or any(t is None for t in times):
+        return len(times)
+    ts = sorted(t for t in times if t is not None)
+    best, lo = 0, 0
+    for hi, t in enumerate(ts):
+        while t - ts[lo] > window_s:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
+
+
 def scan_lines(lines: Iterable[str], catalogue: Sequence[Pattern] = CATALOGUE) -> ScanResult:
     """Match every line against ``catalogue``; see :class:`ScanResult`."""
     compiled = [
@@ -309,6 +343,7 @@ def scan_lines(lines: Iterable[str], catalogue: Sequence[Pattern] = CATALOGUE) -
     ]
     found: dict[str, Finding] = {}
     keys: dict[str, set[str]] = {}
+    times: dict[str, list[float | None]] = {}
     n = 0
     for n, line in enumerate(lines, start=1):
         for p, rx, krx in compiled:
@@ -316,16 +351,20 @@ def scan_lines(lines: Iterable[str], catalogue: Sequence[Pattern] = CATALOGUE) -
                 f = found.setdefault(p.id, Finding(p, first_line_no=n))
                 f.count += 1
                 km = krx.search(line) if krx else None
-                if km is None:
-                    f.repeats += 1
-                elif km.group(1) not in keys.setdefault(p.id, set()):
+                new_occurrence = km is None or km.group(1) not in keys.setdefault(p.id, set())
+                if km is not None:
                     keys[p.id].add(km.group(1))
+                if new_occurrence:
                     f.repeats += 1
+                    times.setdefault(p.id, []).append(line_time(line))
                 if len(f.samples) < 3:
                     f.samples.append(line.strip()[:400])
     for f in found.values():
         sev = f.pattern.severity
-        repeated = sev == "fatal-if-repeated" and f.repeats >= f.pattern.threshold
+        burst = f.repeats
+        if f.pattern.window_s is not None:
+            burst = _max_in_window(times.get(f.pattern.id, []), f.pattern.window_s)
+        repeated = sev == "fatal-if-repeated" and burst >= f.pattern.threshold
         f.severity = "fatal" if sev == "fatal" or repeated else "warning"
     findings = sorted(found.values(), key=lambda f: (f.severity != "fatal", f.first_line_no))
     notes: list[str] = []

@@ -55,3 +55,21 @@ def test_an_engine_that_fails_to_start_is_fatal_and_one_failed_start_is_not_a_re
     second = re.sub(r"pid=(\d+)", lambda m: f"pid={int(m.group(1)) + 100000}", text)
     loop = scan_text(text + "\n" + second).get("startup_memory_check")
     assert loop is not None and loop.repeats == 2 and loop.severity == "fatal"
+
+
+def test_two_failed_starts_far_apart_are_not_a_restart_loop_but_close_together_are() -> None:
+    text = (LOGS / "vllm032-cpu-kv-cache-too-large.log").read_text(errors="replace")
+
+    def restart(minutes: int) -> str:
+        # The same failed start again, with new pids, ``minutes`` later (vLLM's HH:MM:SS prefix).
+        def shift(m: re.Match[str]) -> str:
+            h, mi = int(m.group(2)), int(m.group(3)) + minutes
+            return f"{m.group(1)} {h + mi // 60:02d}:{mi % 60:02d}:{m.group(4)}"
+
+        moved = re.sub(r"(\d\d-\d\d) (\d\d):(\d\d):(\d\d)", shift, text)
+        return re.sub(r"pid=(\d+)", lambda m: f"pid={int(m.group(1)) + 100000}", moved)
+
+    far = scan_text(text + "\n" + restart(30)).get("startup_memory_check")
+    near = scan_text(text + "\n" + restart(3)).get("startup_memory_check")
+    assert far is not None and far.repeats == 2 and far.severity == "warning"
+    assert near is not None and near.repeats == 2 and near.severity == "fatal"
