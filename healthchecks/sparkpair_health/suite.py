@@ -44,6 +44,10 @@ ProgressFn = Callable[[str, str], None]
 ``check-done``, ``aborted``, ``done``. Called from the thread running the suite."""
 
 
+MAX_TIMEOUTS_IN_A_ROW = 2
+"""Checks that may time out in a row, while ``/health`` still answers, before the run stops."""
+
+
 class NotReady(RuntimeError):
     """The server did not become ready (a decode did not succeed) within the ready timeout.
 
@@ -373,6 +377,7 @@ def run_suite(
             long_prompt_timeout_s=settings.timeouts.long_prompt_s,
         )
         todo = [c for c in (checks or CHECKS) if settings.only is None or c.id in settings.only]
+        timeouts_in_a_row = 0
         for spec in todo:
             if report.aborted:
                 report.checks.append(
@@ -402,6 +407,15 @@ def run_suite(
                     res.message = f"{gone} (during check {spec.id}; the check saw: {res.message})"
                     report.aborted = f"{gone} (during check {spec.id})"
                     progress("aborted", report.aborted)
+            timed_out = res.status == "error" and res.message.startswith("timeout")
+            timeouts_in_a_row = timeouts_in_a_row + 1 if timed_out else 0
+            if timeouts_in_a_row >= MAX_TIMEOUTS_IN_A_ROW and not report.aborted:
+                # /health still answers but requests do not: a wedged engine (B08). Stop, do not crawl.
+                report.aborted = (
+                    f"server not answering: {timeouts_in_a_row} checks in a row timed out (last: {spec.id}) "
+                    "while /health still answers 200: the engine is likely wedged (field-bugs B08)"
+                )
+                progress("aborted", report.aborted)
             report.checks.append(res)
             progress("check-done", f"{spec.id} {res.status} {res.latency_ms:.0f} ms")
         report.checks.append(_load_plan(settings, report))

@@ -11,7 +11,8 @@ Faults (strings in :attr:`FaultServer.faults`):
     tool_args_invalid, tool_in_content,
     tool_finish_stop, long_hang, long_accept_overlong, prompt_tokens_off, nondeterministic,
     engine_dies (after ``die_after`` chat requests /health answers 503 and chat 500 with
-    vLLM's EngineDeadError text), wrong_answer, reasoning_when_off.
+    vLLM's EngineDeadError text), wedge (after ``die_after`` chat requests, chat requests hang
+    ``hang_s`` while /health stays 200), wrong_answer, reasoning_when_off.
 """
 
 from __future__ import annotations
@@ -156,6 +157,8 @@ class _Handler(BaseHTTPRequestHandler):
         with o.lock:
             o.chat_count += 1
             dead = "engine_dies" in self.faults and o.chat_count > o.die_after
+        if "wedge" in self.faults and o.chat_count > o.die_after:
+            time.sleep(o.hang_s)  # a wedged engine: /health still 200, requests never answered (B08)
         if dead or "chat_500" in self.faults:
             self._send(
                 500,

@@ -150,3 +150,14 @@ def test_the_overlay_plan_is_in_the_report_when_given_and_an_unreadable_plan_fai
     assert "not readable JSON" in broken.overlay_plan_note
     assert absent.passed and absent.check("overlay_plan").status == "skip"
     assert "does not exist" in absent.check("overlay_plan").message
+
+
+def test_a_wedged_engine_that_still_answers_health_stops_the_run_instead_of_crawling() -> None:
+    with FaultServer({"wedge"}, die_after=3, hang_s=8) as srv:
+        t0 = time.monotonic()
+        report = run_suite(settings(srv.base_url, timeouts=Timeouts(ready_s=5, request_s=1)))
+        took = time.monotonic() - t0
+    assert report.aborted is not None and report.aborted.startswith("server not answering"), report.aborted
+    assert "wedged" in report.aborted and suite_exit_code(report) == 2
+    timed_out = [c for c in report.checks if c.status == "error" and c.message.startswith("timeout")]
+    assert len(timed_out) == 2 and took < 15
