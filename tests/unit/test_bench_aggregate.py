@@ -97,6 +97,17 @@ def test_cell_summary_matches_hand_computed_values() -> None:
     assert s["e2el_s"]["p99"] == pytest.approx(2.5 + 0.99 * 2.5)
 
 
+def test_bunched_streams_are_flagged() -> None:
+    from sparkpair_cli.bench.aggregate import is_bunched
+
+    smooth = summarize_cell([rec(0.0, 0.1, 1.1, 11, 10, itl=[0.1] * 10)])
+    assert smooth["bunched_gap_fraction"] == 0.0 and not is_bunched(smooth)
+    # 8 of 10 gaps under 1 ms: the tokens came in two bursts
+    bursty = summarize_cell([rec(0.0, 0.1, 1.1, 11, 10, itl=[0.0001] * 8 + [0.5, 0.4999])])
+    assert bursty["bunched_gap_fraction"] == pytest.approx(0.8) and is_bunched(bursty)
+    assert summarize_cell([rec(0.0, 0.1, 0.1, 1, 10)])["bunched_gap_fraction"] is None
+
+
 def test_single_token_outputs_have_no_tpot_but_count_as_tokens() -> None:
     s = summarize_cell([rec(0.0, 0.1, 0.1, 1, 10), rec(0.0, 0.2, 0.2, 1, 10)])
     assert s["tpot_ms"]["n"] == 0 and s["tpot_ms"]["mean"] is None

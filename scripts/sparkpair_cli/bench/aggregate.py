@@ -25,6 +25,10 @@ Definitions (successful, measured, not cancelled requests unless stated):
 - ``aggregate_output_tok_s``: sum of output tokens over the cell's wall window, where the
   window runs from the first measured request's send to the last measured request's end
   (failed requests included in the window, their tokens not counted).
+- ``bunched_gap_fraction``: share of those gaps shorter than :data:`BUNCHED_GAP_S`. Above
+  :data:`BUNCHED_FRACTION` the tokens reached the client in bursts (an overloaded API
+  server, e.g. on CPU): ITL and per-user decode tok/s then describe the bursts, not the
+  model, and the plots and table flag the cell.
 - ``errors``: measured requests that finished unsuccessfully (cancelled ones are counted
   separately in ``cancelled``).
 
@@ -39,6 +43,14 @@ from typing import Any
 
 PERCENTILES = (50, 90, 99)
 """Percentiles reported for each latency metric."""
+
+BUNCHED_GAP_S = 0.001
+"""A gap between token chunks shorter than this (1 ms) is no decode step of any model we
+serve (GB10 decode steps are ~10-40 ms; speculative decoding sends several tokens in one
+chunk rather than chunks 1 ms apart)."""
+
+BUNCHED_FRACTION = 0.5
+"""A cell whose share of sub-:data:`BUNCHED_GAP_S` gaps exceeds this is flagged as bunched."""
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -76,6 +88,12 @@ def distribution(values: Sequence[float], scale: float = 1.0) -> dict[str, float
         "max": max(scaled),
         **{f"p{p}": percentile(scaled, p) for p in PERCENTILES},
     }
+
+
+def is_bunched(summary: dict[str, Any]) -> bool:
+    """True when a cell summary's streams arrived in bursts (see ``bunched_gap_fraction``)."""
+    frac = summary.get("bunched_gap_fraction")
+    return frac is not None and frac > BUNCHED_FRACTION
 
 
 def summarize_cell(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -125,5 +143,6 @@ def summarize_cell(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "ttft_ms": distribution(ttft, 1000.0),
         "tpot_ms": distribution(tpot, 1000.0),
         "itl_ms": distribution(itl, 1000.0),
+        "bunched_gap_fraction": sum(1 for x in itl if x < BUNCHED_GAP_S) / len(itl) if itl else None,
         "e2el_s": distribution(e2el),
     }

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkpair_cli.bench import reference
+from sparkpair_cli.bench.aggregate import is_bunched
 
 _REF_MARKERS = "osD^vP*Xhp<>"
 
@@ -118,6 +119,17 @@ def plot_tokps_vs_concurrency(result: dict[str, Any], path: Path) -> Path:
                     ax, [p[0] for p in pts], [p[1] for p in pts],
                     f"ctx {ctx}, out {out}, thinking {thinking}", i, any(p[2] != "complete" for p in pts),
                 )  # fmt: skip
+        if metric == "per_user_decode_tok_s":
+            flagged = [
+                (c["concurrency"], c["summary"]["per_user_decode_tok_s"]["p50"])
+                for c in _cells_with_summary(result)
+                if is_bunched(c["summary"]) and c["summary"]["per_user_decode_tok_s"]["p50"] is not None
+            ]
+            if flagged:
+                why = "this run: stream came in bursts (most token gaps < 1 ms): decode tok/s not meaningful"
+                xs, ys = [f[0] for f in flagged], [f[1] for f in flagged]
+                ax.plot(xs, ys, "o", markersize=16, markerfacecolor="none", markeredgecolor="red",
+                        markeredgewidth=1.8, label=why)  # fmt: skip
         _draw_refs_vs_concurrency(ax, metric, styles)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -201,7 +213,10 @@ def plot_ttft_vs_context(result: dict[str, Any], path: Path) -> Path:
                     markersize=8,
                     label=f"[field] TTFT {f.label} ({f.source})",
                 )
+            has_ttft = {(f.stack, f.context_tokens) for f in reference.figures("ttft_s")}
             for f in reference.figures("prefill_tok_s"):
+                if (f.stack, f.context_tokens) in has_ttft:
+                    continue  # the same measurement, already drawn as a TTFT point
                 if f.context_tokens and f.context_tokens[0] == f.context_tokens[1]:
                     marker, color = styles[f.stack]
                     x = f.context_tokens[0]

@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from sparkpair_cli.bench.aggregate import is_bunched
 from sparkpair_cli.bench.runner import RESULT_SCHEMA
 
 # (label, unit, path into a cell summary, higher_is_better)
@@ -113,6 +114,13 @@ def print_result(result: dict[str, Any], console: Console) -> None:
     for c in result.get("cells", []):
         if c.get("status") == "failed":
             console.print(f"[red]{c['id']} failed:[/red] {c.get('error')}")
+    bunched = [c["id"] for c in result.get("cells", []) if c.get("summary") and is_bunched(c["summary"])]
+    if bunched:
+        console.print(
+            f"[yellow]streams arrived in bursts (most token gaps < 1 ms) in {', '.join(bunched)}: "
+            "ITL and per-user decode tok/s there describe the bursts, not the model "
+            "(an overloaded API server); TTFT and aggregate tok/s are still right.[/yellow]"
+        )
 
 
 def compare_table(a: dict[str, Any], b: dict[str, Any], a_name: str, b_name: str) -> tuple[Table, list[str]]:
