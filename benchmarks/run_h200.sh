@@ -21,6 +21,20 @@ if want cache && [[ -d out/aot-sm90a ]]; then
   python3 benchmarks/aot_cache_key.py 2>&1 | tee -a "$OUT/aot_cache.log"
   ls /usr/local/cuda/bin/ptxas 2>/dev/null; env | grep -i -E '^TRITON|^CUDA_HOME' | tee -a "$OUT/aot_cache.log"
 fi
+if want aotproof; then
+  # Build the cache with the AOT gate on this machine's own Triton (no GPU used by the gate), then
+  # check that the runtime loads every kernel it needs from it without compiling.
+  rm -rf /tmp/aot-proof
+  timeout 150 python3 -c '
+import time; t=time.time()
+from sparkpair_overlay.kernels import aot, router_gemm as rg, fp8_einsum as fe
+plan = {n for _, n in rg.ROUTER_BF16_PLAN + rg.ROUTER_FP32_PLAN} | {n for _, n in fe.FP8_EINSUM_PLAN_UE8M0 + fe.FP8_EINSUM_PLAN_FP32}
+vs = [v for v in aot.router_variants() + aot.fp8_einsum_variants(("fp32", "ue8m0-int32")) if v.config.name in plan or v.config.name.startswith("reduce")]
+rs = aot.build(["sm_90a"], "/tmp/aot-proof", vs)
+print("aot-on-device built", sum(r.fits for r in rs), "/", len(rs), "in", round(time.time()-t), "s")
+' 2>&1 | tee "$OUT/aot_proof.log"
+  TRITON_CACHE_DIR=/tmp/aot-proof timeout 120 python3 benchmarks/check_aot_cache.py 2>&1 | tee -a "$OUT/aot_proof.log"
+fi
 if want tests; then
   timeout 250 python3 -m pytest tests/gpu -q -p no:cacheprovider -m gpu -rfE 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
 fi

@@ -232,24 +232,22 @@ def _cfg(
 #: memory per config is ``(BLOCK_T + BLOCK_D) * 128 B * num_stages`` plus Triton's scratch; each
 #: fits GB10's 101,376 B (checked by ``sparkpair kernels build`` and tests/aot).
 FP8_EINSUM_CONFIGS: tuple[KernelConfig, ...] = (
-    # decode, T <= 64: K split in SPLIT_R parts (one launch; the last CTA of a tile sums the fp32
+    # decode, T <= 128: K split in SPLIT_R parts (one launch; the last CTA of a tile sums the fp32
     # partials in split order) so 256-1024 CTAs each stream 1/SPLIT_R of the weight rows.
     _cfg("t16_d32_r4_s4", 16, 32, 4, 4, split_r=4),
     _cfg("t16_d64_r4_s4", 16, 64, 4, 4, split_r=4),
-    _cfg("t16_d32_r8_s3", 16, 32, 4, 3, split_r=8),
+    _cfg("t16_d64_r8_s3", 16, 64, 4, 3, split_r=8),
+    _cfg("t16_d128_r4_s4", 16, 128, 4, 4, split_r=4),
     _cfg("t32_d32_r4_s4", 32, 32, 4, 4, split_r=4),
     _cfg("t32_d64_r2_s4", 32, 64, 4, 4, split_r=2),
+    _cfg("t32_d64_r4_s4", 32, 64, 4, 4, split_r=4),
     _cfg("t64_d64_r2_s4", 64, 64, 4, 4, split_r=2),
-    # no split.
+    # no split: mid T and prefill.
     _cfg("t16_d32_s6", 16, 32, 4, 6),
-    _cfg("t32_d32_s6", 32, 32, 4, 6),
-    _cfg("t32_d64_s4", 32, 64, 4, 4),
     _cfg("t64_d64_s4", 64, 64, 4, 4),
     _cfg("t64_d128_s4", 64, 128, 4, 4),
-    # prefill.
-    _cfg("t128_d128_s3_w8", 128, 128, 8, 3),
     _cfg("t128_d64_s4", 128, 64, 4, 4),
-    _cfg("t64_d256_s3", 64, 256, 8, 3),
+    _cfg("t128_d128_s3_w8", 128, 128, 8, 3),
 )
 
 _CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
@@ -262,16 +260,18 @@ _CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
 #: (1,128,128)): T<=32 t16_d32_s6 10.7-12.9 us; T=64..128 t64_d64_s4 13.8-14.0; T>=512
 #: t128_d64_s4 (T=8192: 424 us).
 FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
-    (16, "t16_d32_r4_s4"),
-    (32, "t32_d32_r4_s4"),
-    (64, "t32_d64_r2_s4"),
+    (16, "t16_d64_r4_s4"),
+    (32, "t32_d64_r2_s4"),
+    (128, "t64_d64_r2_s4"),
     (256, "t64_d64_s4"),
     (1 << 62, "t64_d128_s4"),
 )
 FP8_EINSUM_PLAN_FP32: tuple[tuple[int, str], ...] = (
+    (4, "t16_d64_r4_s4"),
     (16, "t16_d32_r4_s4"),
-    (32, "t32_d32_r4_s4"),
+    (64, "t64_d64_r2_s4"),
     (256, "t64_d64_s4"),
+    (2048, "t64_d128_s4"),
     (1 << 62, "t128_d64_s4"),
 )
 FP8_EINSUM_PLAN = FP8_EINSUM_PLAN_UE8M0  # the served recipe on GB10

@@ -248,6 +248,8 @@ def _gemv(name: str, bm: int, bn: int, bk: int, split: int, warps: int, w_dtype:
 ROUTER_GEMM_CONFIGS: tuple[KernelConfig, ...] = (
     # bf16 weight. Split-K on the tensor cores: ~128 CTAs, 16 KB of weight each at M <= 16.
     _dot("bf16_dot_m16_n16_s8", 16, 16, 256, 8, 4, 3, False),
+    _dot("bf16_dot_m16_n16_s8_k512", 16, 16, 512, 8, 4, 1, False),
+    _dot("bf16_dot_m16_n16_s16", 16, 16, 256, 16, 4, 1, False),
     _dot("bf16_dot_m16_n32_s16", 16, 32, 128, 16, 4, 2, False),
     _dot("bf16_dot_m32_n32_s8", 32, 32, 128, 8, 4, 3, False),
     _dot("bf16_dot_m64_n64_s4", 64, 64, 128, 4, 4, 3, False),
@@ -258,6 +260,7 @@ ROUTER_GEMM_CONFIGS: tuple[KernelConfig, ...] = (
     _gemv("fp32_gemv_m4_n8_s8", 4, 8, 128, 8, 4, "fp32"),
     # fp32 weight: BF16x3 on the tensor cores.
     _dot("fp32x3_dot_m16_n16_s8", 16, 16, 128, 8, 4, 3, True),
+    _dot("fp32x3_dot_m16_n16_s16", 16, 16, 128, 16, 4, 2, True),
     _dot("fp32x3_dot_m32_n32_s8", 32, 32, 64, 8, 4, 3, True),
     _dot("fp32x3_dot_m64_n64_s2", 64, 64, 64, 2, 4, 3, True),
     _dot("fp32x3_dot_m128_n64_s1", 128, 64, 32, 1, 4, 3, True),
@@ -275,7 +278,7 @@ _CONFIGS_BY_NAME = {c.name: c for c in ROUTER_GEMM_CONFIGS}
 #: benchmarks/results/router_gemm.csv): M=1..16 bf16_dot_m16_n16_s8 4.5-5.1 us vs cuBLAS 5.4-6.2;
 #: M=32..64 bf16_dot_m32_n32_s8 5.3-5.6 us vs 6.2-6.3; from M=128 cuBLAS is as fast or faster.
 ROUTER_BF16_PLAN: tuple[tuple[int, str], ...] = (
-    (16, "bf16_dot_m16_n16_s8"),
+    (32, "bf16_dot_m16_n16_s8"),
     (64, "bf16_dot_m32_n32_s8"),
 )
 
@@ -287,6 +290,7 @@ ROUTER_BF16_PLAN: tuple[tuple[int, str], ...] = (
 ROUTER_FP32_PLAN: tuple[tuple[int, str], ...] = (
     (1, "cublas"),
     (32, "fp32x3_dot_m16_n16_s8"),
+    (128, "fp32x3_dot_m32_n32_s8"),
     (512, "cublas"),
     (4096, "fp32x3_dot_m64_n64_s2"),
     (1 << 62, "fp32x3_dot_m128_n64_s1"),
