@@ -80,3 +80,64 @@ def test_cli_fails_non_zero_naming_the_config(tmp_path, monkeypatch) -> None:
     assert ok.exit_code == 0, ok.output
     bad = CliRunner().invoke(app, ["kernels", "build", "--arch", "sm_75"])
     assert bad.exit_code != 0
+
+
+def test_shipped_cache_has_the_keys_the_runtime_looks_up(tmp_path, monkeypatch) -> None:
+    """The cache the gate writes is hit by the real launchers (same specialisation and options).
+
+    The launchers run with CPU tensors under the gate's stand-in sm_90a driver: Triton computes
+    the runtime cache key, finds (or misses) the entry, and only then fails to launch (no GPU).
+    """
+    import sys
+    from pathlib import Path
+
+    import torch
+    import triton
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+    from kernel_numerics import make_fp8_operands
+    from sparkpair_overlay.kernels import fp8_einsum as fe
+    from sparkpair_overlay.kernels import router_gemm as rg
+
+    cache = tmp_path / "cache"
+    results = aot.build(["sm_90a"], str(cache))
+    assert all(r.fits for r in results)
+    for fn in (rg._router_dot_kernel, rg._router_reduce_kernel, fe._fp8_einsum_kernel):
+        fn.device_caches.clear()  # forget the in-memory kernels: go through the file cache
+    events: list[tuple[str, bool]] = []
+
+    def listener(src, metadata, metadata_group, times, cache_hit):  # noqa: ANN001
+        events.append((metadata.get("name", "?") if isinstance(metadata, dict) else "?", cache_hit))
+
+    monkeypatch.setattr(triton.knobs.compilation, "listener", listener)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # lets the launchers take CPU tensors
+    calls = []
+    for w_dtype in (torch.bfloat16, torch.float32):
+        w = torch.randn(256, 4096).to(w_dtype)
+        for m in (1, 8, 32, 64, 2048, 8192):
+            cfg = rg.select_router_config(m, w_dtype)
+            if cfg is not None:
+                calls.append(
+                    lambda m=m, w=w, cfg=cfg: rg.router_gemm_with_config(
+                        torch.randn(m, 4096).bfloat16(), w, cfg
+                    )
+                )
+    for recipe, enc in (((1, 1, 128), "int32"), ((1, 128, 128), "fp32")):
+        for t in (1, 32, 64, 2048):
+            ops = make_fp8_operands(t, 4, 1024, 4096, recipe, enc, device="cpu")
+            out = torch.empty((t, 4, 1024), dtype=torch.bfloat16)
+            calls.append(
+                lambda ops=ops, out=out, recipe=recipe: fe.fp8_einsum_with_config(
+                    "bhr,hdr->bhd", (ops[0], ops[1]), (ops[2], ops[3]), out, recipe
+                )
+            )
+    with aot._target_driver("sm_90a", str(cache)):
+        for call in calls:
+            try:
+                call()
+            except Exception:  # noqa: BLE001 - the launch itself cannot run without a GPU
+                pass
+    print("cache lookups:", events)
+    assert events, "no kernel was looked up"
+    misses = [name for name, hit in events if not hit]
+    assert not misses, f"runtime keys missing from the shipped cache: {misses}"

@@ -224,9 +224,11 @@ def router_variants() -> list[AotVariant]:
         args = (_Mock(torch.float32), _Mock(torch.bfloat16), _Mock(w_dtype), 7, n, k, k, k, 7 * n, n)
         variant = "fp32-w" if w_dtype == torch.float32 else "bf16-w"
         if cfg.kernel == "_router_dot_kernel":
-            dot_args = (_Mock(torch.float32), _Mock(torch.int32), *args, 1.0)
             fixups = (False, True) if meta["SPLIT_K"] > 1 else (False,)
             for fixup in fixups:
+                # The launcher passes ``out`` (fp32) as the counter pointer when there is no fixup.
+                sem = _Mock(torch.int32 if fixup else torch.float32)
+                dot_args = (_Mock(torch.float32), sem, *args, 1.0)
                 kw = {**meta, "N16": True, "FIXUP": fixup}
                 out.append(
                     AotVariant("router_gemm", cfg, variant + ("+fixup" if fixup else ""), fn, dot_args, kw)
@@ -282,10 +284,12 @@ def fp8_einsum_variants(layouts: Sequence[str] = ("fp32", "ue8m0-int32", "ue8m0-
         else:
             raise ValueError(f"unknown scale layout {layout!r}")
         for cfg in fe.FP8_EINSUM_CONFIGS:
+            split = cfg["SPLIT_R"] > 1
             args = (
                 _Mock(torch.bfloat16),
-                _Mock(torch.float32),  # workspace (SPLIT_R > 1)
-                _Mock(torch.int32),  # tile counters (SPLIT_R > 1)
+                # workspace and tile counters; without a split the launcher passes ``out`` for both
+                _Mock(torch.float32 if split else torch.bfloat16),
+                _Mock(torch.int32 if split else torch.bfloat16),
                 _Mock(torch.float8_e4m3fn),
                 _Mock(s_dtype),
                 _Mock(torch.float8_e4m3fn),

@@ -253,15 +253,15 @@ FP8_EINSUM_CONFIGS: tuple[KernelConfig, ...] = (
 _CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
 
 #: Dispatch by scale encoding: ``(max_T, config name)`` in increasing max_T; beyond the last
-#: entry, the last config. Source: H200 sweep (benchmarks/bench_fp8_einsum.py, TP=2 shapes,
-#: CUDA-graph replay p50, 2026-11-30, rows in benchmarks/results/fp8_einsum.csv). Packed UE8M0
-#: (GB10's recipe (1,1,128)): T=1..16 t16_d32_s6 12.1-12.3 us; T=32 t32_d32_s6 14.2; T=64 t32_d64_s4
-#: 17.6; T=128 t64_d64_s4 20.7; T>=512 t64_d128_s4 (T=8192: 478 us). fp32 scales (recipe
-#: (1,128,128)): T<=32 t16_d32_s6 10.7-12.9 us; T=64..128 t64_d64_s4 13.8-14.0; T>=512
-#: t128_d64_s4 (T=8192: 424 us).
+#: entry, the last config. Source: H200 sweep at 14999a3 (benchmarks/bench_fp8_einsum.py, TP=2
+#: shapes, CUDA-graph replay p50, 2026-11-29, rows in benchmarks/results/fp8_einsum.csv). Packed
+#: UE8M0 (GB10's recipe (1,1,128)): T=1/4/16 t16_d64_r4_s4 7.7/7.9/8.8 us; T=32 t32_d64_r4_s4
+#: 11.3; T=64/128 t64_d64_r2_s4 14.4/18.7; T>=512 t64_d128_s4 (512: 30.9, 8192: 470 us). fp32
+#: scales (recipe (1,128,128)): T=1/4 t16_d64_r4_s4 7.1/7.3; T=16 t16_d32_r4_s4 8.1; T=32/64
+#: t64_d64_r2_s4 10.6/11.9; T=128 t64_d64_s4 14.8; T=512..2048 t64_d128_s4; T>=8192 t128_d64_s4.
 FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
     (16, "t16_d64_r4_s4"),
-    (32, "t32_d64_r2_s4"),
+    (32, "t32_d64_r4_s4"),
     (128, "t64_d64_r2_s4"),
     (256, "t64_d64_s4"),
     (1 << 62, "t64_d128_s4"),

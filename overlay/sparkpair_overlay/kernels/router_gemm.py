@@ -273,22 +273,25 @@ ROUTER_REDUCE_CONFIG: KernelConfig = make_config("reduce", "_router_reduce_kerne
 _CONFIGS_BY_NAME = {c.name: c for c in ROUTER_GEMM_CONFIGS}
 
 #: Dispatch for a bf16 weight: ``(max_M, config name)`` in increasing max_M; ``"cublas"`` means
-#: ``torch.mm(x, W.T, out_dtype=fp32)``; beyond the last entry, cuBLAS. Source: H200 sweep
-#: (benchmarks/bench_router_gemm.py, CUDA-graph replay p50, warm L2, 2026-11-30, rows in
-#: benchmarks/results/router_gemm.csv): M=1..16 bf16_dot_m16_n16_s8 4.5-5.1 us vs cuBLAS 5.4-6.2;
-#: M=32..64 bf16_dot_m32_n32_s8 5.3-5.6 us vs 6.2-6.3; from M=128 cuBLAS is as fast or faster.
+#: ``torch.mm(x, W.T, out_dtype=fp32)``; beyond the last entry, cuBLAS. Source: H200 sweep at
+#: 14999a3 (benchmarks/bench_router_gemm.py, CUDA-graph replay p50, warm L2, 2026-11-29, rows in
+#: benchmarks/results/router_gemm.csv): M=1..16 bf16_dot_m16_n16_s8_k512 3.61-3.72 us vs cuBLAS
+#: 5.55-6.15; M=32 4.63 vs 6.14; M=64 bf16_dot_m32_n32_s8 5.23 vs 6.31; from M=128 cuBLAS is as
+#: fast or faster (128: 6.41, 512: 7.27, 8192: 27.5 us).
 ROUTER_BF16_PLAN: tuple[tuple[int, str], ...] = (
-    (32, "bf16_dot_m16_n16_s8"),
+    (32, "bf16_dot_m16_n16_s8_k512"),
     (64, "bf16_dot_m32_n32_s8"),
 )
 
 #: Dispatch for an fp32 weight: ``(max_M, config name)``; ``"cublas"`` means the true-fp32
 #: ``F.linear(x.float(), W)`` (TF32 off); beyond the last entry, the last config. Source: the same
-#: H200 sweep (run at 3175348): M=1 F.linear 5.6 us vs BF16x3 8.5; M=2..32 fp32x3_dot_m16_n16_s8
-#: 9.0-11.4 us vs 12.3-17.8; M=33..512 F.linear 14.8-41 us (ties BF16x3 at 64/128); M=1024..4096
-#: fp32x3_dot_m64_n64_s2 44/55/109 us vs 71/128/234; M=8192 fp32x3_dot_m128_n64_s1 164 us vs 446.
+#: sweep: M=1 F.linear 5.62 us vs BF16x3 8.2; M=2..16 fp32x3_dot_m16_n16_s16 7.04-7.22 us vs
+#: 12.4-17.8; M=32 fp32x3_dot_m16_n16_s8 10.30 vs 14.15; M=64/128 fp32x3_dot_m32_n32_s8 13.4/17.6
+#: vs 14.9/19.7; M=256/512 F.linear 27.5/41.5; M=1024..4096 fp32x3_dot_m64_n64_s2 49/59/115 us vs
+#: 70/128/233; M=8192 fp32x3_dot_m128_n64_s1 164 us vs 446. Max rel. error vs fp64 <= 7.1e-7.
 ROUTER_FP32_PLAN: tuple[tuple[int, str], ...] = (
     (1, "cublas"),
+    (16, "fp32x3_dot_m16_n16_s16"),
     (32, "fp32x3_dot_m16_n16_s8"),
     (128, "fp32x3_dot_m32_n32_s8"),
     (512, "cublas"),
