@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "sparkpair_cli.cmd_bench",
     "sparkpair_cli.cmd_gateway",
     "sparkpair_cli.cmd_kernels",
+    "sparkpair_cli.cmd_probe",
     "sparkpair_cli.cmd_plan",
     "sparkpair_cli.cmd_preflight",
     "sparkpair_cli.cmd_node",
