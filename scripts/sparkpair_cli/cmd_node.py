@@ -150,11 +150,29 @@ def register(app: typer.Typer) -> None:
             _say(env, f"[red]preflight failed ({len(report.failed)} checks); not starting[/red]")
             raise typer.Exit(EXIT_PREFLIGHT)
 
+        base_env = dict(os.environ)
         if _has_command("cmd_probe"):
-            _say(env, "sparkpair probe (kernel self-test)")
-            rc = subprocess.call([sys.executable, "-m", "sparkpair_cli.main", "probe"])
-            if rc != 0:
-                _say(env, f"[red]sparkpair probe exited {rc}; not starting[/red]")
+            out_path = Path(
+                os.environ.get("SPARKPAIR_PROBE_OUT", "/var/cache/sparkpair/vllm/sparkpair-probe.json")
+            )
+            _say(env, f"sparkpair probe (on-device kernel self-test) -> {out_path}")
+            tp = str(profile.server.tensor_parallel_size)
+            rc = subprocess.call(
+                [sys.executable, "-m", "sparkpair_cli.main", "probe", "--out", str(out_path), "--tp", tp]
+            )
+            if rc == 0:
+                base_env["SPARKPAIR_PROBE_PLAN"] = str(out_path)
+            elif "probe" in env.waived:
+                _say(
+                    env,
+                    f"[yellow]sparkpair probe exited {rc}; waived by SPARKPAIR_PREFLIGHT_WAIVE: "
+                    "the kernel plan uses its built-in defaults[/yellow]",
+                )
+            else:
+                _say(
+                    env,
+                    f"[red]sparkpair probe exited {rc}; wanted 0 (a GPU to run on); not starting[/red]",
+                )
                 raise typer.Exit(EXIT_PREFLIGHT)
         else:
             _say(env, "sparkpair probe is not in this build; kernel plan comes from predicates only")
@@ -175,7 +193,7 @@ def register(app: typer.Typer) -> None:
             _say(env, f"Triton cache {cache}: {n} AOT entries copied from {AOT_TRITON_CACHE}")
 
         try:
-            p = launch.plan(env, profile, r, base_env=dict(os.environ), gid_index=gid)
+            p = launch.plan(env, profile, r, base_env=base_env, gid_index=gid)
         except launch.LaunchError as e:
             err.print(str(e), highlight=False)
             raise typer.Exit(EXIT_CONFIG) from None
@@ -223,6 +241,9 @@ def register(app: typer.Typer) -> None:
                 highlight=False,
             )
             raise typer.Exit(EXIT_CONFIG)
+        from .preflight.checks import is_dsv4
+
+        dsv4 = is_dsv4(_load_profile(env))
         reports = Path(os.environ.get("SPARKPAIR_REPORTS_DIR", "/var/lib/sparkpair/reports"))
         argv = [
             sys.executable, "-m", "sparkpair_cli.main", "gateway",
@@ -231,6 +252,8 @@ def register(app: typer.Typer) -> None:
             "--port", str(env.SPARKPAIR_GATEWAY_PORT),
             "--report-json", str(reports / "report.json"),
             "--junit-xml", str(reports / "junit.xml"),
+            # The DeepSeek-V4 checks only for a DeepSeek-V4 profile.
+            "--dsv4-checks" if dsv4 else "--no-dsv4-checks",
         ]  # fmt: skip
         reports.mkdir(parents=True, exist_ok=True)
         _say(env, "exec " + " ".join(argv))

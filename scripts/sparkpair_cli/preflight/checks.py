@@ -728,6 +728,7 @@ CHECK_IDS = {
     "same-kernel": "kernel release equal on every node",
     "same-driver": "driver version equal on every node",
     "same-mtu": "fabric MTU equal on every node",
+    "probe": "sparkpair probe: on-device kernel self-test before the server starts (node run)",
     "nccl-allreduce": "two-rank NCCL all-reduce over NET/IB with busbw above the floor (B05)",
 }
 
