@@ -156,22 +156,53 @@ class Profile(_Strict):
     checks: ChecksSpec = Field(default_factory=ChecksSpec)
 
 
+def _looks_like_path(name: str) -> bool:
+    return "/" in name or "\\" in name or name.startswith(("~", "."))
+
+
 def load_profile(name_or_path: str | Path) -> Profile:
     """Load a profile by name (``configs/profiles/<name>.yaml``) or by path.
 
+    A name with a suffix, a path separator or a leading ``~``/``.`` is a path; a bare
+    name is looked up in :data:`PROFILES_DIR`.
+
     Raises:
-        ProfileError: no such profile, YAML that does not parse, or a schema mismatch.
+        ProfileError: no such profile, a folder or unreadable file, bytes that are not
+            UTF-8 text, YAML that does not parse, a top level that is not a mapping, or a
+            schema mismatch. The message names the file, the key, the value seen and
+            what was wanted.
     """
-    p = Path(name_or_path)
-    if not p.suffix:
-        p = PROFILES_DIR / f"{name_or_path}.yaml"
+    raw = str(name_or_path)
+    p = Path(name_or_path).expanduser()
+    if not p.suffix and not _looks_like_path(raw):
+        p = PROFILES_DIR / f"{raw}.yaml"
+    if p.is_dir():
+        raise ProfileError(
+            f"profile {raw!r}: {p} is a folder; wanted a profile YAML file "
+            "(configs/profiles/NAME.yaml or a path to one)"
+        )
     if not p.is_file():
         known = sorted(x.stem for x in PROFILES_DIR.glob("*.yaml")) if PROFILES_DIR.is_dir() else []
-        raise ProfileError(f"profile {name_or_path!r}: no file {p}; known profiles: {', '.join(known)}")
+        raise ProfileError(f"profile {raw!r}: no file {p}; known profiles: {', '.join(known)}")
     try:
-        data = yaml.safe_load(p.read_text())
+        text = p.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise ProfileError(f"profile {p}: cannot read it ({e.strerror or e}); wanted a readable YAML file") from None
+    except UnicodeDecodeError as e:
+        raise ProfileError(
+            f"profile {p}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "
+            "wanted a YAML file"
+        ) from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ProfileError(f"profile {p}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        seen = "an empty file" if data is None else f"a {type(data).__name__} ({data!r:.80})"
+        raise ProfileError(
+            f"profile {p}: top level is {seen}; wanted a mapping with the keys "
+            "name, served_model_name, server (see configs/profiles/tiny-demo.yaml)"
+        )
     try:
         return Profile.model_validate(data)
     except ValidationError as e:

@@ -25,6 +25,10 @@ from pydantic import BaseModel, Field
 Status = Literal["pass", "fail", "skip", "error"]
 
 
+class ReportWriteError(OSError):
+    """A report file could not be written; the message names the path and the reason."""
+
+
 class CheckResult(BaseModel):
     """The outcome of one check.
 
@@ -172,9 +176,21 @@ class Report(BaseModel):
         return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
     def write(self, json_path: Path | None = None, junit_path: Path | None = None) -> None:
-        """Write the JSON report and/or the JUnit XML (parent folders are created)."""
-        for path, text in ((json_path, self.to_json), (junit_path, self.to_junit_xml)):
+        """Write the JSON report and/or the JUnit XML (parent folders are created).
+
+        Both are attempted even when the first fails.
+
+        Raises:
+            ReportWriteError: a file could not be written; the message names each path and why.
+        """
+        problems = []
+        for label, path, text in (("JSON report", json_path, self.to_json), ("JUnit XML", junit_path, self.to_junit_xml)):
             if path is not None:
                 p = Path(path)
-                p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_text(text())
+                try:
+                    p.parent.mkdir(parents=True, exist_ok=True)
+                    p.write_text(text())
+                except OSError as e:
+                    problems.append(f"cannot write the {label} to {p}: {e.strerror or e}")
+        if problems:
+            raise ReportWriteError("; ".join(problems))

@@ -23,7 +23,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 from rich.console import Console
 
 from .checks import CHECKS, CheckContext, CheckSpec, Fail, Passed, Skip
@@ -36,6 +36,7 @@ from .client import (
     diagnose_server,
     engine_dead_in,
 )
+from .inputs import check_base_url, check_output_file
 from .profile import Profile, load_profile
 from .report import CheckResult, ReadyInfo, Report
 
@@ -115,9 +116,20 @@ class SuiteSettings(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
-            raise ValueError(f"base_url={v!r}: wanted http://host:port")
-        return v.rstrip("/").removesuffix("/v1")
+        return check_base_url(v, "base_url")
+
+    @field_validator("report_json", "junit_xml")
+    @classmethod
+    def _writable(cls, v: Path | None, info: ValidationInfo) -> Path | None:
+        # Checked before the run: a report that cannot be written at the end would be lost.
+        return None if v is None else check_output_file(v, str(info.field_name))
+
+    @field_validator("plan_file")
+    @classmethod
+    def _plan_file(cls, v: Path | None) -> Path | None:
+        if v is not None and Path(v).is_dir():
+            raise ValueError(f"plan_file={str(v)!r} is a folder; wanted the plan JSON file (SPARKPAIR_PLAN_PATH)")
+        return v
 
     @field_validator("only")
     @classmethod
@@ -253,7 +265,7 @@ def _load_plan(settings: SuiteSettings, report: Report) -> CheckResult:
         return CheckResult(status="skip", message=report.overlay_plan_note, **base)
     try:
         report.overlay_plan = json.loads(Path(p).read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError (binary file)
         report.overlay_plan_note = f"plan file {p} is not readable JSON: {e}"
         return CheckResult(
             status="fail",

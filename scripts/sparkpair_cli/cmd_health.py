@@ -14,6 +14,19 @@ from pydantic import SecretStr, ValidationError
 from rich.console import Console
 
 
+_OPTION_NAMES = {
+    "base_url": "--base-url",
+    "report_json": "--report-json",
+    "junit_xml": "--junit",
+    "plan_file": "--plan-file",
+    "only": "--only",
+    "served_model_name": "--served-model-name",
+    "ready_s": "--ready-timeout",
+    "request_s": "--request-timeout",
+}
+"""Field of the settings schema -> the option the user typed, for error messages."""
+
+
 def register(app: typer.Typer) -> None:
     """Add ``sparkpair health`` to ``app``."""
 
@@ -36,7 +49,9 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Wait for a real decode, run the functional health suite, print the verdict table."""
+        from sparkpair_health.inputs import format_validation_error
         from sparkpair_health.profile import ProfileError
+        from sparkpair_health.report import ReportWriteError
         from sparkpair_health.suite import (
             SuiteSettings,
             Timeouts,
@@ -59,10 +74,21 @@ def register(app: typer.Typer) -> None:
                 only=only or None,
             )
             settings.resolved_profile()
-        except (ValidationError, ProfileError) as e:
-            console.print(f"[red]sparkpair health: {e}[/]")
+        except ValidationError as e:
+            console.print(f"[red]sparkpair health: {format_validation_error(e, _OPTION_NAMES)}[/]", soft_wrap=True)
             raise typer.Exit(3) from None
-        report = run_suite(settings, console=console, checks=full_check_list(settings))
+        except ProfileError as e:
+            console.print(f"[red]sparkpair health: --profile: {e}[/]", soft_wrap=True)
+            raise typer.Exit(3) from None
+        # The reports are written here, not inside the suite: a write that fails must not
+        # lose the verdict (the table is printed first, then the error names the path).
+        run = settings.model_copy(update={"report_json": None, "junit_xml": None})
+        report = run_suite(run, console=console, checks=full_check_list(run))
+        try:
+            report.write(report_json, junit)
+        except ReportWriteError as e:
+            console.print(f"[red]sparkpair health: {e}[/]", soft_wrap=True)
+            raise typer.Exit(3) from None
         for label, path in (("report", report_json), ("junit", junit)):
             if path:
                 console.print(f"{label}: {path}")

@@ -1,0 +1,105 @@
+"""Checks of user-given inputs shared by the CLI commands and settings schemas.
+
+Each check raises ``ValueError`` with a message that names the setting, the value seen
+and the value wanted, so a pydantic validator or a CLI command can show it as is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+
+
+def check_base_url(value: str, setting: str = "base_url") -> str:
+    """Return ``value`` normalised (no trailing ``/`` or ``/v1``) if it is ``http(s)://host[:port]``.
+
+    Raises:
+        ValueError: another scheme, no host, a port that is not 1-65535, a query or a
+            fragment, or a URL that does not parse (e.g. an unclosed ``[`` of an IPv6 host).
+    """
+    wanted = "wanted http://host:port (http or https, a host, a port 1-65535, no query)"
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise ValueError(f"{setting}={value!r}: {wanted}")
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as e:
+        raise ValueError(f"{setting}={value!r}: does not parse ({e}); {wanted}") from None
+    if not parts.hostname:
+        raise ValueError(f"{setting}={value!r}: no host; {wanted}")
+    if port is not None and port == 0:
+        raise ValueError(f"{setting}={value!r}: port 0; {wanted}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"{setting}={value!r}: has a query or fragment; {wanted}")
+    if any(c.isspace() for c in value):
+        raise ValueError(f"{setting}={value!r}: contains whitespace; {wanted}")
+    return value.rstrip("/").removesuffix("/v1")
+
+
+def check_output_file(path: str | Path, setting: str) -> Path:
+    """Check that ``path`` can be written as a file (missing parent folders may be created).
+
+    Nothing is created. Returns ``path`` as a :class:`Path` (``~`` expanded).
+
+    Raises:
+        ValueError: ``path`` is a folder, an existing file is not writable, a parent is a
+            file rather than a folder, or the nearest existing parent folder is not writable.
+    """
+    p = Path(path).expanduser()
+    if str(path) == "":
+        raise ValueError(f"{setting}='': empty; wanted a file path")
+    if p.is_dir():
+        raise ValueError(f"{setting}={str(path)!r} is a folder; wanted a file path (e.g. {p / 'report.json'})")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise ValueError(f"{setting}={str(path)!r}: the file exists and is not writable; wanted a writable path")
+        return p
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(
+            f"{setting}={str(path)!r}: {parent} is a file, not a folder; wanted a path under a folder"
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{setting}={str(path)!r}: folder {parent} is not writable; wanted a writable folder")
+    return p
+
+
+def check_output_dir(path: str | Path, setting: str) -> Path:
+    """Check that ``path`` is a writable folder or can be created as one. Nothing is created.
+
+    Raises:
+        ValueError: ``path`` (or a parent) is a file, or the nearest existing folder is not writable.
+    """
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{setting}={str(path)!r} is a file; wanted a folder")
+    probe = p
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{setting}={str(path)!r}: {probe} is a file, not a folder; wanted a folder path")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{setting}={str(path)!r}: folder {probe} is not writable; wanted a writable folder")
+    return p
+
+
+def format_validation_error(exc: object, names: dict[str, str] | None = None) -> str:
+    """One line per problem of a pydantic ``ValidationError``: ``SETTING=seen: what was wanted``.
+
+    ``names`` maps a field path (``timeouts.ready_s``) to the name the user typed
+    (``--ready-timeout``).
+    """
+    names = names or {}
+    lines = []
+    for err in exc.errors():  # type: ignore[attr-defined]
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        shown = names.get(loc, loc or "value")
+        if "=" in msg.split(":")[0]:  # the validator already named the setting and the value
+            lines.append(msg if shown == loc else f"{shown}: {msg}")
+        else:
+            lines.append(f"{shown}={err.get('input')!r}: {msg}")
+    return "; ".join(lines)

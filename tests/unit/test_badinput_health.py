@@ -1,0 +1,110 @@
+"""Bad input to ``sparkpair health`` and the profile loader: a clear error naming the setting,
+the value seen and the value wanted; exit 3; never a traceback, never a report lost at the end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sparkpair_cli.main import app
+from sparkpair_health.profile import ProfileError, load_profile
+from sparkpair_health.report import Report, ReportWriteError
+from sparkpair_health.suite import SuiteSettings, _load_plan
+from typer.testing import CliRunner
+
+CLOSED = "http://127.0.0.1:1"
+
+
+def health(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(app, ["health", "--ready-timeout", "0.5", *args])
+    assert not isinstance(res.exception, Exception) or isinstance(res.exception, SystemExit), res.exception
+    return res.exit_code, res.output
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"\xff\xfe\x00binary", "not UTF-8 text"),
+        (b"", "an empty file"),
+        (b"- a\n- b\n", "top level is a list"),
+    ],
+)
+def test_profile_that_is_not_a_yaml_mapping_is_a_profile_error(tmp_path: Path, content: bytes, fragment: str) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_bytes(content)
+    with pytest.raises(ProfileError, match=fragment):
+        load_profile(f)
+    code, out = health("--base-url", CLOSED, "--profile", str(f))
+    assert code == 3 and fragment in out.replace("\n", " "), out
+
+
+def test_profile_that_is_a_folder_says_folder(tmp_path: Path) -> None:
+    d = tmp_path / "p.yaml"
+    d.mkdir()
+    for given in (d, tmp_path):
+        with pytest.raises(ProfileError, match="is a folder"):
+            load_profile(given)
+
+
+def test_bare_profile_name_still_resolves_to_configs_profiles() -> None:
+    assert load_profile("tiny-demo").name
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("http://[::1", "does not parse"),
+        ("http://127.0.0.1:99999", "Port out of range"),
+        ("http://:80", "no host"),
+        ("http://127.0.0.1:0", "port 0"),
+        ("ftp://127.0.0.1:1", "wanted http://host:port"),
+    ],
+)
+def test_malformed_base_url_is_refused_before_any_request(url: str, fragment: str) -> None:
+    code, out = health("--base-url", url)
+    assert code == 3, out
+    assert fragment in out and "--base-url" in out, out
+
+
+@pytest.mark.parametrize("option", ["--report-json", "--junit"])
+def test_report_path_that_is_a_folder_is_refused_before_the_run(tmp_path: Path, option: str) -> None:
+    code, out = health("--base-url", CLOSED, option, str(tmp_path))
+    assert code == 3, out
+    assert "is a folder" in out and option in out, out
+
+
+def test_report_path_under_a_file_is_refused_before_the_run(tmp_path: Path) -> None:
+    f = tmp_path / "afile"
+    f.write_text("x")
+    code, out = health("--base-url", CLOSED, "--report-json", str(f / "r.json"))
+    assert code == 3 and "is a file, not a folder" in out, out
+
+
+def test_report_folders_that_do_not_exist_yet_are_created(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "r.json"
+    code, out = health("--base-url", CLOSED, "--report-json", str(target))
+    assert code == 2, out  # not ready: the closed port
+    assert target.is_file()
+
+
+def test_timeout_option_errors_name_the_option() -> None:
+    code, out = health("--base-url", CLOSED, "--request-timeout", "0")
+    assert code == 3 and "--request-timeout=0.0" in out, out
+
+
+def test_report_write_failure_is_a_clear_error_naming_the_path(tmp_path: Path) -> None:
+    with pytest.raises(ReportWriteError, match=f"cannot write the JSON report to {tmp_path}"):
+        Report(base_url=CLOSED, served_model_name="m", profile="p").write(tmp_path)
+
+
+def test_binary_plan_file_is_a_failed_check_not_a_crash(tmp_path: Path) -> None:
+    f = tmp_path / "plan.json"
+    f.write_bytes(b"\xff\xfe\x00")
+    report = Report(base_url=CLOSED, served_model_name="m", profile="p")
+    res = _load_plan(SuiteSettings(base_url=CLOSED, plan_file=f), report)
+    assert res.status == "fail" and "not readable JSON" in res.message
+
+
+def test_plan_file_that_is_a_folder_is_refused(tmp_path: Path) -> None:
+    code, out = health("--base-url", CLOSED, "--plan-file", str(tmp_path))
+    assert code == 3 and "is a folder" in out, out
