@@ -180,6 +180,9 @@ def compile_variant(v: AotVariant, arch: str, cache_dir: str | None = None) -> A
     res = AotResult(
         kernel=v.kernel, config=v.config.name, variant=v.variant, arch=arch, ok=False, limit=limit
     )
+    # Forget kernels compiled earlier in this process for this target, so the compile goes through
+    # the file cache in ``cache_dir`` (and writes it) instead of returning the in-memory kernel.
+    v.fn.device_caches.pop(f"aot-{arch}", None)
     try:
         with _target_driver(arch, cache_dir):
             k = v.fn.warmup(
