@@ -15,7 +15,6 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 from kernel_numerics import make_fp8_operands  # noqa: E402
-
 from sparkpair_overlay.kernels import fp8_einsum as fe  # noqa: E402
 from sparkpair_overlay.kernels import router_gemm as rg  # noqa: E402
 
