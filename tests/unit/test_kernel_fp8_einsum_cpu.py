@@ -149,6 +149,12 @@ INTERPRET_SCRIPT = textwrap.dedent(
     refb = torch.einsum("tgr,gdr->tgd", a.double() * sa_f.double().repeat_interleave(128, -1),
                         w.double() * swb.double().repeat_interleave(128, -1).repeat_interleave(128, 1))
     assert float((out.double() - refb).norm() / refb.norm()) < 1e-2
+    # recipe (1,128,128) on sm_10x/12x: fp32 activation scales with DeepGEMM's per-row packed
+    # int32 weight scales (the block scale broadcast to every row) -> the same numbers as above.
+    sw_rows = pack(ew[:, ::128].repeat_interleave(128, 1))
+    out_mixed = torch.empty(T, G, D, dtype=torch.bfloat16)
+    fe.fp8_einsum("bhr,hdr->bhd", (a, sa_f), (w, sw_rows), out_mixed, recipe=(1, 128, 128))
+    assert torch.equal(out_mixed, out), "per-row int32 sw under recipe (1,128,128) must equal block sw"
     print("OK")
     """
 )

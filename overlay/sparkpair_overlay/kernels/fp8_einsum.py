@@ -393,10 +393,15 @@ def _prepare(
     sa_kind, sa = _scale_kind(sa, "sa")
     sw_kind, sw = _scale_kind(sw, "sw")
     _check_scale_shape(sa, sa_kind, (t, g), r, "sa")
-    if recipe is None:  # infer from sw's shape
-        per_row = sw.dim() == 3 and sw.shape[1] == d and d != cdiv(d, 128)
-    else:
-        per_row = recipe[1] == 1
+    # The weight-scale granularity is read from sw's shape, never from the recipe alone: with
+    # recipe (1,128,128) on sm_10x/sm_12x, vLLM's DeepGEMM weight post-processing
+    # (fp8_utils.py deepgemm_post_process_fp8_weight_block, audit section 2) still broadcasts
+    # each 128x128 block scale to one packed int32 scale per row, so a (1,128,128) call can
+    # carry fp32 activation scales with per-row int32 weight scales. Both describe the same
+    # numbers; the kernel reads either. Recipe (1,1,128) asks for per-row weight scales.
+    per_row = (recipe is not None and recipe[1] == 1) or (
+        sw.dim() == 3 and sw.shape[1] == d and d != cdiv(d, 128)
+    )
     _check_scale_shape(sw, sw_kind, (g, d if per_row else cdiv(d, 128)), r, "sw")
     if (sa.is_cuda or sw.is_cuda or out.is_cuda or w.is_cuda) and not (
         a.device == w.device == out.device == sa.device == sw.device
