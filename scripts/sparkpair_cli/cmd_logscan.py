@@ -1,17 +1,74 @@
 # ruff: noqa: B008  (typer declares options as argument defaults)
 """``sparkpair logscan FILE|-``: match vLLM / NCCL / Ray / kernel logs against the field-bug catalogue.
 
-Exit codes: 0 no fatal finding; 1 a fatal finding; 3 a file cannot be read.
+Exit codes: 0 no fatal finding; 1 a fatal finding; 3 a file cannot be read, is empty,
+is not text (binary or compressed), or ``--json`` cannot be written.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+SNIFF_BYTES = 8192
+"""Bytes at the start of an input checked for binary content (a NUL byte, gzip/zstd magic)."""
+
+_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2", b"\xfd7zXZ": "xz"}
+
+
+class NotText(ValueError):
+    """An input to scan is empty, compressed or binary; the message says which and what was wanted."""
+
+
+def text_lines(raw: Iterable[bytes], label: str, stats: dict[str, int]) -> Iterator[str]:
+    """Decode ``raw`` (binary lines) as UTF-8 (undecodable bytes replaced), refusing binary data.
+
+    ``stats["bytes"]`` counts the bytes read.
+
+    Raises:
+        NotText: compressed data (gzip, zstd, bzip2, xz magic at offset 0) or a NUL byte in
+            the first :data:`SNIFF_BYTES` bytes.
+    """
+    stats["bytes"] = 0
+    for bline in raw:
+        start = stats["bytes"]
+        if start < SNIFF_BYTES:
+            if start == 0:
+                for magic, kind in _MAGIC.items():
+                    if bline.startswith(magic):
+                        raise NotText(
+                            f"{label}: {kind}-compressed data; wanted a text log "
+                            f"(decompress it first, e.g. `zcat FILE | sparkpair logscan -`)"
+                        )
+            nul = bline.find(b"\0", 0, SNIFF_BYTES - start)
+            if nul >= 0:
+                raise NotText(f"{label}: binary data (a NUL byte at offset {start + nul}); wanted a text log")
+        stats["bytes"] = start + len(bline)
+        text = bline.decode("utf-8", errors="replace")
+        if "\r" in text:  # universal newlines, as a text-mode open() reads them (progress bars)
+            yield from text.replace("\r\n", "\n").replace("\r", "\n").splitlines(keepends=True)
+        else:
+            yield text
+
+
+def json_targets(json_out: Path, labels: list[str]) -> list[Path]:
+    """Where ``--json`` writes each input's findings: ``json_out`` for one input, else
+    ``<stem>-<name>.json`` per input, numbered where two inputs share a name (no overwrite).
+    """
+    if len(labels) == 1:
+        return [json_out]
+    names = [Path(label).name for label in labels]
+    out = []
+    for i, name in enumerate(names):
+        tag = name if names.count(name) == 1 else f"{i + 1}-{name}"
+        out.append(json_out.with_name(f"{json_out.stem}-{tag}.json"))
+    return out
 
 
 def register(app: typer.Typer) -> None:
@@ -36,19 +93,47 @@ def register(app: typer.Typer) -> None:
                 t.add_row(p.id, sev, p.bug, p.meaning, p.fix)
             console.print(t)
             raise typer.Exit(0)
+        from sparkpair_health.inputs import check_output_file
+
+        labels = ["stdin" if name == "-" else name for name in files]
+        if files.count("-") > 1:
+            console.print(
+                "[red]logscan: '-' (standard input) given more than once; wanted it at most once[/]"
+            )
+            raise typer.Exit(3)
+        targets: list[Path] = []
+        if json_out:
+            targets = json_targets(json_out, labels)
+            try:
+                for t in targets:
+                    check_output_file(t, "--json")
+            except ValueError as e:
+                console.print(f"[red]logscan: {e}[/]", soft_wrap=True)
+                raise typer.Exit(3) from None
         fatal = False
-        for name in files:
+        for i, name in enumerate(files):
+            label = labels[i]
+            stats: dict[str, int] = {}
             try:
                 if name == "-":
-                    result = scan_lines(sys.stdin)
+                    stream: BinaryIO = sys.stdin.buffer
+                    result = scan_lines(text_lines(stream, label, stats))
                 else:
-                    with open(name, encoding="utf-8", errors="replace") as fh:
-                        result = scan_lines(fh)
+                    with open(name, "rb") as fh:
+                        result = scan_lines(text_lines(fh, label, stats))
             except OSError as e:
                 console.print(f"[red]logscan: cannot read {name}: {e.strerror}[/]")
                 raise typer.Exit(3) from None
+            except NotText as e:
+                console.print(f"[red]logscan: {e}[/]", soft_wrap=True)
+                raise typer.Exit(3) from None
+            if stats.get("bytes", 0) == 0:
+                console.print(
+                    f"[red]logscan: {label}: empty (0 bytes), nothing scanned; wanted a log "
+                    "(did the command feeding it fail?)[/]"
+                )
+                raise typer.Exit(3)
             fatal = fatal or result.fatal
-            label = "stdin" if name == "-" else name
             if not result.findings:
                 console.print(f"{label}: {result.lines} lines, no known failure signature")
             else:
@@ -69,12 +154,12 @@ def register(app: typer.Typer) -> None:
             for note in result.notes:
                 console.print(f"[yellow]note:[/] {note}")
             if json_out:
-                out = (
-                    json_out
-                    if len(files) == 1
-                    else json_out.with_name(f"{json_out.stem}-{Path(label).name}.json")
-                )
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(result.to_json())
+                out = targets[i]
+                try:
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_text(result.to_json())
+                except OSError as e:
+                    console.print(f"[red]logscan: cannot write --json {out}: {e.strerror or e}[/]")
+                    raise typer.Exit(3) from None
         console.print("[bold red]FATAL findings[/]" if fatal else "[green]no fatal finding[/]")
         raise typer.Exit(1 if fatal else 0)
