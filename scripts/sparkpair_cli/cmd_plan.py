@@ -17,6 +17,48 @@ from pathlib import Path
 import typer
 
 
+def check_plan_json(data: object, source: str) -> dict:
+    """Check the layout :meth:`sparkpair_overlay.plan.KernelPlan.to_json` writes.
+
+    Raises:
+        ValueError: not an object, another schema tag, or a field with the wrong type; the
+            message names ``source``, the field, the value seen and the value wanted.
+    """
+    from sparkpair_overlay.plan import PLAN_SCHEMA
+
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"{source}: top level is a {type(data).__name__}; wanted a JSON object (schema {PLAN_SCHEMA!r})"
+        )
+    if data.get("schema") != PLAN_SCHEMA:
+        raise ValueError(
+            f"{source}: schema={data.get('schema')!r}; wanted {PLAN_SCHEMA!r} "
+            "(a kernel plan JSON written by the overlay to SPARKPAIR_PLAN_PATH)"
+        )
+    cap = data.get("capability")
+    if cap is not None and not (
+        isinstance(cap, list) and len(cap) == 2 and all(isinstance(v, int) for v in cap)
+    ):
+        raise ValueError(f"{source}: capability={cap!r}; wanted null or [MAJOR, MINOR]")
+    router = data.get("router")
+    if not isinstance(router, dict):
+        raise ValueError(f"{source}: router={router!r}; wanted an object of weight dtype -> decision")
+    for dtype, d in router.items():
+        if not (
+            isinstance(d, dict)
+            and isinstance(d.get("path"), str)
+            and isinstance(d.get("reason"), str)
+            and (d.get("max_m") is None or isinstance(d.get("max_m"), int))
+        ):
+            raise ValueError(
+                f"{source}: router.{dtype}={d!r}; wanted {{path: str, max_m: int|null, reason: str}}"
+            )
+    o = data.get("o_proj")
+    if not (isinstance(o, dict) and isinstance(o.get("label"), str) and isinstance(o.get("reason"), str)):
+        raise ValueError(f"{source}: o_proj={o!r}; wanted {{label: str, reason: str, ...}}")
+    return data
+
+
 def register(app: typer.Typer) -> None:
     """Add ``sparkpair plan`` to ``app``."""
 
@@ -36,11 +78,25 @@ def register(app: typer.Typer) -> None:
             except (OSError, ValueError) as exc:
                 console.print(f"[red]cannot read plan JSON {file}: {exc}[/red]")
                 raise typer.Exit(2) from None
+            try:
+                check_plan_json(data, f"plan JSON {file}")
+            except ValueError as exc:
+                console.print(f"[red]{exc}[/red]", soft_wrap=True)
+                raise typer.Exit(2) from None
         else:
+            from sparkpair_overlay import envs
             from sparkpair_overlay.envs import EnvError
-            from sparkpair_overlay.plugin import make_plan
+            from sparkpair_overlay.plugin import _load_probe, make_plan
 
             try:
+                probe_path = envs.read("SPARKPAIR_PROBE_PLAN")
+                # The plugin degrades to built-in defaults on a bad probe file (it must not
+                # stop vLLM); this command exists to show such problems, so it refuses the file.
+                problems = _load_probe(probe_path)[1] if probe_path else []
+                if problems:
+                    for note in problems:
+                        console.print(f"[red]SPARKPAIR_PROBE_PLAN: {note}[/red]", soft_wrap=True)
+                    raise typer.Exit(2)
                 data = make_plan().to_json()
             except EnvError as exc:
                 console.print(f"[red]{exc}[/red]")
@@ -59,5 +115,7 @@ def register(app: typer.Typer) -> None:
         o = data.get("o_proj", {})
         t.add_row("o_proj fp8_einsum", o.get("label", ""), o.get("reason", ""))
         console.print(t)
+        for note in data.get("notes") or []:
+            console.print(f"[yellow]note:[/yellow] {note}", soft_wrap=True)
         if not data.get("version_verified", True):
             console.print(f"[red]vLLM {data.get('vllm_version')} is not a verified version[/red]")
