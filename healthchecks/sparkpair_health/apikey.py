@@ -61,8 +61,18 @@ def resolve_api_key(
         raise ApiKeyError(
             f"{setting}={p}: cannot read the key file ({e.strerror}); wanted a readable file"
         ) from None
+    except UnicodeDecodeError:
+        # The bytes are not shown: they may be the key.
+        raise ApiKeyError(
+            f"{setting}={p}: the key file is not UTF-8 text (binary data); wanted one line holding the key"
+        ) from None
     if not text:
         raise ApiKeyError(f"{setting}={p}: the key file is empty; wanted one line holding the key")
+    if "\n" in text or "\r" in text:
+        raise ApiKeyError(
+            f"{setting}={p}: the key file holds {len(text.splitlines())} lines; "
+            "wanted one line holding the key"
+        )
     return SecretStr(text)
 
 

@@ -35,9 +35,10 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 
 from .apikey import auth_headers, redact, resolve_api_key
+from .inputs import check_base_url, check_output_file
 from .stability import StabilityMonitor, StabilitySettings
 
 ENV_PREFIX = "SPARKPAIR_"
@@ -99,9 +100,53 @@ class GatewaySettings(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
-            raise ValueError(f"wanted http://host:port, seen {v!r}")
-        return v.rstrip("/").removesuffix("/v1")
+        try:
+            return check_base_url(v, "base_url")
+        except ValueError as e:
+            raise ValueError(str(e).split(": ", 1)[-1]) from None
+
+    @field_validator("profile")
+    @classmethod
+    def _profile(cls, v: str) -> str:
+        # Loaded now, not when the suite first runs: a bad profile must stop the gateway at
+        # start (exit 3), not leave it answering 503 "suite defect" forever.
+        from .profile import load_profile
+
+        load_profile(v)
+        return v
+
+    @field_validator("only")
+    @classmethod
+    def _only(cls, v: list[str] | None) -> list[str] | None:
+        from .checks import CHECKS
+
+        known = [c.id for c in CHECKS]
+        bad = [x for x in v or [] if x not in known]
+        if bad:
+            raise ValueError(f"no such check {bad}; wanted ids from {known}")
+        return v
+
+    @field_validator("dsv4")
+    @classmethod
+    def _dsv4(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from .checks_model import DSV4CheckSettings
+
+        try:
+            DSV4CheckSettings.model_validate({"base_url": "http://x", "served_model_name": "x", **v})
+        except ValidationError as e:
+            raise ValueError(
+                "; ".join(
+                    f"{'.'.join(str(x) for x in err['loc'])}={err.get('input')!r}: {err['msg']}"
+                    for err in e.errors()
+                )
+                + "; wanted fields of sparkpair_health.checks_model.DSV4CheckSettings"
+            ) from None
+        return v
+
+    @field_validator("report_json", "junit_xml")
+    @classmethod
+    def _writable(cls, v: Path | None, info: ValidationInfo) -> Path | None:
+        return None if v is None else check_output_file(v, str(info.field_name))
 
     @classmethod
     def from_env(
@@ -146,7 +191,10 @@ class GatewaySettings(BaseModel):
             for err in e.errors():
                 field = str(err["loc"][0]) if err["loc"] else "?"
                 seen = "<hidden>" if field == "api_key" else repr(err.get("input"))
-                probs.append(f"{source.get(field, field)}={seen}: {err['msg']}")
+                msg = str(err["msg"]).removeprefix("Value error, ")
+                sub = ".".join(str(x) for x in err["loc"][1:])
+                where = f"{source.get(field, field)}: {sub}" if sub else source.get(field, field)
+                probs.append(f"{where}={seen}: {msg}")
             raise GatewaySettingsError("; ".join(probs)) from None
 
     def resolved_api_key(self) -> SecretStr | None:

@@ -50,10 +50,14 @@ def check_output_file(path: str | Path, setting: str) -> Path:
     if str(path) == "":
         raise ValueError(f"{setting}='': empty; wanted a file path")
     if p.is_dir():
-        raise ValueError(f"{setting}={str(path)!r} is a folder; wanted a file path (e.g. {p / 'report.json'})")
+        raise ValueError(
+            f"{setting}={str(path)!r} is a folder; wanted a file path (e.g. {p / 'report.json'})"
+        )
     if p.exists():
         if not os.access(p, os.W_OK):
-            raise ValueError(f"{setting}={str(path)!r}: the file exists and is not writable; wanted a writable path")
+            raise ValueError(
+                f"{setting}={str(path)!r}: the file exists and is not writable; wanted a writable path"
+            )
         return p
     parent = p.parent
     while not parent.exists() and parent != parent.parent:
@@ -63,7 +67,9 @@ def check_output_file(path: str | Path, setting: str) -> Path:
             f"{setting}={str(path)!r}: {parent} is a file, not a folder; wanted a path under a folder"
         )
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"{setting}={str(path)!r}: folder {parent} is not writable; wanted a writable folder")
+        raise ValueError(
+            f"{setting}={str(path)!r}: folder {parent} is not writable; wanted a writable folder"
+        )
     return p
 
 

@@ -187,7 +187,9 @@ def load_profile(name_or_path: str | Path) -> Profile:
     try:
         text = p.read_bytes().decode("utf-8")
     except OSError as e:
-        raise ProfileError(f"profile {p}: cannot read it ({e.strerror or e}); wanted a readable YAML file") from None
+        raise ProfileError(
+            f"profile {p}: cannot read it ({e.strerror or e}); wanted a readable YAML file"
+        ) from None
     except UnicodeDecodeError as e:
         raise ProfileError(
             f"profile {p}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "

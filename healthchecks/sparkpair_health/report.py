@@ -184,7 +184,10 @@ class Report(BaseModel):
             ReportWriteError: a file could not be written; the message names each path and why.
         """
         problems = []
-        for label, path, text in (("JSON report", json_path, self.to_json), ("JUnit XML", junit_path, self.to_junit_xml)):
+        for label, path, text in (
+            ("JSON report", json_path, self.to_json),
+            ("JUnit XML", junit_path, self.to_junit_xml),
+        ):
             if path is not None:
                 p = Path(path)
                 try:

@@ -128,7 +128,9 @@ class SuiteSettings(BaseModel):
     @classmethod
     def _plan_file(cls, v: Path | None) -> Path | None:
         if v is not None and Path(v).is_dir():
-            raise ValueError(f"plan_file={str(v)!r} is a folder; wanted the plan JSON file (SPARKPAIR_PLAN_PATH)")
+            raise ValueError(
+                f"plan_file={str(v)!r} is a folder; wanted the plan JSON file (SPARKPAIR_PLAN_PATH)"
+            )
         return v
 
     @field_validator("only")

@@ -13,7 +13,6 @@ import typer
 from pydantic import SecretStr, ValidationError
 from rich.console import Console
 
-
 _OPTION_NAMES = {
     "base_url": "--base-url",
     "report_json": "--report-json",
@@ -75,7 +74,9 @@ def register(app: typer.Typer) -> None:
             )
             settings.resolved_profile()
         except ValidationError as e:
-            console.print(f"[red]sparkpair health: {format_validation_error(e, _OPTION_NAMES)}[/]", soft_wrap=True)
+            console.print(
+                f"[red]sparkpair health: {format_validation_error(e, _OPTION_NAMES)}[/]", soft_wrap=True
+            )
             raise typer.Exit(3) from None
         except ProfileError as e:
             console.print(f"[red]sparkpair health: --profile: {e}[/]", soft_wrap=True)

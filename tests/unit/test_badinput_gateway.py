@@ -1,0 +1,62 @@
+"""Bad gateway settings stop ``sparkpair gateway`` at start with exit 3, naming the variable,
+the value seen and what was wanted; before this, a bad profile/only/dsv4 left the gateway
+up answering 503 "suite defect" forever, and a binary key file was a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sparkpair_cli.main import app
+from sparkpair_health.apikey import ApiKeyError, resolve_api_key
+from sparkpair_health.gateway import GatewaySettings, GatewaySettingsError
+from typer.testing import CliRunner
+
+
+def gateway(env: dict[str, str], *args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(app, ["gateway", "--check-settings", *args], env=env)
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    return res.exit_code, res.output.replace("\n", " ")
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"SPARKPAIR_PROFILE": "nope"}, "SPARKPAIR_PROFILE='nope': profile 'nope': no file"),
+        ({"SPARKPAIR_ONLY": "bogus"}, "no such check ['bogus']"),
+        ({"SPARKPAIR_DSV4": '{"bogus": 1}'}, "bogus=1: Extra inputs are not permitted"),
+        ({"SPARKPAIR_DSV4": '{"request_timeout_s": -1}'}, "request_timeout_s=-1"),
+        ({"SPARKPAIR_BASE_URL": "http://[::1"}, "SPARKPAIR_BASE_URL='http://[::1': does not parse"),
+        ({"SPARKPAIR_BASE_URL": "http://127.0.0.1:70000"}, "Port out of range"),
+        ({"SPARKPAIR_STABILITY": '{"x": 1}'}, "SPARKPAIR_STABILITY: x=1"),
+    ],
+)
+def test_bad_env_setting_exits_3_at_start(env: dict[str, str], fragment: str) -> None:
+    code, out = gateway(env)
+    assert code == 3 and fragment in out, out
+
+
+def test_report_path_that_is_a_folder_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(GatewaySettingsError, match="is a folder"):
+        GatewaySettings.from_env(env={"SPARKPAIR_REPORT_JSON": str(tmp_path)})
+
+
+def test_binary_key_file_is_an_api_key_error_not_a_traceback(tmp_path: Path) -> None:
+    f = tmp_path / "key"
+    f.write_bytes(b"\xde\xad\xbe\xef\xff")
+    with pytest.raises(ApiKeyError, match="not UTF-8 text"):
+        resolve_api_key(None, f, env={})
+    code, out = gateway({"SPARKPAIR_API_KEY_FILE": str(f)})
+    assert code == 3 and "not UTF-8 text" in out, out
+
+
+def test_key_file_with_several_lines_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "key"
+    f.write_text("sk-one\nsk-two\n")
+    with pytest.raises(ApiKeyError, match="holds 2 lines"):
+        resolve_api_key(None, f, env={})
+
+
+def test_good_settings_still_pass() -> None:
+    code, out = gateway({})
+    assert code == 0, out
