@@ -17,7 +17,6 @@ from types import FrameType
 import typer
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
 from sparkpair_health.profile import ProfileError, load_profile
 
 from .server import ServerStartError, VllmServer
@@ -42,6 +41,10 @@ def plan_lines(log_text: str) -> list[str]:
     return [line.strip() for line in log_text.splitlines() if PLAN_LINE_MARK in line]
 
 
+class DemoInputError(ValueError):
+    """A demo option (``--workdir``, ``--ready-timeout``) is unusable; the message names it."""
+
+
 def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -56,9 +59,18 @@ def run_demo(
 
     Raises:
         ProfileError: the profile does not exist or does not validate.
+        DemoInputError: ``workdir`` cannot be a writable folder or ``ready_timeout_s`` is
+            not a positive number of seconds (checked before anything starts).
     """
+    import math
+
+    from sparkpair_health.inputs import check_output_dir
     from sparkpair_health.suite import SuiteSettings, full_check_list, run_suite
 
+    if not (
+        isinstance(ready_timeout_s, (int, float)) and math.isfinite(ready_timeout_s) and ready_timeout_s > 0
+    ):
+        raise DemoInputError(f"--ready-timeout={ready_timeout_s!r}; wanted a positive number of seconds")
     profile = load_profile(profile_name)
     if not profile.server.model.startswith("generated:"):
         raise ProfileError(
@@ -67,8 +79,25 @@ def run_demo(
             "a running server for other profiles."
         )
     workdir = workdir or default_workdir()
+    setting = (
+        "--workdir"
+        if workdir != default_workdir()
+        else "--workdir (default: $SPARKPAIR_HOME or ~/.cache/sparkpair)"
+    )
+    try:
+        check_output_dir(workdir, setting)
+        for sub in ("runs", "models"):
+            check_output_dir(workdir / sub, setting)
+    except ValueError as e:
+        raise DemoInputError(str(e)) from None
     run_dir = workdir / "runs" / time.strftime("%Y%m%d-%H%M%S")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DemoInputError(
+            f"{setting}={str(workdir)!r}: cannot create {run_dir} ({e.strerror or e}); "
+            "wanted a writable folder"
+        ) from None
     model_dir = generate_tiny_model(workdir / "models" / "tiny")
     console.print(f"[bold]sparkpair demo[/] profile={profile.name} model={model_dir} run={run_dir}")
 
@@ -111,7 +140,7 @@ def run_demo(
         console.print(f"[bold]overlay plan line[/], logged once by each of {len(lines)} vLLM processes:")
         for line in lines:
             process = line.split(")", 1)[0].lstrip("(") if line.startswith("(") else "?"
-            console.print(f"  {process}: {line[line.index(PLAN_LINE_MARK):]}", soft_wrap=True)
+            console.print(f"  {process}: {line[line.index(PLAN_LINE_MARK) :]}", soft_wrap=True)
         console.print(f"report: {settings.report_json}  junit: {settings.junit_xml}  log: {server.log_path}")
         if keep_running and report.passed:
             console.print(f"server stays up at {server.base_url}; Ctrl-C to stop")
@@ -145,7 +174,7 @@ def register(app: typer.Typer) -> None:
         """Serve a generated tiny model through the real vLLM + overlay stack and run the health suite."""
         try:
             code = run_demo(profile, workdir, ready_timeout, keep_running)
-        except ProfileError as e:
-            console.print(f"[red]{e}[/]")
+        except (ProfileError, DemoInputError) as e:
+            console.print(f"[red]{e}[/]", soft_wrap=True)
             raise typer.Exit(2) from None
         raise typer.Exit(code)
