@@ -29,7 +29,9 @@ def health(*args: str) -> tuple[int, str]:
         (b"- a\n- b\n", "top level is a list"),
     ],
 )
-def test_profile_that_is_not_a_yaml_mapping_is_a_profile_error(tmp_path: Path, content: bytes, fragment: str) -> None:
+def test_profile_that_is_not_a_yaml_mapping_is_a_profile_error(
+    tmp_path: Path, content: bytes, fragment: str
+) -> None:
     f = tmp_path / "p.yaml"
     f.write_bytes(content)
     with pytest.raises(ProfileError, match=fragment):
