@@ -71,14 +71,16 @@ def register(app: typer.Typer) -> None:
         floor_gbps: float = typer.Option(15.0, help="bus-bandwidth floor in GB/s at the largest size"),
         parse: Path | None = typer.Option(None, help="only parse a recorded log (nccl-tests or this test)"),
         transport: str = typer.Option("IB", help="the data path wanted: IB (RoCE) or Socket"),
+        hcas: str = typer.Option("", help="with --parse: RDMA devices NCCL must list (default: NCCL_IB_HCA)"),
     ) -> None:
         """Two-rank NCCL all-reduce between the nodes (run on every node at once); asserts the
         data path is NET/IB (not NET/Socket) and busbw >= the floor. Exit 1 otherwise."""
         from .preflight import nccl
 
         if parse is not None:
+            want = [h for h in hcas.split(",") if h] or None
             verdict = nccl.judge(
-                nccl.parse_log(parse.read_text()), floor_gbps=floor_gbps, transport=transport
+                nccl.parse_log(parse.read_text()), floor_gbps=floor_gbps, transport=transport, want_hcas=want
             )
             print(verdict.message)
             raise typer.Exit(0 if verdict.ok else 1)
@@ -89,6 +91,13 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         cap = nccl.parse_size(max_bytes)
         log = nccl.run_allreduce(env, port=port, max_bytes=cap, environ=dict(os.environ))
-        verdict = nccl.judge(nccl.parse_log(log), floor_gbps=floor_gbps, transport=transport)
+        (Path(os.environ.get("TMPDIR", "/tmp")) / "sparkpair-nccl-allreduce.log").write_text(log)
+        verdict = nccl.judge(
+            nccl.parse_log(log),
+            floor_gbps=floor_gbps,
+            transport=transport,
+            want_hcas=env.hcas if transport == "IB" else None,
+            node=env.SPARKPAIR_NODE_NAME,
+        )
         print(verdict.message)
         raise typer.Exit(0 if verdict.ok else 1)

@@ -1,3 +1,4 @@
+# ruff: noqa: E501
 """The all-reduce log parser and verdict, on recorded real NCCL output and on a real
 two-process run of the test script (gloo on CPU; NCCL needs GPUs)."""
 
@@ -119,3 +120,23 @@ def test_the_test_script_runs_two_real_ranks_and_its_table_parses(tmp_path: Path
         assert r.busbw == pytest.approx(r.algbw * nccl.bus_factor(2), abs=0.011)
     v = nccl.judge(log, floor_gbps=0.0, transport="IB")
     assert not v.ok and "NET/IB" in v.message  # gloo has no NCCL data path: never a pass
+
+
+def test_the_cli_parses_a_recorded_log_and_exits_by_the_verdict(tmp_path: Path) -> None:
+    import typer
+    from sparkpair_cli import cmd_preflight
+    from typer.testing import CliRunner
+
+    app = typer.Typer()
+    cmd_preflight.register(app)
+    log = tmp_path / "run.log"
+    log.write_text(
+        (LOGS / "horovod-2node-ib.log").read_text()
+        + (LOGS / "kubeflow-a800-24rank-allreduce.log").read_text()
+    )
+    ok = CliRunner().invoke(
+        app, ["nccl-allreduce", "--parse", str(log), "--floor-gbps", "15", "--hcas", "mlx4_0"]
+    )
+    assert ok.exit_code == 0 and "via NET/IB" in ok.output
+    bad = CliRunner().invoke(app, ["nccl-allreduce", "--parse", str(log), "--hcas", "mlx4_0,mlx4_1"])
+    assert bad.exit_code == 1 and "missing ['mlx4_1']" in bad.output
