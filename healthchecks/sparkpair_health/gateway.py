@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -569,12 +570,53 @@ class Gateway:
         return app
 
 
+def listen_socket(host: str, port: int) -> socket.socket:
+    """Bind a TCP socket on ``host:port`` (not yet listening) for the gateway's HTTP server.
+
+    Raises:
+        GatewaySettingsError: the address does not resolve or cannot be bound (in use, not
+            local, no permission); the message names host, port and the reason.
+    """
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as e:
+        raise GatewaySettingsError(
+            f"host={host!r} (SPARKPAIR_HOST/--host): cannot resolve it ({e.strerror or e}); "
+            "wanted a local address such as 127.0.0.1 or 0.0.0.0"
+        ) from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        raise GatewaySettingsError(
+            f"host={host!r} port={port} (SPARKPAIR_HOST/--host, SPARKPAIR_PORT/--port): cannot listen "
+            f"there ({e.strerror or e}); wanted a free port on a local address"
+        ) from None
+    return sock
+
+
 def serve(settings: GatewaySettings) -> None:
-    """Run the gateway in this process until interrupted (uvicorn on ``host:port``)."""
+    """Run the gateway in this process until interrupted (uvicorn on ``host:port``).
+
+    The address is bound before anything starts, so a port in use or a host that is not
+    local ends the command at once instead of leaving the suite running with no listener.
+
+    Raises:
+        GatewaySettingsError: ``host:port`` cannot be bound (see :func:`listen_socket`).
+    """
     import uvicorn
 
+    sock = listen_socket(settings.host, settings.port)
     gw = Gateway(settings).start()
     try:
-        uvicorn.run(gw.app, host=settings.host, port=settings.port, log_level="warning")
+        server = uvicorn.Server(
+            uvicorn.Config(gw.app, host=settings.host, port=settings.port, log_level="warning")
+        )
+        server.run(sockets=[sock])
     finally:
         gw.stop()
+        sock.close()

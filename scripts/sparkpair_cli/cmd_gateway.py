@@ -71,4 +71,8 @@ def register(app: typer.Typer) -> None:
         typer.echo(
             f"sparkpair gateway: http://{settings.host}:{settings.port} -> {settings.base_url}", err=True
         )
-        serve(settings)
+        try:
+            serve(settings)
+        except GatewaySettingsError as e:
+            typer.echo(f"sparkpair gateway: {e}", err=True)
+            raise typer.Exit(3) from None

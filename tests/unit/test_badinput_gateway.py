@@ -60,3 +60,28 @@ def test_key_file_with_several_lines_is_refused(tmp_path: Path) -> None:
 def test_good_settings_still_pass() -> None:
     code, out = gateway({})
     assert code == 0, out
+
+
+def test_port_in_use_exits_3_at_once_instead_of_hanging_without_a_listener() -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        env = {**os.environ, "SPARKPAIR_PORT": str(port), "SPARKPAIR_BASE_URL": "http://127.0.0.1:1"}
+        try:
+            res = subprocess.run(
+                [sys.executable, "-m", "sparkpair_cli.main", "gateway"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail("the gateway kept running with its port taken and nothing listening")
+    assert res.returncode == 3, res.stderr
+    assert f"port={port}" in res.stderr and "cannot listen there" in res.stderr, res.stderr
