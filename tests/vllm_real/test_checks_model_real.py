@@ -30,7 +30,9 @@ def test_long_context_prompt_length_verified_from_usage(vllm_server, tiny_profil
 
 
 def test_long_context_refuses_beyond_the_real_max_model_len(vllm_server, tiny_profile) -> None:  # type: ignore[no-untyped-def]
-    (r,) = cm.run_model_checks(settings(vllm_server, tiny_profile), only=("dsv4.long_context",))
+    # The check's default length (~48k tokens), not the tiny profile's 1500.
+    s = settings(vllm_server, tiny_profile, long_context_tokens=48_000)
+    (r,) = cm.run_model_checks(s, only=("dsv4.long_context",))
     assert r.status == "error" and "exceeds the server's max_model_len 2048" in r.message
     assert r.evidence["requests_sent"] == 0
 
