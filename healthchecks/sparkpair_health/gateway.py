@@ -78,16 +78,16 @@ class GatewaySettings(BaseModel):
 
     base_url: str = "http://127.0.0.1:8000"
     profile: str = "tiny-demo"
-    served_model_name: str | None = None
+    served_model_name: str | None = Field(None, min_length=1)
     api_key: SecretStr | None = None
     api_key_file: Path | None = None
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
-    ready_timeout_s: float = Field(900.0, gt=0)
-    request_timeout_s: float = Field(60.0, gt=0)
-    long_prompt_timeout_s: float = Field(180.0, gt=0)
-    canary_interval_s: float = Field(15.0, gt=0)
-    canary_timeout_s: float = Field(10.0, gt=0)
+    ready_timeout_s: float = Field(900.0, gt=0, allow_inf_nan=False)
+    request_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False)
+    long_prompt_timeout_s: float = Field(180.0, gt=0, allow_inf_nan=False)
+    canary_interval_s: float = Field(15.0, gt=0, allow_inf_nan=False)
+    canary_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
     canary_max_tokens: int = Field(4, gt=0)
     canary_prompt: str = "Reply with OK."
     dsv4_checks: bool = True
@@ -96,7 +96,7 @@ class GatewaySettings(BaseModel):
     report_json: Path | None = None
     junit_xml: Path | None = None
     stability: StabilitySettings | None = None
-    stability_interval_s: float = Field(60.0, gt=0)
+    stability_interval_s: float = Field(60.0, gt=0, allow_inf_nan=False)
 
     @field_validator("base_url")
     @classmethod

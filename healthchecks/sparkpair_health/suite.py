@@ -75,12 +75,12 @@ class Timeouts(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ready_s: float = Field(600.0, gt=0)
-    connect_s: float = Field(5.0, gt=0)
-    request_s: float = Field(60.0, gt=0)
-    long_prompt_s: float = Field(180.0, gt=0)
-    decode_probe_s: float = Field(60.0, gt=0)
-    check_scale: float = Field(1.0, gt=0)
+    ready_s: float = Field(600.0, gt=0, allow_inf_nan=False)
+    connect_s: float = Field(5.0, gt=0, allow_inf_nan=False)
+    request_s: float = Field(60.0, gt=0, allow_inf_nan=False)
+    long_prompt_s: float = Field(180.0, gt=0, allow_inf_nan=False)
+    decode_probe_s: float = Field(60.0, gt=0, allow_inf_nan=False)
+    check_scale: float = Field(1.0, gt=0, allow_inf_nan=False)
 
 
 class SuiteSettings(BaseModel):
@@ -104,7 +104,7 @@ class SuiteSettings(BaseModel):
 
     base_url: str
     profile: Profile | str | Path = "tiny-demo"
-    served_model_name: str | None = None
+    served_model_name: str | None = Field(None, min_length=1)
     api_key: SecretStr | None = None
     timeouts: Timeouts = Field(default_factory=Timeouts)
     report_json: Path | None = None

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 def gateway(env: dict[str, str], *args: str) -> tuple[int, str]:
     res = CliRunner().invoke(app, ["gateway", "--check-settings", *args], env=env)
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    return res.exit_code, res.output.replace("\n", " ")
+    return res.exit_code, res.output.replace("\n", " ").replace("  ", " ")
 
 
 @pytest.mark.parametrize(
@@ -85,3 +85,18 @@ def test_port_in_use_exits_3_at_once_instead_of_hanging_without_a_listener() -> 
             pytest.fail("the gateway kept running with its port taken and nothing listening")
     assert res.returncode == 3, res.stderr
     assert f"port={port}" in res.stderr and "cannot listen there" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        (
+            {"SPARKPAIR_CANARY_INTERVAL_S": "inf"},
+            "SPARKPAIR_CANARY_INTERVAL_S='inf': Input should be a finite",
+        ),
+        ({"SPARKPAIR_READY_TIMEOUT_S": "inf"}, "SPARKPAIR_READY_TIMEOUT_S='inf'"),
+    ],
+)
+def test_infinite_gateway_timeouts_are_refused(env: dict[str, str], fragment: str) -> None:
+    code, out = gateway(env)
+    assert code == 3 and fragment in out, out

@@ -37,7 +37,7 @@ def test_profile_that_is_not_a_yaml_mapping_is_a_profile_error(
     with pytest.raises(ProfileError, match=fragment):
         load_profile(f)
     code, out = health("--base-url", CLOSED, "--profile", str(f))
-    assert code == 3 and fragment in out.replace("\n", " "), out
+    assert code == 3 and fragment in out.replace("\n", " ").replace("  ", " "), out
 
 
 def test_profile_that_is_a_folder_says_folder(tmp_path: Path) -> None:
@@ -110,3 +110,18 @@ def test_binary_plan_file_is_a_failed_check_not_a_crash(tmp_path: Path) -> None:
 def test_plan_file_that_is_a_folder_is_refused(tmp_path: Path) -> None:
     code, out = health("--base-url", CLOSED, "--plan-file", str(tmp_path))
     assert code == 3 and "is a folder" in out, out
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--request-timeout", "inf"], "--request-timeout=inf: Input should be a finite number"),
+        (["--ready-timeout", "inf"], "--ready-timeout=inf: Input should be a finite number"),
+        (["--served-model-name", ""], "--served-model-name='': String should have at least 1 character"),
+    ],
+)
+def test_infinite_timeout_and_empty_model_name_are_refused(args: list[str], fragment: str) -> None:
+    # An infinite timeout waits forever (DESIGN: nothing is retried forever); '' was
+    # silently replaced by the profile's name.
+    res = CliRunner().invoke(app, ["health", "--base-url", CLOSED, *args])
+    assert res.exit_code == 3 and fragment in res.output.replace("\n", " ").replace("  ", " "), res.output
