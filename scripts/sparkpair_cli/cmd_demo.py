@@ -72,7 +72,7 @@ def run_demo(
     ):
         raise DemoInputError(f"--ready-timeout={ready_timeout_s!r}; wanted a positive number of seconds")
     profile = load_profile(profile_name)
-    if not profile.server.model.startswith("generated:"):
+    if profile.server.model != "generated:tiny":
         raise ProfileError(
             f"demo: profile {profile.name!r} serves {profile.server.model!r}; the demo serves a "
             "generated model (server.model: 'generated:tiny'). Use `sparkpair health` against "

@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
                     with open(name, "rb") as fh:
                         result = scan_lines(text_lines(fh, label, stats))
             except OSError as e:
-                console.print(f"[red]logscan: cannot read {name}: {e.strerror}[/]")
+                console.print(f"[red]logscan: cannot read {name}: {e.strerror}[/]", soft_wrap=True)
                 raise typer.Exit(3) from None
             except NotText as e:
                 console.print(f"[red]logscan: {e}[/]", soft_wrap=True)
@@ -130,7 +130,8 @@ def register(app: typer.Typer) -> None:
             if stats.get("bytes", 0) == 0:
                 console.print(
                     f"[red]logscan: {label}: empty (0 bytes), nothing scanned; wanted a log "
-                    "(did the command feeding it fail?)[/]"
+                    "(did the command feeding it fail?)[/]",
+                    soft_wrap=True,
                 )
                 raise typer.Exit(3)
             fatal = fatal or result.fatal

@@ -23,7 +23,7 @@ def _no_server(monkeypatch: pytest.MonkeyPatch) -> None:
 def demo(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     res = CliRunner().invoke(app, ["demo", *args], env=env)
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    return res.exit_code, res.output.replace("\n", " ")
+    return res.exit_code, res.output.replace("\n", " ").replace("  ", " ")
 
 
 def test_workdir_that_is_a_file_exits_2(tmp_path: Path) -> None:
@@ -50,3 +50,13 @@ def test_sparkpair_home_that_is_a_file_exits_2(tmp_path: Path) -> None:
 def test_non_positive_ready_timeout_exits_2_before_starting(tmp_path: Path, value: str) -> None:
     code, out = demo("--ready-timeout", value, "--workdir", str(tmp_path))
     assert code == 2 and "--ready-timeout=" in out and "wanted a positive number" in out, out
+
+
+def test_profile_naming_an_unknown_generated_model_is_refused(tmp_path: Path) -> None:
+    # Only 'generated:tiny' exists; 'generated:huge' used to build the tiny model silently.
+    src = Path(__file__).resolve().parents[2] / "configs" / "profiles" / "tiny-demo.yaml"
+    prof = tmp_path / "huge.yaml"
+    prof.write_text(src.read_text().replace('"generated:tiny"', '"generated:huge"'))
+    assert "generated:huge" in prof.read_text()
+    code, out = demo("--profile", str(prof), "--workdir", str(tmp_path / "wd"))
+    assert code == 2 and "'generated:huge'" in out and "generated:tiny" in out, out

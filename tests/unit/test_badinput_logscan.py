@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 def logscan(*args: str, stdin: bytes | None = None) -> tuple[int, str]:
     res = CliRunner().invoke(app, ["logscan", *args], input=stdin)
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    return res.exit_code, res.output.replace("\n", " ")
+    return res.exit_code, res.output.replace("\n", " ").replace("  ", " ")
 
 
 FATAL = b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"

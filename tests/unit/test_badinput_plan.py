@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 def plan(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     res = CliRunner().invoke(app, ["plan", *args], env=env)
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    return res.exit_code, res.output.replace("\n", " ")
+    return res.exit_code, res.output.replace("\n", " ").replace("  ", " ")
 
 
 @pytest.mark.parametrize(
