@@ -46,8 +46,13 @@ def load_result(path: Path) -> dict[str, Any]:
         raise ResultFileError(f"{path}: cannot read ({e.strerror})") from None
     except ValueError as e:
         raise ResultFileError(f"{path}: not JSON ({e})") from None
-    if not isinstance(data, dict) or data.get("schema") != RESULT_SCHEMA:
-        seen = data.get("schema") if isinstance(data, dict) else type(data).__name__
+    if not isinstance(data, dict):
+        raise ResultFileError(
+            f"{path}: top level is a JSON {type(data).__name__}; wanted an object with schema "
+            f"{RESULT_SCHEMA!r} (a sparkpair bench result.json)"
+        )
+    if data.get("schema") != RESULT_SCHEMA:
+        seen = data.get("schema")
         raise ResultFileError(
             f"{path}: schema is {seen!r}; want {RESULT_SCHEMA!r} (a sparkpair bench result.json)"
         )

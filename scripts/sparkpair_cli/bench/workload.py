@@ -239,4 +239,9 @@ def load_workload(name_or_path: str | Path) -> Workload:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
         raise WorkloadError(f"workload {p}: not valid YAML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise WorkloadError(
+            f"workload {p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+            "wanted a workload YAML file"
+        ) from None
     return parse_workload(data, str(p))
