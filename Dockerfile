@@ -5,8 +5,10 @@
 #
 # Build args:
 #   VLLM_IMAGE_TAG          vllm/vllm-openai tag the overlay is verified against (v0.33.0)
-#   TRITON_PTXAS_PATH       a ptxas that knows sm_121a (CUDA >= 12.9); Triton's bundled one does
-#                           not (field bug B01) -- checked below, the build fails otherwise
+#   TRITON_PTXAS_PATH       a ptxas that knows sm_121a (CUDA >= 12.9); Triton's bundled `ptxas`
+#                           does not (field bug B01) -- checked below, the build fails otherwise.
+#                           Triton >= 3.5 assembles sm_100+ with TRITON_PTXAS_BLACKWELL_PATH
+#                           (default: its bundled CUDA 12.9 `ptxas-blackwell`); both are set.
 #   SPARKPAIR_KERNEL_ARCHS  targets of the AOT kernel build (sm_121a); the build fails if any
 #                           kernel config does not compile or exceeds GB10's shared memory
 #   EXPECT_ARCH             the machine the image is for (aarch64: DGX Spark)
@@ -43,6 +45,7 @@ ENV TORCH_CUDA_ARCH_LIST="12.1a" \
     FLASHINFER_CUDA_ARCH_LIST="12.1a" \
     CUTE_DSL_ARCH="sm_121a" \
     TRITON_PTXAS_PATH="${TRITON_PTXAS_PATH}" \
+    TRITON_PTXAS_BLACKWELL_PATH="${TRITON_PTXAS_PATH}" \
     SPARKPAIR_AOT_TRITON_CACHE="/opt/sparkpair/triton-cache" \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

@@ -547,22 +547,42 @@ PTX_PROBE = """.version 8.8
 """
 
 
-def ptxas_path() -> str:
-    """The ptxas Triton will use: TRITON_PTXAS_PATH, else Triton's bundled one."""
+def ptxas_path(arch: str = "sm_121a") -> tuple[str, str]:
+    """The ptxas Triton will use for ``arch``, and the setting that chooses it.
+
+    Triton 3.6 compiles sm_100 and newer (GB10 is sm_121a) with a second bundled ptxas,
+    ``ptxas-blackwell`` (CUDA 12.9, which knows sm_121a), chosen by
+    ``TRITON_PTXAS_BLACKWELL_PATH``; older targets and older Tritons use ``ptxas`` /
+    ``TRITON_PTXAS_PATH`` (triton/backends/nvidia/compiler.py ``get_ptxas``). Asking Triton
+    itself keeps this check on the binary that will really run (B01).
+    """
+    cc = int("".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit()) or 0)
+    try:
+        import triton.knobs as knobs
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        setting = (
+            "TRITON_PTXAS_BLACKWELL_PATH"
+            if cc >= 100 and hasattr(knobs.nvidia, "ptxas_blackwell")
+            else "TRITON_PTXAS_PATH"
+        )
+        return str(get_ptxas(cc).path), setting
+    except Exception:  # noqa: BLE001 - no Triton, or one without get_ptxas: fall back below
+        pass
     p = os.environ.get("TRITON_PTXAS_PATH")
     if p:
-        return p
+        return p, "TRITON_PTXAS_PATH"
     try:
         import triton
 
-        return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas")
+        return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"), "TRITON_PTXAS_PATH"
     except Exception:  # noqa: BLE001 - triton absent: report below
-        return "ptxas"
+        return "ptxas", "TRITON_PTXAS_PATH"
 
 
 def check_ptxas(c: Ctx, arch: str = "sm_121a") -> None:
     """The ptxas Triton uses accepts ``--gpu-name=sm_121a`` on a trivial kernel (B01)."""
-    exe = ptxas_path()
+    exe, setting = ptxas_path(arch)
     probe = Path(os.environ.get("TMPDIR", "/tmp")) / "sparkpair-ptxas-probe.ptx"
     if c.host.live:
         probe.write_text(PTX_PROBE)
@@ -570,7 +590,7 @@ def check_ptxas(c: Ctx, arch: str = "sm_121a") -> None:
         r = c.host.run("ptxas-sm_121a", [exe, f"--gpu-name={arch}", str(probe), "-o", os.devnull])
     except CommandUnavailable as e:
         c.add(
-            "ptxas", "fail", "TRITON_PTXAS_PATH", exe, f"a ptxas that accepts {arch} (CUDA >= 12.9)", str(e)
+            "ptxas", "fail", setting, exe, f"a ptxas that accepts {arch} (CUDA >= 12.9)", str(e)
         )
         return
     if r.rc != 0:
@@ -578,13 +598,13 @@ def check_ptxas(c: Ctx, arch: str = "sm_121a") -> None:
         c.add(
             "ptxas",
             "fail",
-            "TRITON_PTXAS_PATH",
+            setting,
             exe,
             f"a ptxas that accepts --gpu-name={arch}",
             f"it said: {first} (B01)",
         )
     else:
-        c.add("ptxas", "pass", "TRITON_PTXAS_PATH", exe, f"accepts {arch}")
+        c.add("ptxas", "pass", setting, exe, f"accepts {arch}")
 
 
 def _tp(profile: Any) -> int:
