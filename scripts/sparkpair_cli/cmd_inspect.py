@@ -24,6 +24,10 @@ def register(app: typer.Typer) -> None:
         from .preflight.checkpoint import InspectError, inspect_checkpoint, resolve_model_dir
 
         d = resolve_model_dir(model, hf_home)
+        if d is None and any(c.is_dir() for c in (Path(model), hf_home / model.lstrip("/"))):
+            folder = next(c for c in (Path(model), hf_home / model.lstrip("/")) if c.is_dir())
+            print(f"inspect: no model.safetensors.index.json (or *.safetensors) in {folder}")
+            raise typer.Exit(1)
         if d is None:
             print(
                 f"inspect: {model!r} is not a folder and not in {hf_home}/hub; wanted a downloaded checkpoint"

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -37,9 +36,16 @@ def register(app: typer.Typer) -> None:
             for k, v in pf.CHECK_IDS.items():
                 print(f"{k:20s} {v}")
             return
+        try:
+            groups = pf.parse_only(only)
+            if facts_out is not None:
+                pf.check_facts_out(facts_out)
+            reports = [pf.load_report(p) for p in compare]
+        except pf.PreflightInputError as e:
+            err.print(f"[red]preflight:[/red] {e}", highlight=False)
+            raise typer.Exit(2) from None
         failed = False
         if compare:
-            reports = [json.loads(p.read_text()) for p in compare]
             results = pf.compare(reports)
             pf.print_report(results, err)
             failed |= any(r.status == "fail" for r in results)
@@ -56,10 +62,19 @@ def register(app: typer.Typer) -> None:
             except ProfileError as e:
                 err.print(str(e), highlight=False)
                 raise typer.Exit(2) from None
-            report = pf.run_local(env, profile, root=root, only=[x for x in only.split(",") if x] or None)
+            report = pf.run_local(env, profile, root=root, only=groups)
             pf.print_report(report, err)
             if facts_out:
-                facts_out.write_text(report.to_json())
+                try:
+                    facts_out.write_text(report.to_json())
+                except OSError as e:
+                    err.print(
+                        f"[red]preflight:[/red] --facts-out {facts_out}: cannot write it "
+                        f"({e.strerror or e}); wanted a writable file path. The report:",
+                        highlight=False,
+                    )
+                    print(report.to_json())
+                    raise typer.Exit(2) from None
             failed |= bool(report.failed)
         raise typer.Exit(1 if failed else 0)
 

@@ -243,11 +243,18 @@ def parse_env_file(path: Path) -> dict[str, str]:
         NodeEnvError: the file is missing or a line is not ``KEY=VALUE``.
     """
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as e:
         raise NodeEnvError(
-            f"node env file {path}: cannot read it ({e.strerror}); wanted a copy of "
+            f"node env file {path}: cannot read it ({e.strerror or e}); wanted a copy of "
             "configs/node.env.example filled in for this node"
+        ) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise NodeEnvError(
+            f"node env file {path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); "
+            "wanted KEY=VALUE lines"
         ) from None
     out: dict[str, str] = {}
     for n, raw in enumerate(text.splitlines(), 1):

@@ -766,6 +766,89 @@ def run_local(env: NodeEnv, profile: Any, root: Path = Path("/"), only: list[str
     return c.report
 
 
+class PreflightInputError(ValueError):
+    """Bad input to ``preflight`` (a ``--only`` group, a ``--compare`` file, a ``--facts-out``
+    path), worded to print as is."""
+
+
+def parse_only(only: str) -> list[str] | None:
+    """The check groups of a ``--only`` comma list (None: all).
+
+    Raises:
+        PreflightInputError: a name that is not in :data:`LOCAL_CHECKS`.
+    """
+    names = [x.strip() for x in only.split(",") if x.strip()]
+    if only.strip() and not names:
+        raise PreflightInputError(f"--only {only!r}: no check group named; known: {','.join(LOCAL_CHECKS)}")
+    bad = [x for x in names if x not in LOCAL_CHECKS]
+    if bad:
+        what = "no such check group" if len(bad) == 1 else "no such check groups"
+        raise PreflightInputError(f"--only {','.join(bad)!r}: {what}; known: {','.join(LOCAL_CHECKS)}")
+    return names or None
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """A node's report written by ``preflight --facts-out``, for ``--compare``.
+
+    Raises:
+        PreflightInputError: unreadable, not UTF-8, not JSON, or not a report object.
+    """
+    wanted = "wanted a --facts-out file"
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise PreflightInputError(f"{path}: cannot read it ({e.strerror or e}); {wanted}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PreflightInputError(
+            f"{path}: not UTF-8 text / not JSON (byte 0x{data[e.start]:02x} at offset {e.start}); {wanted}"
+        ) from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PreflightInputError(
+            f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno}); {wanted}"
+        ) from None
+    if not isinstance(obj, dict):
+        raise PreflightInputError(
+            f"{path}: not a preflight report (top level is a {type(obj).__name__}, not an object); {wanted}"
+        )
+    if "node" not in obj:
+        raise PreflightInputError(f"{path}: not a preflight report (no 'node'); {wanted}")
+    if not isinstance(obj["node"], str) or not obj["node"]:
+        raise PreflightInputError(
+            f"{path}: not a preflight report (node={obj['node']!r}, wanted a node name); {wanted}"
+        )
+    facts = obj.get("facts", {})
+    if not isinstance(facts, dict):
+        raise PreflightInputError(
+            f"{path}: not a preflight report (facts is a {type(facts).__name__}, wanted an object); {wanted}"
+        )
+    return obj
+
+
+def check_facts_out(path: Path) -> None:
+    """Refuse a ``--facts-out`` path the report could not be written to, before any check runs.
+
+    Raises:
+        PreflightInputError: a folder, a parent that is missing or not a folder, or unwritable.
+    """
+    wanted = "wanted a writable file path"
+    if path.is_dir():
+        raise PreflightInputError(f"--facts-out {path}: is a folder; {wanted}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise PreflightInputError(f"--facts-out {path}: folder {parent} does not exist; {wanted}")
+    if not parent.is_dir():
+        raise PreflightInputError(f"--facts-out {path}: {parent} is not a folder; {wanted}")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise PreflightInputError(f"--facts-out {path}: not writable; {wanted}")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise PreflightInputError(f"--facts-out {path}: folder {parent} is not writable; {wanted}")
+
+
 def compare(reports: list[dict[str, Any]]) -> list[Result]:
     """Cross-node comparisons on the facts of each node's report (``--facts-out`` JSON)."""
     out: list[Result] = []

@@ -1,0 +1,165 @@
+"""Bad input to the deployment commands (``preflight``, ``node``, ``inspect``): a clear error
+naming the file or option, the value seen and the value wanted; exit 2 (inspect: 1); never a
+traceback, never exit 0, never a report lost after the checks ran."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from sparkpair_cli.main import app
+from typer.testing import CliRunner
+
+GOOD_ENV = Path(__file__).resolve().parents[1] / "fixtures" / "hosts" / "spark-head-good" / "node.env"
+
+
+def cli(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(app, list(args))
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    return res.exit_code, " ".join(res.output.split())
+
+
+# 1. --only names a group that does not exist
+
+
+def test_only_unknown_group_is_refused() -> None:
+    code, out = cli("preflight", "--env-file", str(GOOD_ENV), "--only", "bogus")
+    assert code == 2, out
+    assert "--only 'bogus': no such check group; known: rdma,netdev,gid," in out
+
+
+def test_only_mixed_known_and_unknown_names_the_unknown() -> None:
+    code, out = cli("preflight", "--env-file", str(GOOD_ENV), "--only", "memory,nope")
+    assert code == 2, out
+    assert "'nope'" in out and "known:" in out
+
+
+# 2./3. --compare files that are not --facts-out reports
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"{}", "not a preflight report (no 'node'); wanted a --facts-out file"),
+        (b"[1, 2]", "top level is a list"),
+        (b"{not json", "not JSON"),
+        (b'{"node": "a", "facts": 5}', "facts is a int"),
+        (b"x\n\xff\xfe\x00\x01", "not UTF-8 text / not JSON"),
+    ],
+)
+def test_compare_file_that_is_not_a_report(tmp_path: Path, content: bytes, fragment: str) -> None:
+    f = tmp_path / "e.json"
+    f.write_bytes(content)
+    code, out = cli("preflight", "--compare", str(f), "--compare", str(f))
+    assert code == 2, out
+    assert fragment in out
+    assert "e.json" in out
+
+
+def test_compare_binary_file_names_byte_and_offset(tmp_path: Path) -> None:
+    f = tmp_path / "rand.bin"
+    f.write_bytes(b"ab\xff\x00")
+    code, out = cli("preflight", "--compare", str(f), "--compare", str(f))
+    assert code == 2, out
+    assert "rand.bin" in out and "0xff at offset 2" in out
+
+
+def test_compare_missing_file(tmp_path: Path) -> None:
+    code, out = cli("preflight", "--compare", str(tmp_path / "gone.json"))
+    assert code == 2, out
+    assert "gone.json" in out and "cannot read it" in out
+
+
+def test_compare_good_reports_still_work(tmp_path: Path) -> None:
+    for n in ("a", "b"):
+        (tmp_path / f"{n}.json").write_text(
+            json.dumps(
+                {"node": n, "results": [], "facts": {"kernel": "6.8", "driver": "580", "fabric_mtu": 9000}}
+            )
+        )
+    code, out = cli("preflight", "--compare", str(tmp_path / "a.json"), "--compare", str(tmp_path / "b.json"))
+    assert code == 0, out
+    assert "same-mtu" in out
+
+
+# 4. --facts-out is checked before any check runs
+
+
+def test_facts_out_folder_is_refused_up_front(tmp_path: Path) -> None:
+    d = tmp_path / "dir.yaml"
+    d.mkdir()
+    code, out = cli("preflight", "--env-file", str(GOOD_ENV), "--only", "memory", "--facts-out", str(d))
+    assert code == 2, out
+    assert "is a folder" in out and "dir.yaml" in out
+    assert "memory" not in out.replace("--only", "")  # no check ran
+
+
+def test_facts_out_missing_parent(tmp_path: Path) -> None:
+    p = tmp_path / "nope" / "r.json"
+    code, out = cli("preflight", "--env-file", str(GOOD_ENV), "--only", "memory", "--facts-out", str(p))
+    assert code == 2, out
+    assert "does not exist" in out and "nope" in out
+
+
+def test_facts_out_parent_is_a_file(tmp_path: Path) -> None:
+    f = tmp_path / "afile"
+    f.write_text("x")
+    code, out = cli(
+        "preflight", "--env-file", str(GOOD_ENV), "--only", "memory", "--facts-out", str(f / "r.json")
+    )
+    assert code == 2, out
+    assert "is not a folder" in out
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits")
+def test_facts_out_unwritable_folder(tmp_path: Path) -> None:
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o500)
+    try:
+        code, out = cli(
+            "preflight", "--env-file", str(GOOD_ENV), "--only", "memory", "--facts-out", str(d / "r.json")
+        )
+    finally:
+        d.chmod(0o700)
+    assert code == 2, out
+    assert "not writable" in out
+
+
+# 5. a node env file that is not UTF-8
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["node", "validate", "--env-file"],
+        ["node", "plan", "--role", "head", "--env-file"],
+        ["preflight", "--env-file"],
+    ],
+)
+def test_node_env_file_not_utf8(tmp_path: Path, args: list[str]) -> None:
+    f = tmp_path / "junk.env"
+    f.write_bytes(b"x\n\xff\xfe\n")
+    code, out = cli(*args, str(f))
+    assert code == 2, out
+    assert f"node env file {f}: not UTF-8 text (byte 0xff at offset 2); wanted KEY=VALUE lines" in out
+
+
+# 6. inspect on a folder with no checkpoint in it
+
+
+def test_inspect_empty_folder_says_what_is_missing(tmp_path: Path) -> None:
+    d = tmp_path / "emptyck"
+    d.mkdir()
+    code, out = cli("inspect", str(d), "--hf-home", str(tmp_path / "hf"))
+    assert code == 1, out
+    assert f"no model.safetensors.index.json (or *.safetensors) in {d}" in out
+    assert "is not a folder" not in out
+
+
+def test_inspect_missing_path_still_says_not_a_folder(tmp_path: Path) -> None:
+    code, out = cli("inspect", str(tmp_path / "gone"), "--hf-home", str(tmp_path / "hf"))
+    assert code == 1, out
+    assert "is not a folder" in out
