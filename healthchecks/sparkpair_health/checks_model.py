@@ -909,7 +909,7 @@ def check_long_context(c: Client) -> tuple[str, dict[str, Any]]:
         else f"needle retrieval not judged ({s.semantic_skip_reason})"
     )
     return (
-        f"{len(seen)} prompts of ~{s.long_context_tokens} tokens (usage verified, max_model_len {mml}); "
+        f"{len(seen)} prompt(s) of ~{s.long_context_tokens} tokens (usage verified, max_model_len {mml}); "
         f"{judged}"
     ), ev
 

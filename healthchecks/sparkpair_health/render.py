@@ -63,7 +63,11 @@ def render_report(report: Report, console: Console) -> None:
         t.add_row(c.id, f"[{STYLE[c.status]}]{c.status}[/]", f"{c.latency_ms:.0f}", c.message)
     console.print(t)
     if report.overlay_plan is not None:
-        console.print(f"overlay plan ({report.overlay_plan_note}): {json.dumps(report.overlay_plan)[:2000]}")
+        plan = report.overlay_plan
+        line = plan.get("line") if isinstance(plan, dict) else None
+        shown = line if isinstance(line, str) else json.dumps(plan)[:2000]
+        console.print(f"overlay plan ({report.overlay_plan_note}; full JSON in the report):")
+        console.print(f"  {shown}", soft_wrap=True)
     elif report.overlay_plan_note:
         console.print(f"overlay plan: {report.overlay_plan_note}")
     n = report.counts()

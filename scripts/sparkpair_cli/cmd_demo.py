@@ -110,7 +110,7 @@ def run_demo(
     )
     previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
-        console.print(f"starting vLLM: {' '.join(server.command())}")
+        console.print(f"starting vLLM: {' '.join(server.command())}", soft_wrap=True)
         server.start()
         with Progress(
             SpinnerColumn(),
@@ -121,8 +121,13 @@ def run_demo(
         ) as progress:
             task = progress.add_task("waiting for the vLLM server to listen", total=None)
 
+            last_line = [0.0]
+
             def tick(waited: float, state: str) -> None:
                 progress.update(task, description=f"waiting for the vLLM server: {state}")
+                if not console.is_terminal and waited - last_line[0] >= 15.0:
+                    last_line[0] = waited
+                    console.print(f"  still waiting for the vLLM server ({waited:.0f} s): {state}")
 
             waited = server.wait_ready(timeout_s=ready_timeout_s, on_tick=tick)
         console.print(f"vLLM server listening at {server.base_url} after {waited:.0f} s")
@@ -137,11 +142,25 @@ def run_demo(
         report = run_suite(settings, console=console, checks=full_check_list(settings))
 
         lines = plan_lines(server.log_path.read_text(errors="replace"))
-        console.print(f"[bold]overlay plan line[/], logged once by each of {len(lines)} vLLM processes:")
-        for line in lines:
-            process = line.split(")", 1)[0].lstrip("(") if line.startswith("(") else "?"
-            console.print(f"  {process}: {line[line.index(PLAN_LINE_MARK) :]}", soft_wrap=True)
-        console.print(f"report: {settings.report_json}  junit: {settings.junit_xml}  log: {server.log_path}")
+        processes = [
+            ln.split(")", 1)[0].lstrip("(").split(" pid=")[0] if ln.startswith("(") else "?" for ln in lines
+        ]
+        texts = {ln[ln.index(PLAN_LINE_MARK) :] for ln in lines}
+        same = "the same plan" if len(texts) == 1 else f"{len(texts)} DIFFERENT plans"
+        console.print(
+            f"overlay plan line logged once by each of {len(lines)} vLLM processes "
+            f"({', '.join(processes)}): {same}",
+            soft_wrap=True,
+        )
+        if len(texts) > 1:
+            for ln in lines:
+                console.print(f"  {ln}", soft_wrap=True)
+        for label, path in (
+            ("report", settings.report_json),
+            ("junit", settings.junit_xml),
+            ("server log", server.log_path),
+        ):
+            console.print(f"{label}: {path}", soft_wrap=True)
         if keep_running and report.passed:
             console.print(f"server stays up at {server.base_url}; Ctrl-C to stop")
             while server.alive():

@@ -231,23 +231,34 @@ class VllmServer:
         return sorted(out)
 
     def stop(self, grace_s: float = 15.0) -> None:
-        """SIGTERM the whole process group, then SIGKILL what is left after ``grace_s``."""
+        """Stop the server and every process it started.
+
+        SIGTERM goes to the API server first, so it shuts its engine core and workers down
+        in order (a group-wide SIGTERM kills the engine under the API server, which then
+        logs ``EngineDeadError`` for a healthy server). What is still alive after
+        ``grace_s`` gets SIGTERM group-wide, then SIGKILL after 5 s more.
+        """
         if self.proc is None:
             return
         pgid = self.proc.pid
-        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
+        steps = (
+            (lambda: os.kill(pgid, signal.SIGTERM), grace_s),
+            (lambda: os.killpg(pgid, signal.SIGTERM), 5.0),
+            (lambda: os.killpg(pgid, signal.SIGKILL), 5.0),
+        )
+        for send, wait in steps:
+            if not self.pids():
                 break
+            try:
+                send()
+            except ProcessLookupError:
+                pass
             deadline = time.monotonic() + wait
             while time.monotonic() < deadline:
                 self.proc.poll()
                 if not self.pids():
                     break
                 time.sleep(0.2)
-            if not self.pids():
-                break
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

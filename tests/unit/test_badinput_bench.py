@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from sparkpair_cli.bench.report import ResultFileError, load_result
 from sparkpair_cli.bench.workload import WorkloadError, load_workload
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from sparkpair_cli.tinymodel import TinyModelSpec, _to_bf16_bytes, generate_tiny_model
 
 

@@ -575,7 +575,8 @@ def ptxas_path(arch: str = "sm_121a") -> tuple[str, str]:
     try:
         import triton
 
-        return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"), "TRITON_PTXAS_PATH"
+        bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+        return str(bundled), "TRITON_PTXAS_PATH"
     except Exception:  # noqa: BLE001 - triton absent: report below
         return "ptxas", "TRITON_PTXAS_PATH"
 
