@@ -230,6 +230,23 @@ class VllmServer:
                 continue
         return sorted(out)
 
+    def engine_core_pids(self) -> list[int]:
+        """PIDs in the server's process group whose argv or title says EngineCore.
+
+        vLLM 0.32 retitles its engine process ``VLLM::EngineCore`` (``/proc/PID/comm`` keeps
+        its first 15 bytes) and names it in argv when spawned.
+        """
+        out = []
+        for pid in self.pids():
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                comm = Path(f"/proc/{pid}/comm").read_text()
+            except OSError:
+                continue
+            if "EngineCore" in argv or comm.startswith("VLLM::EngineCor"):
+                out.append(pid)
+        return out
+
     def stop(self, grace_s: float = 15.0) -> None:
         """Stop the server and every process it started.
 

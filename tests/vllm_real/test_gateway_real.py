@@ -25,20 +25,6 @@ CANARY_INTERVAL_S = 3.0
 CANARY_TIMEOUT_S = 5.0
 
 
-def engine_core_pids(server) -> list[int]:  # type: ignore[no-untyped-def]
-    """PIDs in the server's process group whose argv or title says EngineCore."""
-    out = []
-    for pid in server.pids():
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            comm = Path(f"/proc/{pid}/comm").read_text()
-        except OSError:
-            continue
-        if "EngineCore" in argv or comm.startswith("VLLM::EngineCor"):
-            out.append(pid)
-    return out
-
-
 def test_gateway_ready_on_a_real_server_then_503_naming_the_dead_engine(  # type: ignore[no-untyped-def]
     tiny_model, tiny_profile, tmp_path
 ):
@@ -91,7 +77,7 @@ def test_gateway_ready_on_a_real_server_then_503_naming_the_dead_engine(  # type
             metrics = httpx.get(g.base_url + "/metrics").text
             assert "sparkpair_ready 1.0" in metrics and "sparkpair_canary_latency_seconds_count" in metrics
 
-            pids = engine_core_pids(server)
+            pids = server.engine_core_pids()
             assert pids, "no VLLM::EngineCore process in the server's process group"
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)

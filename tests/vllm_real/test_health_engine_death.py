@@ -13,27 +13,12 @@ import re
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from sparkpair_health.logscan import scan_file
 from sparkpair_health.suite import SuiteSettings, Timeouts, run_suite, suite_exit_code
 
 pytestmark = [pytest.mark.vllm_real, pytest.mark.slow]
-
-
-def engine_core_pids(server) -> list[int]:  # type: ignore[no-untyped-def]
-    """PIDs in the server's process group whose title or argv says EngineCore."""
-    out = []
-    for pid in server.pids():
-        try:
-            title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            comm = Path(f"/proc/{pid}/comm").read_text()
-        except OSError:
-            continue
-        if "EngineCore" in title or comm.startswith("VLLM::EngineCor"):
-            out.append(pid)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +36,7 @@ def killed_run(tiny_model, tiny_profile, tmp_path_factory):  # type: ignore[no-u
         def on_progress(event: str, detail: str) -> None:
             # Kill the engine while the streaming check is in flight (from a side thread).
             if event == "check-start" and detail == "stream" and not killed:
-                pids = engine_core_pids(server)
+                pids = server.engine_core_pids()
                 killed["pids"] = pids
 
                 def kill() -> None:
