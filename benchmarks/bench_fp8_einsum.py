@@ -53,6 +53,7 @@ def main() -> None:
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--sweep-max-t", type=int, default=16384, help="sweep every config up to this T")
     ap.add_argument("--recipes", default="int32,fp32")
+    ap.add_argument("--configs", default="", help="comma-separated config names to sweep (default: all)")
     ap.add_argument("--command", default=" ".join(sys.argv))
     args = ap.parse_args()
     g = 8 // args.tp
@@ -79,7 +80,8 @@ def main() -> None:
             )
             provs = ["auto", "bf16_dequant_einsum"]
             if t <= args.sweep_max_t:
-                provs += [c.name for c in fe.FP8_EINSUM_CONFIGS]
+                wanted = set(filter(None, args.configs.split(",")))
+                provs += [c.name for c in fe.FP8_EINSUM_CONFIGS if not wanted or c.name in wanted]
             for prov in provs:
                 if prov == "bf16_dequant_einsum" and enc != "int32" and t > 2048:
                     continue

@@ -28,14 +28,24 @@ DEFAULT_MS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 def _useful(cfg, m: int) -> bool:
     meta = cfg.constexprs()
-    if cfg.kernel == "_router_gemv_kernel":
-        return m <= 256
+    if cfg.kernel == "_router_rows_kernel":
+        return m <= 16
     if meta["BLOCK_M"] <= 32:
         return m <= 1024
     return True
 
 
+def _cublas_bf16x3(x, w):
+    """BF16x3 through cuBLAS: three bf16 GEMMs on the pre-split weight, smallest term first."""
+    p = rg.bf16x3_split(w)
+    out = torch.mm(x, p[2].t(), out_dtype=torch.float32)
+    out = torch.addmm(out, x, p[1].t(), out_dtype=torch.float32)
+    return torch.addmm(out, x, p[0].t(), out_dtype=torch.float32)
+
+
 def _make_fn(prov, xs, ws):
+    if prov == "cublas_bf16x3":
+        return lambda i: _cublas_bf16x3(xs[i % len(xs)], ws[i % len(ws)])
     if prov == "auto":
         return lambda i: rg.router_gemm(xs[i % len(xs)], ws[i % len(ws)])
     cfg = None if prov in ("cublas", "torch_fp32") else prov
@@ -47,6 +57,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "router_gemm.csv"))
     ap.add_argument("--ms", default=",".join(map(str, DEFAULT_MS)))
     ap.add_argument("--cold", action="store_true", help="also time M<=32 with L2-cold weights")
+    ap.add_argument("--configs", default="", help="comma-separated config names to sweep (default: all)")
+    ap.add_argument("--dtypes", default="bf16,fp32")
     ap.add_argument("--command", default=" ".join(sys.argv))
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # vLLM: VLLM_FLOAT32_MATMUL_PRECISION=highest
@@ -61,7 +73,10 @@ def main() -> None:
     )
     rows = []
     best: dict[tuple[str, int], tuple[float, str]] = {}
+    wanted = set(filter(None, args.configs.split(",")))
     for w_dtype, wname, base in ((torch.bfloat16, "bf16", "cublas"), (torch.float32, "fp32", "torch_fp32")):
+        if wname not in args.dtypes.split(","):
+            continue
         for m in ms:
             gen = torch.Generator(device="cuda").manual_seed(m)
             x = torch.randn(m, K, device="cuda", generator=gen).to(torch.bfloat16)
@@ -69,10 +84,13 @@ def main() -> None:
             ref = x.double() @ w.double().t()
             bytes_moved = x.numel() * 2 + w.numel() * w.element_size() + m * N * 4
             flops = 2 * m * N * K * (3 if w_dtype == torch.float32 else 1)
-            providers = [base, "auto"] + [
+            providers = [base, "auto"] + (["cublas_bf16x3"] if wname == "fp32" else [])
+            providers += [
                 c.name
                 for c in rg.ROUTER_GEMM_CONFIGS
-                if c.name.startswith("fp32") == (w_dtype == torch.float32) and _useful(c, m)
+                if c.name.startswith("fp32") == (w_dtype == torch.float32)
+                and _useful(c, m)
+                and (not wanted or c.name in wanted)
             ]
             modes = ["warm"] + (["cold"] if args.cold and m <= 32 else [])
             for mode in modes:

@@ -73,7 +73,7 @@ def _probe_router() -> list[dict[str, Any]]:
         for m in ROUTER_MS:
             x = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
             ref = x.double() @ w.double().t()
-            cfg = rg.select_router_config(m, w_dtype)
+            cfg = rg.select_router_config(m, w_dtype, k)
             # "ours" is the public dispatcher the overlay calls (it may itself pick cuBLAS for this M)
             for path, ours in ((ours_path, True), (theirs_path, False)):
                 row: dict[str, Any] = {

@@ -102,7 +102,8 @@ def test_shipped_cache_has_the_keys_the_runtime_looks_up(tmp_path, monkeypatch) 
     cache = tmp_path / "cache"
     results = aot.build(["sm_90a"], str(cache))
     assert all(r.fits for r in results)
-    for fn in (rg._router_dot_kernel, rg._router_reduce_kernel, fe._fp8_einsum_kernel):
+    kernels = (rg._router_dot_kernel, rg._router_rows_kernel, rg._router_reduce_kernel, fe._fp8_einsum_kernel)
+    for fn in kernels:
         fn.device_caches.clear()  # forget the in-memory kernels: go through the file cache
     events: list[tuple[str, bool]] = []
 

@@ -58,10 +58,12 @@ def test_odd_shapes(shape: tuple[int, int, int]) -> None:
     for w_dtype in (torch.bfloat16, torch.float32):
         x, w = _inputs(m, n, k, w_dtype)
         for cfg in rg.ROUTER_GEMM_CONFIGS:
-            if cfg.name.startswith("fp32") != (w_dtype == torch.float32):
+            if cfg.name.startswith("fp32") != (w_dtype == torch.float32) or not rg._takes_k(cfg, k):
                 continue
             out = rg.router_gemm_with_config(x, w, cfg)
             assert max_rel(out, _ref(x, w)) <= TOL[w_dtype], cfg.name
+        out = rg.router_gemm(x, w)  # the dispatch skips configs that cannot take this K
+        assert max_rel(out, _ref(x, w)) <= TOL[w_dtype], ("dispatch", shape, w_dtype)
 
 
 def test_deterministic_bitwise() -> None:
@@ -73,7 +75,7 @@ def test_deterministic_bitwise() -> None:
 
 
 def _n_compiled() -> int:
-    fns = (rg._router_dot_kernel, rg._router_gemv_kernel, rg._router_reduce_kernel)
+    fns = (rg._router_dot_kernel, rg._router_rows_kernel, rg._router_reduce_kernel)
     return sum(len(c[0]) for f in fns for c in f.device_caches.values())
 
 
@@ -151,3 +153,69 @@ def test_concurrent_streams_do_not_share_counters() -> None:
         outs.append((o1, o2))
     torch.cuda.synchronize()
     assert all(torch.equal(a, ref1) and torch.equal(b, ref2) for a, b in outs)
+
+
+def test_pdl_and_non_pdl_launches_give_identical_bits() -> None:
+    for w_dtype in (torch.bfloat16, torch.float32):
+        for m in (1, 4, 17):
+            x, w = _inputs(m, N, K, w_dtype, seed=40 + m)
+            for cfg in rg.ROUTER_GEMM_CONFIGS:
+                fp32_cfg = cfg.name.startswith("fp32")
+                if not cfg.constexprs().get("USE_PDL") or fp32_cfg != (w_dtype == torch.float32):
+                    continue
+                a = rg.router_gemm_with_config(x, w, cfg, pdl=True)
+                b = rg.router_gemm_with_config(x, w, cfg, pdl=False)
+                assert torch.equal(a, b), (cfg.name, m)
+
+
+@pytest.mark.parametrize("w_dtype", [torch.bfloat16, torch.float32], ids=["bf16w", "fp32w"])
+def test_pdl_reads_x_written_by_the_kernel_just_before(w_dtype: torch.dtype) -> None:
+    """In one graph, each router call follows the copy that writes its input: a PDL kernel that read
+    ``x`` before ``griddepcontrol.wait`` would see the previous call's values."""
+    m_values = (1, 3, 8, 16, 32, 64)
+    _, w = _inputs(1, N, K, w_dtype)
+    x = torch.empty(64, K, device="cuda", dtype=torch.bfloat16)
+    srcs = [_inputs(64, N, K, w_dtype, seed=200 + i)[0] for i in range(len(m_values) * 2)]
+    rg.router_gemm(srcs[0], w)
+    for m in m_values:
+        rg.router_gemm(x[:m], w)  # compile outside capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    outs = []
+    with torch.cuda.graph(g):
+        for i, src in enumerate(srcs):
+            m = m_values[i % len(m_values)]
+            x.copy_(src)
+            outs.append(rg.router_gemm(x[:m], w))
+    for _ in range(3):
+        g.replay()
+        torch.cuda.synchronize()
+        for i, src in enumerate(srcs):
+            m = m_values[i % len(m_values)]
+            assert torch.equal(outs[i], rg.router_gemm(src[:m], w)), (i, m)
+
+
+def test_fp32_weight_first_seen_inside_capture_uses_the_in_register_split() -> None:
+    x, w = _inputs(16, N, K, torch.float32, seed=9)
+    assert rg.bf16x3_split(w, create=False) is None
+    rg.router_gemm_with_config(x, w, "fp32x3_dot_m16_n16_s16")  # compile + counters, no split made
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = rg.router_gemm(x, w)
+    assert rg.bf16x3_split(w, create=False) is None, "no split may be allocated during capture"
+    g.replay()
+    torch.cuda.synchronize()
+    assert max_rel(out, _ref(x, w)) <= TOL[torch.float32]
+    eager = rg.router_gemm(x, w)  # now the pre-split weight exists
+    assert rg.bf16x3_split(w, create=False) is not None
+    assert max_rel(eager, _ref(x, w)) <= TOL[torch.float32]
+
+
+def test_bf16x3_split_follows_in_place_weight_writes() -> None:
+    x, w = _inputs(8, N, K, torch.float32, seed=11)
+    first = rg.router_gemm(x, w)
+    w.mul_(-0.5)
+    second = rg.router_gemm(x, w)
+    assert max_rel(second, _ref(x, w)) <= TOL[torch.float32]
+    assert not torch.equal(first, second)

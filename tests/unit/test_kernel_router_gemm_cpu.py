@@ -15,7 +15,12 @@ from sparkpair_overlay.kernels import router_gemm as rg
 
 def test_plans_name_existing_configs_in_increasing_m() -> None:
     names = {c.name for c in rg.ROUTER_GEMM_CONFIGS}
-    for plan, prefix in ((rg.ROUTER_BF16_PLAN, "bf16"), (rg.ROUTER_FP32_PLAN, "fp32")):
+    plans = (
+        (rg.ROUTER_BF16_PLAN, "bf16"),
+        (rg.ROUTER_FP32_PLAN, "fp32"),
+        (rg.ROUTER_FP32_CAPTURE_PLAN, "fp32x3"),
+    )
+    for plan, prefix in plans:
         ms = [m for m, _ in plan]
         assert ms == sorted(ms)
         for _, name in plan:
@@ -27,6 +32,44 @@ def test_dispatch_hands_large_bf16_m_to_cublas() -> None:
     assert rg.select_router_config(1, torch.bfloat16) is not None
     assert rg.select_router_config(8192, torch.bfloat16) is None
     assert rg.select_router_config(8192, torch.float32) is not None
+
+
+def test_dispatch_skips_configs_that_cannot_take_k() -> None:
+    assert rg.select_router_config(1, torch.bfloat16, 4096).kernel == "_router_rows_kernel"
+    wide = rg.select_router_config(1, torch.bfloat16, 7168)  # DeepSeek-V3's hidden size
+    assert wide is not None and wide.kernel == "_router_dot_kernel"
+    assert rg.select_router_config(1, torch.float32, 7168).kernel == "_router_dot_kernel"
+    x = torch.zeros(1, 7168, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="takes K <= 4096; got K=7168"):
+        rg.router_gemm_with_config(x, torch.zeros(256, 7168, dtype=torch.bfloat16), "bf16_rows_m1_n2_pdl")
+
+
+def test_capture_plan_never_needs_a_presplit_weight() -> None:
+    for m in (1, 16, 64, 65, 8192):
+        cfg = rg.select_router_config(m, torch.float32, 4096, presplit=False)
+        assert cfg.constexprs()["W_MODE"] == rg.W_FP32_SPLIT, (m, cfg.name)
+
+
+def test_bf16x3_split_is_exact_and_cached() -> None:
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(64, 320, generator=g) * 0.05
+    w[0, :4] = torch.tensor([1e-30, -3.38e38, 1.0 + 2**-23, -(2.0**-100)])  # tiny, huge, 24-bit
+    planes = rg.bf16x3_split(w)
+    assert planes.shape == (3, 64, 320) and planes.dtype == torch.bfloat16
+    assert torch.equal(planes.double().sum(0), w.double()), "hi + mid + lo must equal w exactly"
+    assert rg.bf16x3_split(w) is planes, "cached while unmodified"
+    w.add_(1.0)
+    again = rg.bf16x3_split(w)
+    assert again is not planes and torch.equal(again.double().sum(0), w.double())
+    assert rg.bf16x3_split(w.clone(), create=False) is None
+    with pytest.raises(ValueError, match="2-D float32"):
+        rg.bf16x3_split(w.bfloat16())
+    w[1, 1] = 3.4e38  # rounds to bf16 infinity
+    with pytest.raises(ValueError, match=r"\|w\| = 3.4e\+38; BF16x3 carries only finite"):
+        rg.bf16x3_split(w)
+    w[1, 1] = float("nan")
+    with pytest.raises(ValueError, match="nan"):
+        rg.bf16x3_split(w)
 
 
 def test_validation_errors() -> None:

@@ -5,16 +5,30 @@ DeepSeek-V4-Flash's gate (``GateLinear``, audit §1): K = hidden = 4096, N = n_r
 batch (1..16384). On GB10 vLLM 0.33 sends every call to cuBLAS (``torch.mm(..., out_dtype=fp32)``,
 Tier 6) or to a true fp32 ``F.linear`` (Tier 7, fp32 weight).
 
-Paths (all deterministic: every reduction has a fixed order, no atomics):
+Paths (all deterministic: every reduction has a fixed order; the only atomic is a tile counter
+that elects which CTA sums the split-K partials, and that CTA sums them in split order):
 
-* ``bf16``  bf16 weight, low M: split-K tiles on the tensor cores (``_router_dot_kernel``) or an
-  FMA GEMV (``_router_gemv_kernel``), fp32 accumulation; when split, the K-partials go to a
-  workspace and ``_router_reduce_kernel`` sums them in split order (two-stage reduction).
-* ``cublas`` bf16 weight, large M: ``torch.mm(x, w.T, out_dtype=torch.float32)`` where cuBLAS wins.
-* ``fp32_gemv`` fp32 weight, small M: FMA GEMV in fp32 (x is exact in fp32).
-* ``fp32_bf16x3`` fp32 weight, large M: the weight tile is split in registers into three bf16
-  terms ``w = hi + mid + lo`` (24 significand bits, exact for normal fp32), and three bf16
-  tensor-core products accumulate in fp32 (x is bf16, so it needs no split). Error at fp32 level.
+* bf16 weight, M <= 4: ``_router_rows_kernel``, a whole-K GEMV per pair of weight rows on the
+  CUDA cores (fp32 products, ``tl.sum`` tree), no split and no reduction.
+* bf16 weight, M <= 64: ``_router_dot_kernel``, split-K tiles on the tensor cores, one BLOCK_K
+  step per CTA; the last CTA of each output tile sums the fp32 partials (``FIXUP``; tile counters
+  from ``SEMAPHORES``), else ``_router_reduce_kernel`` does it in a second launch.
+* bf16 weight, larger M: cuBLAS ``torch.mm(x, w.T, out_dtype=torch.float32)``, which wins there.
+* fp32 weight, M <= 4: ``_router_rows_kernel`` in fp32 (x is exact in fp32; each product is
+  rounded once, as in an fp32 GEMM).
+* fp32 weight, larger M: BF16x3. The weight is split once into three bf16 planes
+  ``w = hi + mid + lo`` (:func:`bf16x3_split`; 24 significand bits, exact for normal fp32) and
+  three bf16 tensor-core products accumulate in fp32 (x is bf16, so it needs no split). The
+  ``hi`` product is folded into the fp32 accumulator at least every 512 K elements (long MMA
+  chains lose accuracy: H200, 4096-long chain 4.8e-6 max rel. error vs 5.4e-7 in 512-long
+  chunks). Error at fp32 level. A weight first seen inside CUDA-graph capture is split in
+  registers instead (``W_MODE`` 1), since the pre-split copy cannot be allocated there.
+
+Programmatic dependent launch (``USE_PDL``, sm_90+): the kernel lets the next kernel on the
+stream launch at once and reads nothing an earlier kernel writes (``x``, counters, partials)
+before ``gdc_wait``; the weight tile is loaded before the wait. Caller contract: the weight is
+not written by the kernel immediately before this one on the stream (true for model
+parameters; :func:`bf16x3_split` synchronises the stream after writing its planes).
 
 ``M`` is never a compile-time specialisation: it is a plain int argument listed in
 ``do_not_specialize`` (Triton 3.6: neither the ``== 1`` nor the divisible-by-16 specialisation
@@ -23,12 +37,14 @@ that depends on M. So one compiled kernel serves every M, and CUDA-graph capture
 
 Public API: :func:`router_gemm`; torch custom op ``torch.ops.sparkpair.router_gemm`` (with a fake
 implementation for torch.compile / meta tensors); :data:`ROUTER_GEMM_CONFIGS` (every compiled
-variant, for the AOT gate); :func:`router_gemm_with_config` (benchmarks and tests).
+variant, for the AOT gate); :func:`router_gemm_with_config` (benchmarks and tests);
+:func:`bf16x3_split`; :func:`select_router_config`.
 """
 
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -39,6 +55,8 @@ __all__ = [
     "ROUTER_GEMM_CONFIGS",
     "ROUTER_BF16_PLAN",
     "ROUTER_FP32_PLAN",
+    "ROUTER_FP32_CAPTURE_PLAN",
+    "bf16x3_split",
     "router_gemm",
     "router_gemm_with_config",
     "select_router_config",
@@ -49,6 +67,7 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------
 
 if HAS_TRITON:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
     @triton.jit(do_not_specialize=["M", "stride_pk"])
     def _router_dot_kernel(
@@ -56,26 +75,38 @@ if HAS_TRITON:
         sem_ptr,  # int32 tile counters, zero on entry and exit (FIXUP only; see SemaphorePool)
         part_ptr,  # out [M, N] fp32 (SPLIT_K == 1) or workspace [SPLIT_K, M, N] fp32
         x_ptr,  # [M, K] bf16, unit stride along K
-        w_ptr,  # [N, K] bf16 (W_SPLIT3=False) or fp32 (W_SPLIT3=True), unit stride along K
+        w_ptr,  # W_MODE 0: [N, K] bf16; 1: [N, K] fp32; 2: [3, N, K] bf16 (hi, mid, lo); unit K stride
         M,
         N,
         K,
         stride_xm,
         stride_wn,
+        stride_w3,  # W_MODE 2: stride between the hi / mid / lo planes (elements)
         stride_pk,
         stride_pm,
         one,  # fp32 1.0 at run time: keeps Triton from folding "acc += dot(...)" into the MMA chain
-        W_SPLIT3: tl.constexpr,
+        W_MODE: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
         SPLIT_K: tl.constexpr,
         N16: tl.constexpr,  # N % 16 == 0: stride_pk = M*N is a multiple of 16 (vector stores)
         FIXUP: tl.constexpr = False,  # SPLIT_K > 1: the last CTA of each tile reduces (one launch)
+        USE_PDL: tl.constexpr = False,  # launched with programmatic dependent launch (sm_90+)
+        ONE_TILE: tl.constexpr = False,  # the launcher guarantees one BLOCK_K step per CTA
+        HI_CHUNK: tl.constexpr = 1,  # W_MODE 2: BLOCK_K steps the hi product chains in the MMA
     ):
-        """Split-K tile on the tensor cores; program = (n tile, k split, m tile), n fastest."""
+        """Split-K tile on the tensor cores; program = (n tile, k split, m tile), n fastest.
+
+        With ``USE_PDL`` the next kernel on the stream may launch at once, and this one reads
+        nothing that an earlier kernel writes (``x``, counters, partials) before ``gdc_wait``;
+        with ``ONE_TILE`` too, the weight tile (read-only parameters) is loaded before the wait,
+        overlapping the previous kernel's tail.
+        """
         if N16:
             stride_pk = tl.multiple_of(stride_pk, 16)
+        if USE_PDL:
+            gdc_launch_dependents()
         pid = tl.program_id(0)
         num_n = tl.cdiv(N, BLOCK_N)
         pid_n = pid % num_n
@@ -94,30 +125,90 @@ if HAS_TRITON:
         # 5e-6 with one 4096-long chain vs 5e-7 with 512-long chains).
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc_lo = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, k_per, BLOCK_K):
-            offs_k = k_lo + k0 + tl.arange(0, BLOCK_K)
+        if ONE_TILE:
+            offs_k = k_lo + tl.arange(0, BLOCK_K)
             k_mask = offs_k < K
+            w_ptrs = w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :]
+            w_mask = n_mask[:, None] & k_mask[None, :]
+            w = tl.load(w_ptrs, mask=w_mask, other=0.0)
+            if W_MODE == 2:
+                w_mid = tl.load(w_ptrs + stride_w3, mask=w_mask, other=0.0)
+                w_lo = tl.load(w_ptrs + 2 * stride_w3, mask=w_mask, other=0.0)
+            if USE_PDL:
+                gdc_wait()
             x = tl.load(
                 x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
                 mask=m_mask[:, None] & k_mask[None, :],
                 other=0.0,
             )
-            w = tl.load(
-                w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
-                mask=n_mask[:, None] & k_mask[None, :],
-                other=0.0,
-            )
-            if W_SPLIT3:
+            if W_MODE == 0:
+                acc = tl.dot(x, tl.trans(w))
+            elif W_MODE == 1:
                 hi = w.to(tl.bfloat16)
                 r = w - hi.to(tl.float32)
                 mid = r.to(tl.bfloat16)
                 lo = (r - mid.to(tl.float32)).to(tl.bfloat16)
-                acc += tl.dot(x, tl.trans(hi)) * one
-                acc_lo += tl.dot(x, tl.trans(mid), tl.dot(x, tl.trans(lo))) * one
+                acc = tl.dot(x, tl.trans(hi)) + tl.dot(x, tl.trans(mid), tl.dot(x, tl.trans(lo)))
             else:
-                acc += tl.dot(x, tl.trans(w)) * one
-        if W_SPLIT3:
+                acc = tl.dot(x, tl.trans(w)) + tl.dot(x, tl.trans(w_mid), tl.dot(x, tl.trans(w_lo)))
+        elif W_MODE == 2 and HI_CHUNK > 1:
+            # W_MODE 2, MMA-chained: the hi product chains through the tensor cores for HI_CHUNK
+            # steps (BLOCK_K * HI_CHUNK of K) before it is folded into acc on the CUDA cores; the
+            # mid and lo products (2**-8 and 2**-16 of hi) chain through all of K. Keeps the
+            # wgmma pipeline full; error stays at the chunk length's level.
+            if USE_PDL:
+                gdc_wait()
+            k_end = tl.minimum(K, k_lo + k_per)
+            for kg in range(0, k_per, BLOCK_K * HI_CHUNK):
+                part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for kk in range(0, BLOCK_K * HI_CHUNK, BLOCK_K):
+                    offs_k = k_lo + kg + kk + tl.arange(0, BLOCK_K)
+                    k_mask = offs_k < k_end
+                    x = tl.load(
+                        x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+                        mask=m_mask[:, None] & k_mask[None, :],
+                        other=0.0,
+                    )
+                    w_ptrs = w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :]
+                    w_mask = n_mask[:, None] & k_mask[None, :]
+                    w = tl.load(w_ptrs, mask=w_mask, other=0.0)
+                    w_mid = tl.load(w_ptrs + stride_w3, mask=w_mask, other=0.0)
+                    w_lo = tl.load(w_ptrs + 2 * stride_w3, mask=w_mask, other=0.0)
+                    part = tl.dot(x, tl.trans(w), part)
+                    acc_lo = tl.dot(x, tl.trans(w_mid), acc_lo)
+                    acc_lo = tl.dot(x, tl.trans(w_lo), acc_lo)
+                acc += part
             acc = acc + acc_lo
+        else:
+            if USE_PDL:
+                gdc_wait()
+            for k0 in range(0, k_per, BLOCK_K):
+                offs_k = k_lo + k0 + tl.arange(0, BLOCK_K)
+                k_mask = offs_k < K
+                x = tl.load(
+                    x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+                    mask=m_mask[:, None] & k_mask[None, :],
+                    other=0.0,
+                )
+                w_ptrs = w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :]
+                w_mask = n_mask[:, None] & k_mask[None, :]
+                w = tl.load(w_ptrs, mask=w_mask, other=0.0)
+                if W_MODE == 0:
+                    acc += tl.dot(x, tl.trans(w)) * one
+                elif W_MODE == 1:
+                    hi = w.to(tl.bfloat16)
+                    r = w - hi.to(tl.float32)
+                    mid = r.to(tl.bfloat16)
+                    lo = (r - mid.to(tl.float32)).to(tl.bfloat16)
+                    acc += tl.dot(x, tl.trans(hi)) * one
+                    acc_lo += tl.dot(x, tl.trans(mid), tl.dot(x, tl.trans(lo))) * one
+                else:
+                    w_mid = tl.load(w_ptrs + stride_w3, mask=w_mask, other=0.0)
+                    w_lo = tl.load(w_ptrs + 2 * stride_w3, mask=w_mask, other=0.0)
+                    acc += tl.dot(x, tl.trans(w)) * one
+                    acc_lo += tl.dot(x, tl.trans(w_mid), tl.dot(x, tl.trans(w_lo))) * one
+            if W_MODE != 0:
+                acc = acc + acc_lo
         mn_mask = m_mask[:, None] & n_mask[None, :]
         p_offs = offs_m[:, None] * stride_pm + offs_n[None, :]
         tl.store(part_ptr + pid_k * stride_pk + p_offs, acc, mask=mn_mask)
@@ -135,56 +226,56 @@ if HAS_TRITON:
                 tl.store(out_ptr + p_offs, tot, mask=mn_mask)
                 tl.store(sem_ptr + tile, 0)
 
-    @triton.jit(do_not_specialize=["M", "stride_pk"])
-    def _router_gemv_kernel(
-        part_ptr,  # out [M, N] fp32 (SPLIT_K == 1) or workspace [SPLIT_K, M, N] fp32
-        x_ptr,  # [M, K] bf16
-        w_ptr,  # [N, K] bf16 or fp32
+    @triton.jit(do_not_specialize=["M"])
+    def _router_rows_kernel(
+        out_ptr,  # [M, N] fp32, row stride stride_om
+        x_ptr,  # [M, K] bf16, unit stride along K
+        w_ptr,  # [N, K] bf16 or fp32, unit stride along K
         M,
         N,
         K,
         stride_xm,
         stride_wn,
-        stride_pk,
-        stride_pm,
+        stride_om,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
-        BLOCK_K: tl.constexpr,
-        SPLIT_K: tl.constexpr,
-        N16: tl.constexpr,
+        BLOCK_K: tl.constexpr,  # >= K (power of two): the whole K in one tile, no split, no reduce
+        USE_PDL: tl.constexpr = False,
     ):
-        """FMA GEMV in fp32 (CUDA cores); fixed-order tree reduction along K inside the tile."""
-        if N16:
-            stride_pk = tl.multiple_of(stride_pk, 16)
-        pid = tl.program_id(0)
-        num_n = tl.cdiv(N, BLOCK_N)
-        pid_n = pid % num_n
-        rest = pid // num_n
-        pid_k = rest % SPLIT_K
-        pid_m = rest // SPLIT_K
+        """GEMV for tiny M on the CUDA cores: program = (BLOCK_N weight rows, BLOCK_M tokens).
+
+        Each program holds its whole weight rows (loaded before ``gdc_wait`` under PDL: they are
+        read-only parameters), multiplies in fp32 (bf16 x and bf16/fp32 w are exact in fp32;
+        each product is rounded once) and sums K with ``tl.sum``'s fixed tree: deterministic.
+        """
+        if USE_PDL:
+            gdc_launch_dependents()
+        pid_n = tl.program_id(0)
+        pid_m = tl.program_id(1)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_k = tl.arange(0, BLOCK_K)
         m_mask = offs_m < M
         n_mask = offs_n < N
-        k_per = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
-        k_lo = pid_k * k_per
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, k_per, BLOCK_K):
-            offs_k = k_lo + k0 + tl.arange(0, BLOCK_K)
-            k_mask = offs_k < K
-            x = tl.load(
-                x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
-                mask=m_mask[:, None] & k_mask[None, :],
-                other=0.0,
-            ).to(tl.float32)
-            w = tl.load(
-                w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
-                mask=n_mask[:, None] & k_mask[None, :],
-                other=0.0,
-            ).to(tl.float32)
-            acc += tl.sum(x[:, None, :] * w[None, :, :], axis=2)
-        p_ptrs = part_ptr + pid_k * stride_pk + offs_m[:, None] * stride_pm + offs_n[None, :]
-        tl.store(p_ptrs, acc, mask=m_mask[:, None] & n_mask[None, :])
+        k_mask = offs_k < K
+        w = tl.load(
+            w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
+            mask=n_mask[:, None] & k_mask[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        if USE_PDL:
+            gdc_wait()
+        x = tl.load(
+            x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+            mask=m_mask[:, None] & k_mask[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        acc = tl.sum(x[:, None, :] * w[None, :, :], axis=2)
+        tl.store(
+            out_ptr + offs_m[:, None] * stride_om + offs_n[None, :],
+            acc,
+            mask=m_mask[:, None] & n_mask[None, :],
+        )
 
     @triton.jit(do_not_specialize=["numel"])
     def _router_reduce_kernel(
@@ -209,9 +300,22 @@ if HAS_TRITON:
 # Configs: every compiled variant, in one place (the AOT gate compiles all of them).
 # ----------------------------------------------------------------------------------------------
 
+#: ``W_MODE`` of the dot kernel: the weight operand's form.
+W_BF16, W_FP32_SPLIT, W_BF16X3 = 0, 1, 2
+
 
 def _dot(
-    name: str, bm: int, bn: int, bk: int, split: int, warps: int, stages: int, split3: bool
+    name: str,
+    bm: int,
+    bn: int,
+    bk: int,
+    split: int,
+    warps: int,
+    stages: int,
+    w_mode: int,
+    pdl: bool = False,
+    one_tile: bool = False,
+    hi_chunk: int = 1,
 ) -> KernelConfig:
     return make_config(
         name,
@@ -222,49 +326,61 @@ def _dot(
         BLOCK_N=bn,
         BLOCK_K=bk,
         SPLIT_K=split,
-        W_SPLIT3=split3,
+        W_MODE=w_mode,
+        USE_PDL=pdl,
+        ONE_TILE=one_tile,
+        HI_CHUNK=hi_chunk,
     )
 
 
-def _gemv(name: str, bm: int, bn: int, bk: int, split: int, warps: int, w_dtype: str) -> KernelConfig:
-    # w_dtype is not a constexpr (the pointer type carries it); it picks the AOT signature.
+def _rows(name: str, bm: int, bn: int, warps: int, w_dtype: str, pdl: bool = True) -> KernelConfig:
+    # W_DTYPE is not a constexpr (the pointer type carries it); it picks the AOT signature.
     return make_config(
         name,
-        "_router_gemv_kernel",
+        "_router_rows_kernel",
         warps,
         1,
         BLOCK_M=bm,
         BLOCK_N=bn,
-        BLOCK_K=bk,
-        SPLIT_K=split,
+        BLOCK_K=ROWS_MAX_K,
+        USE_PDL=pdl,
         W_DTYPE=w_dtype,
     )
 
 
+#: Largest K the rows kernel takes (its whole K is one tile); larger K uses a dot config.
+ROWS_MAX_K = 4096
+
 #: Every router variant. Keys of ``meta``: BLOCK_M/N/K tile sizes (elements), SPLIT_K (K partitions,
-#: >1 adds the fixed-order reduce kernel), W_SPLIT3 (dot kernel: fp32 weight via BF16x3) or
-#: W_DTYPE (gemv kernel: weight dtype, "bf16" or "fp32"). Each fits GB10's 101,376 B of shared
-#: memory (checked by ``sparkpair kernels build`` and tests/aot).
+#: >1 adds a fixed-order reduction), W_MODE (dot kernel: 0 bf16 weight, 1 fp32 weight split into
+#: BF16x3 in registers, 2 fp32 weight pre-split once into a [3, N, K] bf16 tensor, see
+#: :func:`bf16x3_split`), USE_PDL (programmatic dependent launch), ONE_TILE (one BLOCK_K step per
+#: CTA: the weight tile is loaded before the PDL wait), W_DTYPE (rows kernel: weight dtype).
+#: Each fits GB10's 101,376 B of shared memory (checked by ``sparkpair kernels build``, tests/aot).
 ROUTER_GEMM_CONFIGS: tuple[KernelConfig, ...] = (
-    # bf16 weight. Split-K on the tensor cores: ~128 CTAs, 16 KB of weight each at M <= 16.
-    _dot("bf16_dot_m16_n16_s8", 16, 16, 256, 8, 4, 3, False),
-    _dot("bf16_dot_m16_n16_s8_k512", 16, 16, 512, 8, 4, 1, False),
-    _dot("bf16_dot_m16_n16_s16", 16, 16, 256, 16, 4, 1, False),
-    _dot("bf16_dot_m16_n32_s16", 16, 32, 128, 16, 4, 2, False),
-    _dot("bf16_dot_m32_n32_s8", 32, 32, 128, 8, 4, 3, False),
-    _dot("bf16_dot_m64_n64_s4", 64, 64, 128, 4, 4, 3, False),
-    _dot("bf16_dot_m128_n128_s1", 128, 128, 64, 1, 8, 3, False),
-    # bf16 FMA GEMV: kept as the CUDA-core reference; 1.7x slower than the dot path at M=1 on H200.
-    _gemv("bf16_gemv_m4_n8_s4", 4, 8, 256, 4, 4, "bf16"),
-    # fp32 weight: fp32 FMA GEMV (exact fp32 arithmetic; slower than BF16x3 on H200 at every M).
-    _gemv("fp32_gemv_m4_n8_s8", 4, 8, 128, 8, 4, "fp32"),
-    # fp32 weight: BF16x3 on the tensor cores.
-    _dot("fp32x3_dot_m16_n16_s8", 16, 16, 128, 8, 4, 3, True),
-    _dot("fp32x3_dot_m16_n16_s16", 16, 16, 128, 16, 4, 2, True),
-    _dot("fp32x3_dot_m32_n32_s8", 32, 32, 64, 8, 4, 3, True),
-    _dot("fp32x3_dot_m64_n64_s2", 64, 64, 64, 2, 4, 3, True),
-    _dot("fp32x3_dot_m128_n64_s1", 128, 64, 32, 1, 4, 3, True),
-    _dot("fp32x3_dot_m128_n128_s1", 128, 128, 32, 1, 8, 3, True),
+    # bf16 weight, M <= 4: whole-K GEMV rows on the CUDA cores (no split, no reduction), PDL.
+    _rows("bf16_rows_m1_n2_pdl", 1, 2, 8, "bf16"),
+    # bf16 weight, M <= 64: one-tile split-K on the tensor cores (8 K splits of 512, the last CTA
+    # of each output tile sums the partials in split order), PDL with the weight tile loaded
+    # before the wait.
+    _dot("bf16_dot_m16_n32_s8_k512_pdl", 16, 32, 512, 8, 4, 1, W_BF16, True, True),
+    _dot("bf16_dot_m16_n64_s8_k512_pdl", 16, 64, 512, 8, 4, 1, W_BF16, True, True),
+    _dot("bf16_dot_m32_n32_s8_k512_pdl", 32, 32, 512, 8, 4, 1, W_BF16, True, True),
+    # bf16 weight, the same tile without PDL (the reference the PDL gain is measured against).
+    _dot("bf16_dot_m16_n16_s8_k512", 16, 16, 512, 8, 4, 1, W_BF16),
+    # fp32 weight, M <= 4: whole-K fp32 GEMV rows (exact fp32 products), PDL.
+    _rows("fp32_rows_m1_n2_pdl", 1, 2, 8, "fp32"),
+    _rows("fp32_rows_m4_n1_pdl", 4, 1, 8, "fp32"),
+    # fp32 weight: BF16x3 from the pre-split [3, N, K] bf16 weight (bf16x3_split).
+    _dot("fp32w3_dot_m16_n16_s16_k256_pdl", 16, 16, 256, 16, 4, 1, W_BF16X3, True, True),
+    _dot("fp32w3_dot_m32_n16_s16_k256_pdl", 32, 16, 256, 16, 4, 1, W_BF16X3, True, True),
+    _dot("fp32w3_dot_m16_n16_s8_pdl", 16, 16, 128, 8, 4, 2, W_BF16X3, True),
+    _dot("fp32w3_dot_m64_n64_s4", 64, 64, 64, 4, 4, 2, W_BF16X3),
+    _dot("fp32w3_dot_m128_n64_s2_k32_h16", 128, 64, 32, 2, 4, 3, W_BF16X3, hi_chunk=16),
+    # fp32 weight: BF16x3 split in registers, for a weight first seen inside CUDA-graph capture
+    # (no pre-split copy can be made there).
+    _dot("fp32x3_dot_m16_n16_s16", 16, 16, 128, 16, 4, 2, W_FP32_SPLIT),
+    _dot("fp32x3_dot_m64_n64_s2", 64, 64, 64, 2, 4, 3, W_FP32_SPLIT),
 )
 
 #: The second-stage reduce kernel's one config (elementwise; no shared memory).
@@ -273,39 +389,72 @@ ROUTER_REDUCE_CONFIG: KernelConfig = make_config("reduce", "_router_reduce_kerne
 _CONFIGS_BY_NAME = {c.name: c for c in ROUTER_GEMM_CONFIGS}
 
 #: Dispatch for a bf16 weight: ``(max_M, config name)`` in increasing max_M; ``"cublas"`` means
-#: ``torch.mm(x, W.T, out_dtype=fp32)``; beyond the last entry, cuBLAS. Source: H200 sweep at
-#: 14999a3 (benchmarks/bench_router_gemm.py, CUDA-graph replay p50, warm L2, 2026-11-29, rows in
-#: benchmarks/results/router_gemm.csv): M=1..16 bf16_dot_m16_n16_s8_k512 3.61-3.72 us vs cuBLAS
-#: 5.55-6.15; M=32 4.63 vs 6.14; M=64 bf16_dot_m32_n32_s8 5.23 vs 6.31; from M=128 cuBLAS is as
-#: fast or faster (128: 6.41, 512: 7.27, 8192: 27.5 us).
+#: ``torch.mm(x, W.T, out_dtype=fp32)``; beyond the last entry, cuBLAS. Source: H200 sweeps of
+#: 2026-11-30 (benchmarks/bench_router_gemm.py, CUDA-graph replay p50, warm L2; rows in
+#: benchmarks/results/router_gemm.csv): M=1/2/4 bf16_rows_m1_n2_pdl 1.55/1.81/2.44 us; M=8/16
+#: bf16_dot_m16_n32_s8_k512_pdl 2.92/3.15; M=32 bf16_dot_m16_n64_s8_k512_pdl 3.44; M=64
+#: bf16_dot_m32_n32_s8_k512_pdl 4.52; cuBLAS 5.4-6.3 us at M <= 64 and as fast or faster from
+#: M=128 (128: 6.41, 512: 7.27, 8192: 27.5 us).
 ROUTER_BF16_PLAN: tuple[tuple[int, str], ...] = (
-    (32, "bf16_dot_m16_n16_s8_k512"),
-    (64, "bf16_dot_m32_n32_s8"),
+    (4, "bf16_rows_m1_n2_pdl"),
+    (16, "bf16_dot_m16_n32_s8_k512_pdl"),
+    (32, "bf16_dot_m16_n64_s8_k512_pdl"),
+    (64, "bf16_dot_m32_n32_s8_k512_pdl"),
 )
 
-#: Dispatch for an fp32 weight: ``(max_M, config name)``; ``"cublas"`` means the true-fp32
-#: ``F.linear(x.float(), W)`` (TF32 off); beyond the last entry, the last config. Source: the same
-#: sweep: M=1 F.linear 5.62 us vs BF16x3 8.2; M=2..16 fp32x3_dot_m16_n16_s16 7.04-7.22 us vs
-#: 12.4-17.8; M=32 fp32x3_dot_m16_n16_s8 10.30 vs 14.15; M=64/128 fp32x3_dot_m32_n32_s8 13.4/17.6
-#: vs 14.9/19.7; M=256/512 F.linear 27.5/41.5; M=1024..4096 fp32x3_dot_m64_n64_s2 49/59/115 us vs
-#: 70/128/233; M=8192 fp32x3_dot_m128_n64_s1 164 us vs 446. Max rel. error vs fp64 <= 7.1e-7.
+#: Dispatch for an fp32 weight: ``(max_M, config name)``; beyond the last entry, the last config.
+#: Source: the same sweeps: M=1 fp32_rows_m1_n2_pdl 2.19 us; M=4 fp32_rows_m4_n1_pdl 3.24; M=8/16
+#: fp32w3_dot_m16_n16_s16_k256_pdl 3.59/3.85; M=32/64 fp32w3_dot_m32_n16_s16_k256_pdl 4.73/8.84;
+#: M=128 fp32w3_dot_m16_n16_s8_pdl 16.3; M=512/1024 fp32w3_dot_m64_n64_s4 19.1/25.9; M=4096/8192
+#: fp32w3_dot_m128_n64_s2_k32_h16 53.7/103.9 us. True-fp32 F.linear (vLLM's tier on GB10): 5.7,
+#: 12.6, 17.6, 14.2, 14.8, 19.6, 41.1, 70.1, 232, 445 us. Max rel. error vs fp64 <= 6.4e-7.
 ROUTER_FP32_PLAN: tuple[tuple[int, str], ...] = (
-    (1, "cublas"),
-    (16, "fp32x3_dot_m16_n16_s16"),
-    (32, "fp32x3_dot_m16_n16_s8"),
-    (128, "fp32x3_dot_m32_n32_s8"),
-    (512, "cublas"),
-    (4096, "fp32x3_dot_m64_n64_s2"),
-    (1 << 62, "fp32x3_dot_m128_n64_s1"),
+    (1, "fp32_rows_m1_n2_pdl"),
+    (4, "fp32_rows_m4_n1_pdl"),
+    (16, "fp32w3_dot_m16_n16_s16_k256_pdl"),
+    (64, "fp32w3_dot_m32_n16_s16_k256_pdl"),
+    (128, "fp32w3_dot_m16_n16_s8_pdl"),
+    (1024, "fp32w3_dot_m64_n64_s4"),
+    (1 << 62, "fp32w3_dot_m128_n64_s2_k32_h16"),
+)
+
+#: fp32 weight seen for the first time inside CUDA-graph capture (no pre-split copy can be
+#: allocated there): the same dispatch with configs that split the weight in registers.
+ROUTER_FP32_CAPTURE_PLAN: tuple[tuple[int, str], ...] = (
+    (64, "fp32x3_dot_m16_n16_s16"),
+    (1 << 62, "fp32x3_dot_m64_n64_s2"),
 )
 
 
-def select_router_config(m: int, weight_dtype: torch.dtype) -> KernelConfig | None:
-    """The config :func:`router_gemm` uses for ``m`` rows and this weight dtype (``None``: cuBLAS)."""
-    plan = ROUTER_FP32_PLAN if weight_dtype == torch.float32 else ROUTER_BF16_PLAN
-    for max_m, name in plan:
+def _takes_k(cfg: KernelConfig, k: int | None) -> bool:
+    """Whether ``cfg`` serves this K (the rows kernel holds all of K in one tile)."""
+    return k is None or cfg.kernel != "_router_rows_kernel" or k <= cfg["BLOCK_K"]
+
+
+def select_router_config(
+    m: int, weight_dtype: torch.dtype, k: int | None = None, presplit: bool = True
+) -> KernelConfig | None:
+    """The config :func:`router_gemm` uses for ``m`` rows (``None``: cuBLAS).
+
+    Args:
+        m: tokens (rows of x).
+        weight_dtype: ``torch.bfloat16`` or ``torch.float32``.
+        k: hidden size; a plan entry whose kernel cannot take this K yields to the next entry.
+        presplit: fp32 only: False when no pre-split weight is available (inside graph capture).
+    """
+    if weight_dtype == torch.float32:
+        plan = ROUTER_FP32_PLAN if presplit else ROUTER_FP32_CAPTURE_PLAN
+    else:
+        plan = ROUTER_BF16_PLAN
+    for i, (max_m, _name) in enumerate(plan):
         if m <= max_m:
-            return None if name == "cublas" else _CONFIGS_BY_NAME[name]
+            for _m, name in plan[i:]:
+                cfg = _CONFIGS_BY_NAME.get(name)
+                if cfg is None or _takes_k(cfg, k):
+                    return cfg
+            return None
+    if weight_dtype == torch.float32:
+        return _CONFIGS_BY_NAME[plan[-1][1]]
     return None
 
 
@@ -333,14 +482,107 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def _kernels_interpreted() -> bool:
+    """True when the kernels were built by Triton's interpreter (TRITON_INTERPRET=1 at import),
+    which has no ``griddepcontrol``: PDL is then off."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(_router_dot_kernel, InterpretedFunction)
+
+
+# Pre-split fp32 weights for W_MODE 2, keyed by the weight's storage; an entry is reused only
+# while the weight object is alive and unmodified (its ``_version`` counts in-place writes).
+_SPLIT_CACHE: dict[tuple, tuple[weakref.ref, int, torch.Tensor]] = {}
+
+
+#: Largest finite bfloat16, ``(2 - 2**-7) * 2**127`` (torch.finfo(torch.bfloat16).max).
+BF16_MAX = float(torch.finfo(torch.bfloat16).max)
+
+
+def _version(t: torch.Tensor) -> int:
+    """In-place write counter; -1 for inference-mode tensors, which do not track one."""
+    try:
+        return t._version
+    except RuntimeError:
+        return -1
+
+
+def bf16x3_split(weight: torch.Tensor, create: bool = True) -> torch.Tensor | None:
+    """The BF16x3 form of an fp32 weight: ``[3, N, K]`` bf16 planes ``hi, mid, lo`` with
+    ``hi + mid + lo == weight`` exactly (8 + 8 + 8 significand bits) for ``2**-110 <= |w| <
+    BF16_MAX`` (bf16 keeps fp32's exponent range; its largest finite value is
+    ``(2 - 2**-7) * 2**127`` ~ 3.39e38, above which ``hi`` would round to infinity).
+
+    Cached per weight tensor (dropped when the weight is freed; recomputed after an in-place
+    write; a weight created under ``torch.inference_mode`` has no write counter, so rewriting
+    it in place is not detected). Computing it allocates and synchronises the stream (once per
+    weight), so inside CUDA-graph capture a missing entry is not created: with ``create`` False,
+    or while capturing, a miss returns ``None`` and :func:`router_gemm` uses a config that splits
+    in registers instead. Memory: 1.5x the fp32 weight (6 MiB for
+    DeepSeek-V4-Flash's 256 x 4096 gate).
+
+    Raises:
+        ValueError: ``weight`` is not a 2-D fp32 tensor, or holds a value BF16x3 cannot carry
+            (non-finite, or ``|w| >= BF16_MAX``); :func:`router_gemm` then uses true-fp32
+            ``F.linear`` for that weight.
+    """
+    if weight.dim() != 2 or weight.dtype != torch.float32:
+        raise ValueError(
+            f"bf16x3_split: weight must be 2-D float32; got {tuple(weight.shape)} {weight.dtype}"
+        )
+    key = (weight.device, weight.data_ptr(), tuple(weight.shape), tuple(weight.stride()))
+    version = _version(weight)
+    hit = _SPLIT_CACHE.get(key)
+    if hit is not None and hit[0]() is weight and hit[1] == version:
+        return hit[2]
+    capturing = weight.is_cuda and torch.cuda.is_current_stream_capturing()
+    if not create or capturing:
+        return None
+    amax = float(weight.abs().max()) if weight.numel() else 0.0
+    if not amax < BF16_MAX:  # also catches NaN
+        raise ValueError(
+            f"bf16x3_split: weight holds |w| = {amax:.4g}; BF16x3 carries only finite |w| < {BF16_MAX:.4g}"
+        )
+    hi = weight.to(torch.bfloat16)
+    r = weight - hi.float()
+    mid = r.to(torch.bfloat16)
+    lo = (r - mid.float()).to(torch.bfloat16)
+    planes = torch.stack((hi, mid, lo)).contiguous()
+    if planes.is_cuda:
+        # The PDL kernels read the weight before their griddepcontrol.wait: the planes must be
+        # complete before the next launch, not merely ordered before it on the stream.
+        torch.cuda.current_stream(planes.device).synchronize()
+
+    def _forget(ref: weakref.ref, key: tuple = key) -> None:
+        if key in _SPLIT_CACHE and _SPLIT_CACHE[key][0] is ref:
+            del _SPLIT_CACHE[key]
+
+    _SPLIT_CACHE[key] = (weakref.ref(weight, _forget), version, planes)
+    return planes
+
+
+def _config_weight(cfg: KernelConfig) -> str:
+    """What weight a config takes: ``"bf16"`` or ``"fp32"``."""
+    meta = cfg.constexprs()
+    if cfg.kernel == "_router_dot_kernel":
+        return ("bf16", "fp32", "fp32")[meta["W_MODE"]]
+    return meta["W_DTYPE"]
+
+
 def router_gemm_with_config(
-    x: torch.Tensor, weight: torch.Tensor, config: KernelConfig | str | None, fixup: bool = True
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    config: KernelConfig | str | None,
+    fixup: bool = True,
+    pdl: bool | None = None,
 ) -> torch.Tensor:
     """Run one named variant (``None`` or ``"cublas"``: the cuBLAS / torch baseline).
 
     ``fixup``: for split-K dot configs, reduce in the same launch (last CTA per tile, tile
     counters from :data:`SEMAPHORES`); False, or no counters available, uses the second
     ``_router_reduce_kernel`` launch. Both sum the partials in the same order: identical bits.
+    ``pdl``: override the config's programmatic dependent launch (None: the config's; always
+    off when Triton's interpreter built the kernels: it has no ``griddepcontrol``).
 
     Args:
         x: ``[M, K]`` bf16 activations.
@@ -361,55 +603,72 @@ def router_gemm_with_config(
             return torch.mm(x, weight.t(), out_dtype=torch.float32)
         return x.float() @ weight.float().t()
     cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
+    meta = cfg.constexprs()
+    w_kind = _config_weight(cfg)
+    if (w_kind == "fp32") != (weight.dtype == torch.float32):
+        raise ValueError(f"router_gemm: config {cfg.name} is for a {w_kind} weight; got {weight.dtype}")
+    if not _takes_k(cfg, k):
+        raise ValueError(f"router_gemm: config {cfg.name} takes K <= {meta['BLOCK_K']}; got K={k}")
     require_triton()
     if not (x.is_cuda or _interpreting()):
         raise ValueError(
             f"router_gemm: Triton path needs CUDA tensors (got {x.device}); "
             "set TRITON_INTERPRET=1 to run it on the CPU"
         )
-    meta = cfg.constexprs()
-    w_is_fp32 = weight.dtype == torch.float32
-    if cfg.kernel == "_router_dot_kernel" and meta["W_SPLIT3"] != w_is_fp32:
-        raise ValueError(
-            f"router_gemm: config {cfg.name} is for a {'fp32' if meta['W_SPLIT3'] else 'bf16'} "
-            f"weight; got {weight.dtype}"
-        )
-    if cfg.kernel == "_router_gemv_kernel" and (meta["W_DTYPE"] == "fp32") != w_is_fp32:
-        raise ValueError(
-            f"router_gemm: config {cfg.name} is for a {meta['W_DTYPE']} weight; got {weight.dtype}"
-        )
     if x.stride(1) != 1:
         x = x.contiguous()
     if weight.stride(1) != 1:
         weight = weight.contiguous()
+    if "USE_PDL" in meta:
+        meta["USE_PDL"] = bool(meta["USE_PDL"] if pdl is None else pdl) and not _kernels_interpreted()
+    launch = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    if meta.get("USE_PDL"):
+        launch["launch_pdl"] = True
     out = torch.empty((m, n), device=x.device, dtype=torch.float32)
     if m == 0:
+        return out
+    n16 = n % 16 == 0
+    if cfg.kernel == "_router_rows_kernel":
+        meta.pop("W_DTYPE")
+        grid = (cdiv(n, meta["BLOCK_N"]), cdiv(m, meta["BLOCK_M"]))
+        _router_rows_kernel[grid](out, x, weight, m, n, k, x.stride(0), weight.stride(0), n, **meta, **launch)
         return out
     split = meta["SPLIT_K"]
     part = out if split == 1 else torch.empty((split, m, n), device=x.device, dtype=torch.float32)
     grid = (cdiv(n, meta["BLOCK_N"]) * split * cdiv(m, meta["BLOCK_M"]),)
-    args = (part, x, weight, m, n, k, x.stride(0), weight.stride(0), m * n, n)
-    n16 = n % 16 == 0
-    if cfg.kernel == "_router_dot_kernel":
-        sem = None
-        if split > 1 and fixup:
-            sem = SEMAPHORES.get(x.device, cdiv(n, meta["BLOCK_N"]) * cdiv(m, meta["BLOCK_M"]))
-        _router_dot_kernel[grid](
-            out,
-            sem if sem is not None else out,
-            *args,
-            1.0,
-            **meta,
-            N16=n16,
-            FIXUP=sem is not None,
-            num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages,
-        )
-        if sem is not None:
-            return out
-    else:
-        meta = {kk: v for kk, v in meta.items() if kk != "W_DTYPE"}
-        _router_gemv_kernel[grid](*args, **meta, N16=n16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    w_arg, stride_w3 = weight, 0
+    if meta["W_MODE"] == W_BF16X3:
+        w_arg = bf16x3_split(weight)
+        if w_arg is None:  # first sight of this weight inside graph capture: split in registers
+            w_arg, meta["W_MODE"], meta["HI_CHUNK"] = weight, W_FP32_SPLIT, 1
+        else:
+            stride_w3 = w_arg.stride(0)
+    meta["ONE_TILE"] = bool(meta["ONE_TILE"]) and cdiv(cdiv(k, split), meta["BLOCK_K"]) == 1
+    sem = None
+    if split > 1 and fixup:
+        sem = SEMAPHORES.get(x.device, cdiv(n, meta["BLOCK_N"]) * cdiv(m, meta["BLOCK_M"]))
+    _router_dot_kernel[grid](
+        out,
+        sem if sem is not None else out,
+        part,
+        x,
+        w_arg,
+        m,
+        n,
+        k,
+        x.stride(0),
+        w_arg.stride(-2),
+        stride_w3,
+        m * n,
+        n,
+        1.0,
+        **meta,
+        N16=n16,
+        FIXUP=sem is not None,
+        **launch,
+    )
+    if sem is not None:
+        return out
     if split > 1:
         rmeta = ROUTER_REDUCE_CONFIG.constexprs()
         _router_reduce_kernel[(cdiv(m * n, rmeta["BLOCK"]),)](
@@ -427,7 +686,14 @@ def router_gemm_with_config(
 
 def _router_gemm_impl(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     _check(x, weight)
-    return router_gemm_with_config(x, weight, select_router_config(x.shape[0], weight.dtype))
+    presplit = True
+    if weight.dtype == torch.float32:
+        try:
+            presplit = bf16x3_split(weight) is not None
+        except ValueError:  # a weight BF16x3 cannot carry: vLLM's own true-fp32 path
+            return torch.nn.functional.linear(x.float(), weight)
+    cfg = select_router_config(x.shape[0], weight.dtype, x.shape[1], presplit)
+    return router_gemm_with_config(x, weight, cfg)
 
 
 # torch custom op (shows up as one node under torch.compile; the fake gives shape/dtype only).
