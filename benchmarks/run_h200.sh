@@ -39,7 +39,7 @@ if want tests; then
   timeout 250 python3 -m pytest tests/gpu -q -p no:cacheprovider -m gpu -rfE 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
 fi
 if want router; then
-  timeout 130 python3 benchmarks/bench_router_gemm.py --cold --out "$OUT/router_gemm.csv" \
+  timeout 240 python3 benchmarks/bench_router_gemm.py --cold --out "$OUT/router_gemm.csv" \
     --command "benchmarks/bench_router_gemm.py --cold" > "$OUT/bench_router.log" 2>&1
   tail -32 "$OUT/bench_router.log"
 fi

@@ -1,4 +1,9 @@
-"""GPU tier: skip everything here unless CUDA is available; make the helpers importable."""
+"""GPU tier: skip everything here unless CUDA is available; make the helpers importable.
+
+Tests marked ``cpu_ok`` (harness and plan checks that need no GPU, e.g. in
+``test_vllm_router_path.py``) are not skipped for lack of CUDA; they skip themselves where a
+step needs CUDA.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "cpu_ok: a tests/gpu test that also runs (and passes) without CUDA")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -21,5 +30,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if Path(str(item.fspath)).resolve().parent == here:
             item.add_marker(pytest.mark.gpu)
-            if not has_cuda:
+            if not has_cuda and item.get_closest_marker("cpu_ok") is None:
                 item.add_marker(pytest.mark.skip(reason="needs an NVIDIA GPU (run on the H200)"))

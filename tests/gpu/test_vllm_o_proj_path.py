@@ -30,7 +30,8 @@ vLLM 0.32.0 source files verbatim** under their real module names:
   ``kernel_launcher`` -> ``VllmTritonJitKernel.launch`` -> ``kernel[grid](**kwargs)``),
 * ``vllm/envs.py`` and ``vllm/_version.py``,
 
-and stands in for five small vLLM names with shims written here (:func:`_install_shims`):
+and stands in for five small vLLM names with shims written in ``tests/gpu/vllm_harness.py`` (shared
+with ``test_vllm_router_path.py``; its docstring documents every shim):
 ``vllm.platforms.current_platform`` (CUDA, dispatch key, ``is_arch_support_pdl`` = cap major >= 9 as
 in platforms/cuda.py), ``vllm.triton_utils`` (``triton``, ``tl``, ``HAS_TRITON``),
 ``vllm.utils.torch_utils.direct_register_custom_op`` (define + impl + fake on a ``vllm`` fragment
@@ -39,46 +40,32 @@ package ``__init__`` files (namespace stand-ins so their heavy imports never run
 
 Source of those files, first found: ``$SPARKPAIR_VLLM_SRC`` (a ``vllm/`` folder), ``.gpu-carry/vllm``
 in the checkout (made by ``python tests/gpu/test_vllm_o_proj_path.py stage`` from an installed vLLM;
-git-ignored through ``.git/info/exclude``, never committed), or the installed ``vllm`` package's
-folder (found without importing it). Without CUDA, or without the sources, the test skips and
-says why.
+it stages the router test's files too; git-ignored through ``.git/info/exclude``, never committed),
+or the installed ``vllm`` package's folder (found without importing it). Without CUDA, or without
+the sources, the test skips and says why.
 
 ``SPARKPAIR_VLLM_O_PROJ_JSON=path`` writes every case's numbers as JSON at the end of the module.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import os
-import shutil
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
 import pytest
+import vllm_harness as vh
 
-REPO = Path(__file__).resolve().parents[2]
-CARRY = REPO / ".gpu-carry" / "vllm"
+REPO = vh.REPO
+CARRY = vh.CARRY
 
 #: vLLM files loaded verbatim (relative to the ``vllm/`` package folder), module name -> path.
-VLLM_FILES = {
-    "vllm._version": "_version.py",
-    "vllm.envs": "envs.py",
-    "vllm.model_executor.warmup.jit_warmup": "model_executor/warmup/jit_warmup.py",
-    "vllm.model_executor.warmup.jit_warmup_triton_helper":
-        "model_executor/warmup/jit_warmup_triton_helper.py",
-    "vllm.models.deepseek_v4.common.ops.fused_inv_rope_fp8_quant":
-        "models/deepseek_v4/common/ops/fused_inv_rope_fp8_quant.py",
-}
+VLLM_FILES = dict(vh.O_PROJ.files)
 #: Packages stood in by namespace modules (their real ``__init__`` files import half of vLLM).
-VLLM_PACKAGES = (
-    "vllm", "vllm.utils", "vllm.model_executor", "vllm.model_executor.warmup", "vllm.models",
-    "vllm.models.deepseek_v4", "vllm.models.deepseek_v4.common", "vllm.models.deepseek_v4.common.ops",
-)
-SHIMMED = ("vllm.platforms", "vllm.triton_utils", "vllm.utils.torch_utils", "vllm.utils.deep_gemm")
+VLLM_PACKAGES = vh.O_PROJ.packages
+SHIMMED = vh.O_PROJ.shims
 
 # DeepSeek-V4-Flash at TP=2 (audit §2 table, §5)
 G, HEADS_PER_GROUP, HEAD_DIM, ROPE_DIM = 4, 8, 512, 64
@@ -101,119 +88,32 @@ RESULTS: list[dict[str, Any]] = []
 
 
 # --------------------------------------------------------------------------- finding/staging vLLM
+# (shared with test_vllm_router_path.py: tests/gpu/vllm_harness.py)
 
 
 def vllm_source_root() -> tuple[Path | None, str]:
     """The ``vllm/`` folder holding :data:`VLLM_FILES`, and where it came from (or None, why)."""
-    tried = []
-    env = os.environ.get("SPARKPAIR_VLLM_SRC", "")
-    cands: list[tuple[Path, str]] = []
-    if env:
-        cands.append((Path(env), "SPARKPAIR_VLLM_SRC"))
-    cands.append((CARRY, ".gpu-carry"))
-    spec = importlib.util.find_spec("vllm") if "vllm" not in sys.modules else None
-    if spec is not None and spec.submodule_search_locations:
-        cands.append((Path(list(spec.submodule_search_locations)[0]), "installed vllm"))
-    for root, what in cands:
-        missing = [p for p in VLLM_FILES.values() if not (root / p).is_file()]
-        if not missing:
-            return root, f"{what}: {root}"
-        tried.append(f"{what} {root} lacks {missing[0]}")
-    return None, "vLLM's sources not found (" + "; ".join(tried or ["no candidates"]) + ")"
+    return vh.vllm_source_root(VLLM_FILES)
 
 
 def stage(dest: Path = CARRY) -> Path:
-    """Copy :data:`VLLM_FILES` from the installed vLLM into ``dest`` (+ MANIFEST.json with sha256)."""
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("stage: vllm is not installed in this interpreter")
-    src = Path(list(spec.submodule_search_locations)[0])
-    if dest.exists():
-        shutil.rmtree(dest)
-    manifest = {"source": str(src), "files": {}}
-    for rel in VLLM_FILES.values():
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src / rel, dest / rel)
-        manifest["files"][rel] = hashlib.sha256((src / rel).read_bytes()).hexdigest()
-    (dest / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    return dest
+    """Copy every harness file (this test's and the router test's) from the installed vLLM into
+    ``dest`` (+ MANIFEST.json with sha256)."""
+    return vh.stage(dest)
 
 
 # --------------------------------------------------------------------------- the harness
 
-
-class _ShimPlatform:
-    """Stand-in for ``vllm.platforms.current_platform`` (the CUDA platform's few used members)."""
-
-    def __init__(self, device_type: str) -> None:
-        self.device_type = device_type
-        self.dispatch_key = "CUDA" if device_type == "cuda" else "CPU"
-
-    def is_cuda(self) -> bool:
-        return self.device_type == "cuda"
-
-    def get_device_capability(self, device_id: int = 0):  # noqa: ANN201
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
-        maj, mnr = torch.cuda.get_device_capability(device_id)
-        return types.SimpleNamespace(major=maj, minor=mnr)
-
-    def is_arch_support_pdl(self) -> bool:  # as vllm/platforms/cuda.py:735-741
-        import torch
-
-        try:
-            major, _ = torch.cuda.get_device_capability(torch.cuda.current_device())
-        except Exception:  # noqa: BLE001
-            return False
-        return major >= 9
+_ShimPlatform = vh.ShimPlatform
 
 
 def _install_shims(root: Path, device_type: str) -> dict[str, Any]:
     """Put the shim and namespace modules into ``sys.modules``; return what they replaced."""
-    import torch
-    import triton
-    import triton.language as tl
-
-    saved = {n: sys.modules.get(n) for n in (*VLLM_PACKAGES, *SHIMMED, *VLLM_FILES)}
-    for name in VLLM_PACKAGES:
-        m = types.ModuleType(name)
-        m.__path__ = [str(root.joinpath(*name.split(".")[1:]))]  # submodules resolve to real files
-        m.__sparkpair_harness__ = True
-        sys.modules[name] = m
-    plat = types.ModuleType("vllm.platforms")
-    plat.current_platform = _ShimPlatform(device_type)
-    tu = types.ModuleType("vllm.triton_utils")
-    tu.triton, tu.tl, tu.HAS_TRITON = triton, tl, True
-    lib = torch.library.Library("vllm", "FRAGMENT")  # noqa: TOR901 - vLLM's own op namespace
-
-    def direct_register_custom_op(op_name, op_func, mutates_args=None, fake_impl=None,  # noqa: ANN001, ANN202
-                                  target_lib=None, dispatch_key=None, tags=()):
-        schema = torch.library.infer_schema(op_func, mutates_args=mutates_args or [])
-        my_lib = target_lib or lib
-        my_lib.define(op_name + schema, tags=tags)
-        my_lib.impl(op_name, op_func, dispatch_key=dispatch_key or plat.current_platform.dispatch_key)
-        if fake_impl is not None:
-            my_lib._register_fake(op_name, fake_impl)
-
-    tor = types.ModuleType("vllm.utils.torch_utils")
-    tor.direct_register_custom_op, tor.vllm_lib = direct_register_custom_op, lib
-    dg = types.ModuleType("vllm.utils.deep_gemm")
-    dg.get_tma_aligned_size = lambda x, element_size: -(-x // (16 // element_size)) * (16 // element_size)
-    for m in (plat, tu, tor, dg):
-        m.__sparkpair_harness__ = True
-        sys.modules[m.__name__] = m
-    return {"saved": saved, "lib": lib}
+    return vh.install_shims(root, vh.O_PROJ, device_type)
 
 
 def _restore(state: dict[str, Any]) -> None:
-    for name, mod in state["saved"].items():
-        if mod is None:
-            sys.modules.pop(name, None)
-        else:
-            sys.modules[name] = mod
-    state["lib"]._destroy()
+    vh.restore(state)
 
 
 def load_vllm_quant(root: Path, device_type: str = "cuda") -> tuple[Any, dict[str, Any]]:
@@ -222,21 +122,8 @@ def load_vllm_quant(root: Path, device_type: str = "cuda") -> tuple[Any, dict[st
     Returns (module, state); pass state to :func:`_restore` when done (the shims stay in
     ``sys.modules`` until then: the kernel imports ``vllm.utils.deep_gemm`` at call time).
     """
-    state = _install_shims(root, device_type)
-    try:
-        for name, rel in VLLM_FILES.items():
-            spec = importlib.util.spec_from_file_location(name, root / rel)
-            assert spec is not None and spec.loader is not None
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            spec.loader.exec_module(mod)
-            parent, _, leaf = name.rpartition(".")
-            setattr(sys.modules[parent], leaf, mod)
-        sys.modules["vllm"].__version__ = sys.modules["vllm._version"].__version__
-    except BaseException:
-        _restore(state)
-        raise
-    return sys.modules["vllm.models.deepseek_v4.common.ops.fused_inv_rope_fp8_quant"], state
+    state = vh.load(root, vh.O_PROJ, device_type)
+    return state["modules"]["vllm.models.deepseek_v4.common.ops.fused_inv_rope_fp8_quant"], state
 
 
 # --------------------------------------------------------------------------- operands and maths
