@@ -39,12 +39,19 @@ FIELDS = [
 ]
 
 
-def graph_time_us(fn: Callable[[int], object], calls: int = 50, reps: int = 30) -> tuple[float, float, float]:
-    """(p20, p50, p80) µs per call of ``fn(i)`` (i = call index) under CUDA-graph replay."""
+def graph_time_us(
+    fn: Callable[[int], object], calls: int = 50, reps: int = 30, warmup: int = 3
+) -> tuple[float, float, float]:
+    """(p20, p50, p80) µs per call of ``fn(i)`` (i = call index) under CUDA-graph replay.
+
+    ``warmup``: eager calls ``fn(0) .. fn(warmup-1)`` before capture (compile, allocator, and any
+    per-input preparation such as the router's pre-split fp32 weight: pass the number of input
+    sets ``fn`` rotates over so every set is seen eagerly, as vLLM's profile run does).
+    """
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for i in range(3):  # warm-up: compile, allocator
+        for i in range(max(3, warmup)):  # warm-up: compile, allocator, per-input preparation
             fn(i)
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()

@@ -106,7 +106,9 @@ def main() -> None:
                         out = fn(0)
                         err = float((out.double() - ref).abs().max() / ref.abs().max())
                         calls = 50 if m <= 1024 else 10
-                        p20, p50, p80 = graph_time_us(fn, calls=calls, reps=20 if m <= 1024 else 10)
+                        p20, p50, p80 = graph_time_us(
+                            fn, calls=calls, reps=20 if m <= 1024 else 10, warmup=len(ws)
+                        )
                     except Exception as exc:  # noqa: BLE001 - record and go on
                         print(f"  {wname} M={m} {prov}: FAILED {type(exc).__name__}: {exc}", flush=True)
                         continue

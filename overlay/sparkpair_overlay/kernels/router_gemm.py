@@ -389,27 +389,29 @@ ROUTER_REDUCE_CONFIG: KernelConfig = make_config("reduce", "_router_reduce_kerne
 _CONFIGS_BY_NAME = {c.name: c for c in ROUTER_GEMM_CONFIGS}
 
 #: Dispatch for a bf16 weight: ``(max_M, config name)`` in increasing max_M; ``"cublas"`` means
-#: ``torch.mm(x, W.T, out_dtype=fp32)``; beyond the last entry, cuBLAS. Source: H200 sweeps of
-#: 2026-11-30 (benchmarks/bench_router_gemm.py, CUDA-graph replay p50, warm L2; rows in
-#: benchmarks/results/router_gemm.csv): M=1/2/4 bf16_rows_m1_n2_pdl 1.55/1.81/2.44 us; M=8/16
-#: bf16_dot_m16_n32_s8_k512_pdl 2.92/3.15; M=32 bf16_dot_m16_n64_s8_k512_pdl 3.44; M=64
-#: bf16_dot_m32_n32_s8_k512_pdl 4.52; cuBLAS 5.4-6.3 us at M <= 64 and as fast or faster from
-#: M=128 (128: 6.41, 512: 7.27, 8192: 27.5 us).
+#: ``torch.mm(x, W.T, out_dtype=fp32)``; beyond the last entry, cuBLAS. Source: H200 sweep at
+#: 84188d2 (benchmarks/bench_router_gemm.py --cold, CUDA-graph replay p50, warm L2, 2026-11-30;
+#: rows in benchmarks/results/router_gemm.csv): M=1/2/4 bf16_rows_m1_n2_pdl 1.58/1.87/2.43 us;
+#: M=8/16 bf16_dot_m16_n32_s8_k512_pdl 2.93/3.16; M=32/64 bf16_dot_m16_n64_s8_k512_pdl 3.53/4.28;
+#: M=128 bf16_dot_m32_n32_s8_k512_pdl 5.21; cuBLAS 5.4-6.4 us up to M=128, and faster from
+#: M=256 (256: 6.61 vs 10.1; 512: 7.30, 8192: 27.8 us).
 ROUTER_BF16_PLAN: tuple[tuple[int, str], ...] = (
     (4, "bf16_rows_m1_n2_pdl"),
     (16, "bf16_dot_m16_n32_s8_k512_pdl"),
-    (32, "bf16_dot_m16_n64_s8_k512_pdl"),
-    (64, "bf16_dot_m32_n32_s8_k512_pdl"),
+    (64, "bf16_dot_m16_n64_s8_k512_pdl"),
+    (128, "bf16_dot_m32_n32_s8_k512_pdl"),
 )
 
 #: Dispatch for an fp32 weight: ``(max_M, config name)``; beyond the last entry, the last config.
-#: Source: the same sweeps: M=1 fp32_rows_m1_n2_pdl 2.19 us; M=4 fp32_rows_m4_n1_pdl 3.24; M=8/16
-#: fp32w3_dot_m16_n16_s16_k256_pdl 3.59/3.85; M=32/64 fp32w3_dot_m32_n16_s16_k256_pdl 4.73/8.84;
-#: M=128 fp32w3_dot_m16_n16_s8_pdl 16.3; M=512/1024 fp32w3_dot_m64_n64_s4 19.1/25.9; M=4096/8192
-#: fp32w3_dot_m128_n64_s2_k32_h16 53.7/103.9 us. True-fp32 F.linear (vLLM's tier on GB10): 5.7,
-#: 12.6, 17.6, 14.2, 14.8, 19.6, 41.1, 70.1, 232, 445 us. Max rel. error vs fp64 <= 6.4e-7.
+#: Source: the same sweep: M=1/2 fp32_rows_m1_n2_pdl 2.25/2.86 us; M=4 fp32_rows_m4_n1_pdl 3.27;
+#: M=8/16 fp32w3_dot_m16_n16_s16_k256_pdl 3.64/3.82; M=32/64 fp32w3_dot_m32_n16_s16_k256_pdl
+#: 4.74/8.51; M=128 fp32w3_dot_m16_n16_s8_pdl 16.2; M=256..1024 fp32w3_dot_m64_n64_s4 18.4-25.7;
+#: M=2048..8192 fp32w3_dot_m128_n64_s2_k32_h16 34.4/53.7/106 us. True-fp32 F.linear (vLLM's tier
+#: on GB10): 5.67, 12.4, 12.7, 17.9, 18.1, 14.4, 14.9, 19.8, 27.6, 41.2, 68.9, 128, 233, 448 us.
+#: Max rel. error vs fp64 <= 6.4e-7. (cuBLAS on the same three planes is faster from M=2048 but
+#: its 4096-long MMA chains give 5-6e-6, above the 2e-6 fp32-level bar.)
 ROUTER_FP32_PLAN: tuple[tuple[int, str], ...] = (
-    (1, "fp32_rows_m1_n2_pdl"),
+    (2, "fp32_rows_m1_n2_pdl"),
     (4, "fp32_rows_m4_n1_pdl"),
     (16, "fp32w3_dot_m16_n16_s16_k256_pdl"),
     (64, "fp32w3_dot_m32_n16_s16_k256_pdl"),
@@ -686,13 +688,14 @@ def router_gemm_with_config(
 
 def _router_gemm_impl(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     _check(x, weight)
-    presplit = True
-    if weight.dtype == torch.float32:
+    cfg = select_router_config(x.shape[0], weight.dtype, x.shape[1])
+    if cfg is not None and cfg.kernel == "_router_dot_kernel" and cfg["W_MODE"] == W_BF16X3:
         try:
-            presplit = bf16x3_split(weight) is not None
+            planes = bf16x3_split(weight)
         except ValueError:  # a weight BF16x3 cannot carry: vLLM's own true-fp32 path
             return torch.nn.functional.linear(x.float(), weight)
-    cfg = select_router_config(x.shape[0], weight.dtype, x.shape[1], presplit)
+        if planes is None:  # first seen inside CUDA-graph capture
+            cfg = select_router_config(x.shape[0], weight.dtype, x.shape[1], presplit=False)
     return router_gemm_with_config(x, weight, cfg)
 
 
