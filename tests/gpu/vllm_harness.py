@@ -152,8 +152,30 @@ ROUTER = VllmSet(
     ),
 )
 
+#: The router peer of issue 3 (benchmarks/bench_router_peer.py): vLLM's CuteDSL low-latency bf16
+#: router GEMM (Tier 1 of GateLinear on Hopper / family 100), imported at benchmark time, never
+#: copied into the project. Its modules import from vLLM only ``vllm.platforms.current_platform``
+#: and ``vllm.utils.torch_utils.current_stream`` (both shims here); CuteDSL itself
+#: (``nvidia-cutlass-dsl``) must be importable.
+PEER = VllmSet(
+    files={
+        "vllm._version": "_version.py",
+        "vllm.model_executor.kernels.linear.cute_dsl._ll_bf16_dotprod":
+            "model_executor/kernels/linear/cute_dsl/_ll_bf16_dotprod.py",
+        "vllm.model_executor.kernels.linear.cute_dsl._ll_bf16_splitk":
+            "model_executor/kernels/linear/cute_dsl/_ll_bf16_splitk.py",
+        "vllm.model_executor.kernels.linear.cute_dsl.ll_bf16":
+            "model_executor/kernels/linear/cute_dsl/ll_bf16.py",
+    },
+    packages=(
+        "vllm", "vllm.utils", "vllm.model_executor", "vllm.model_executor.kernels",
+        "vllm.model_executor.kernels.linear", "vllm.model_executor.kernels.linear.cute_dsl",
+    ),
+    shims=("vllm.platforms", "vllm.utils.torch_utils"),
+)
+
 #: Every file :func:`stage` copies (the union of the sets).
-ALL_FILES: dict[str, str] = {**O_PROJ.files, **ROUTER.files}
+ALL_FILES: dict[str, str] = {**O_PROJ.files, **ROUTER.files, **PEER.files}
 
 
 # --------------------------------------------------------------------------- finding/staging vLLM
@@ -352,6 +374,7 @@ def _shim_torch_utils(m: types.ModuleType, ctx: dict[str, Any]) -> None:
 
     m.direct_register_custom_op, m.vllm_lib = direct_register_custom_op, lib
     m.is_torch_equal_or_newer = _is_torch_equal_or_newer
+    m.current_stream = torch.cuda.current_stream  # vllm/utils/torch_utils.py: the current CUDA stream
 
 
 def _shim_deep_gemm(m: types.ModuleType, ctx: dict[str, Any]) -> None:
