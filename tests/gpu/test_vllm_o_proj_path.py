@@ -50,7 +50,6 @@ the sources, the test skips and says why.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -347,18 +346,12 @@ def vllm_quant():  # noqa: ANN201
     version = sys.modules["vllm"].__version__
     yield mod, where
     _restore(state)
-    out = os.environ.get("SPARKPAIR_VLLM_O_PROJ_JSON")
-    if out and RESULTS:
-        import triton
-
-        doc = {"what": "vLLM 0.32.0 fused_inv_rope_fp8_quant -> sparkpair Fp8EinsumDispatcher -> "
-                       "Triton fp8_einsum, TP=2 DeepSeek-V4 o_proj, vs fp64",
-               "vllm_source": where, "vllm_version": version,
-               "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "triton": triton.__version__, "cuda": torch.version.cuda,
-               "git_sha": os.environ.get("SPARKPAIR_GIT_SHA", ""), "cases": RESULTS}
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+    vh.write_results_json(
+        "SPARKPAIR_VLLM_O_PROJ_JSON",
+        "vLLM 0.32.0 fused_inv_rope_fp8_quant -> sparkpair Fp8EinsumDispatcher -> Triton fp8_einsum, "
+        "TP=2 DeepSeek-V4 o_proj, vs fp64",
+        where, version, RESULTS,
+    )
 
 
 @pytest.mark.parametrize("t", TS)

@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -107,20 +106,13 @@ def vllm_router():  # noqa: ANN201
     yield state
     _unpatch()
     vh.restore(state)
-    out = os.environ.get("SPARKPAIR_VLLM_ROUTER_JSON")
-    if out and RESULTS:
-        import torch
-        import triton
-
-        doc = {"what": "vLLM 0.32.0 GateLinear (verbatim) + sparkpair SparkpairGateLinear (plan at fake cap "
-                       "12.1) -> router_gemm_dispatch -> Triton router_gemm, DeepSeek-V4 gate 4096->256, "
-                       "vs fp64; and SPARKPAIR_ROUTER=upstream -> vLLM's own tiers",
-               "vllm_source": where, "vllm_version": version,
-               "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "triton": triton.__version__, "cuda": torch.version.cuda,
-               "git_sha": os.environ.get("SPARKPAIR_GIT_SHA", ""), "cases": RESULTS}
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+    vh.write_results_json(
+        "SPARKPAIR_VLLM_ROUTER_JSON",
+        "vLLM 0.32.0 GateLinear (verbatim) + sparkpair SparkpairGateLinear (plan at fake cap 12.1) -> "
+        "router_gemm_dispatch -> Triton router_gemm, DeepSeek-V4 gate 4096->256, vs fp64; and "
+        "SPARKPAIR_ROUTER=upstream -> vLLM's own tiers",
+        where, version, RESULTS,
+    )
 
 
 def _unpatch() -> None:

@@ -545,6 +545,22 @@ def load(root: Path, vset: VllmSet, device_type: str = "cuda",
     return state
 
 
+def write_results_json(env_var: str, what: str, where: str, version: str, cases: list) -> None:
+    """Write ``cases`` with the run's provenance to the path in ``$env_var`` (nothing if unset/empty)."""
+    out = os.environ.get(env_var)
+    if not out or not cases:
+        return
+    import torch
+    import triton
+
+    doc = {"what": what, "vllm_source": where, "vllm_version": version,
+           "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "triton": triton.__version__, "cuda": torch.version.cuda,
+           "git_sha": os.environ.get("SPARKPAIR_GIT_SHA", ""), "cases": cases}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+
+
 def loaded_vllm_modules() -> dict[str, str]:
     """Every ``vllm`` module now in ``sys.modules`` -> ``"shim"``, ``"package"`` or its file."""
     out = {}

@@ -69,6 +69,23 @@ __all__ = [
 if HAS_TRITON:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+    @triton.jit
+    def _split3(w):
+        """fp32 tile -> bf16 ``hi, mid, lo`` with ``hi + mid + lo == w`` (round-to-nearest each)."""
+        hi = w.to(tl.bfloat16)
+        r = w - hi.to(tl.float32)
+        mid = r.to(tl.bfloat16)
+        lo = (r - mid.to(tl.float32)).to(tl.bfloat16)
+        return hi, mid, lo
+
+    @triton.jit
+    def _load_x(x_ptr, offs_m, offs_k, m_mask, k_mask, stride_xm):
+        return tl.load(
+            x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+            mask=m_mask[:, None] & k_mask[None, :],
+            other=0.0,
+        )
+
     @triton.jit(do_not_specialize=["M", "stride_pk"])
     def _router_dot_kernel(
         out_ptr,  # [M, N] fp32, row stride stride_pm (written by the last CTA when FIXUP)
@@ -136,18 +153,11 @@ if HAS_TRITON:
                 w_lo = tl.load(w_ptrs + 2 * stride_w3, mask=w_mask, other=0.0)
             if USE_PDL:
                 gdc_wait()
-            x = tl.load(
-                x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
-                mask=m_mask[:, None] & k_mask[None, :],
-                other=0.0,
-            )
+            x = _load_x(x_ptr, offs_m, offs_k, m_mask, k_mask, stride_xm)
             if W_MODE == 0:
                 acc = tl.dot(x, tl.trans(w))
             elif W_MODE == 1:
-                hi = w.to(tl.bfloat16)
-                r = w - hi.to(tl.float32)
-                mid = r.to(tl.bfloat16)
-                lo = (r - mid.to(tl.float32)).to(tl.bfloat16)
+                hi, mid, lo = _split3(w)
                 acc = tl.dot(x, tl.trans(hi)) + tl.dot(x, tl.trans(mid), tl.dot(x, tl.trans(lo)))
             else:
                 acc = tl.dot(x, tl.trans(w)) + tl.dot(x, tl.trans(w_mid), tl.dot(x, tl.trans(w_lo)))
@@ -164,11 +174,7 @@ if HAS_TRITON:
                 for kk in range(0, BLOCK_K * HI_CHUNK, BLOCK_K):
                     offs_k = k_lo + kg + kk + tl.arange(0, BLOCK_K)
                     k_mask = offs_k < k_end
-                    x = tl.load(
-                        x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
-                        mask=m_mask[:, None] & k_mask[None, :],
-                        other=0.0,
-                    )
+                    x = _load_x(x_ptr, offs_m, offs_k, m_mask, k_mask, stride_xm)
                     w_ptrs = w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :]
                     w_mask = n_mask[:, None] & k_mask[None, :]
                     w = tl.load(w_ptrs, mask=w_mask, other=0.0)
@@ -185,21 +191,14 @@ if HAS_TRITON:
             for k0 in range(0, k_per, BLOCK_K):
                 offs_k = k_lo + k0 + tl.arange(0, BLOCK_K)
                 k_mask = offs_k < K
-                x = tl.load(
-                    x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
-                    mask=m_mask[:, None] & k_mask[None, :],
-                    other=0.0,
-                )
+                x = _load_x(x_ptr, offs_m, offs_k, m_mask, k_mask, stride_xm)
                 w_ptrs = w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :]
                 w_mask = n_mask[:, None] & k_mask[None, :]
                 w = tl.load(w_ptrs, mask=w_mask, other=0.0)
                 if W_MODE == 0:
                     acc += tl.dot(x, tl.trans(w)) * one
                 elif W_MODE == 1:
-                    hi = w.to(tl.bfloat16)
-                    r = w - hi.to(tl.float32)
-                    mid = r.to(tl.bfloat16)
-                    lo = (r - mid.to(tl.float32)).to(tl.bfloat16)
+                    hi, mid, lo = _split3(w)
                     acc += tl.dot(x, tl.trans(hi)) * one
                     acc_lo += tl.dot(x, tl.trans(mid), tl.dot(x, tl.trans(lo))) * one
                 else:
