@@ -45,8 +45,8 @@ def graph_time_us(
     """(p20, p50, p80) µs per call of ``fn(i)`` (i = call index) under CUDA-graph replay.
 
     ``warmup``: eager calls ``fn(0) .. fn(warmup-1)`` before capture (compile, allocator, and any
-    per-input preparation such as the router's pre-split fp32 weight: pass the number of input
-    sets ``fn`` rotates over so every set is seen eagerly, as vLLM's profile run does).
+    per-input preparation: pass the number of input sets ``fn`` rotates over so every set is seen
+    eagerly, as vLLM's profile run does).
     """
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())

@@ -29,8 +29,9 @@ triton.knobs.compilation.listener = listener
 x = torch.randn(8, 4096, device="cuda").bfloat16()
 for w_dtype in (torch.bfloat16, torch.float32):
     w = torch.randn(256, 4096, device="cuda").to(w_dtype)
+    planes = rg.bf16x3_split(w) if w_dtype == torch.float32 else None
     for m in (1, 8, 32, 512):
-        rg.router_gemm(torch.randn(m, 4096, device="cuda").bfloat16(), w)
+        rg.router_gemm(torch.randn(m, 4096, device="cuda").bfloat16(), w, planes)
 for recipe, enc in (((1, 1, 128), "int32"), ((1, 128, 128), "fp32")):
     for t in (1, 32, 2048):
         a, sa, w8, sw, _, _ = make_fp8_operands(t, 4, 1024, 4096, recipe, enc)

@@ -70,10 +70,13 @@ def _probe_router() -> list[dict[str, Any]]:
     ):
         wname = "bfloat16" if w_dtype == torch.bfloat16 else "float32"
         w = (torch.randn(n, k, device="cuda", generator=gen) * k**-0.5).to(w_dtype)
+        planes = rg.bf16x3_split(w) if w_dtype == torch.float32 else None
         for m in ROUTER_MS:
             x = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
             ref = x.double() @ w.double().t()
-            cfg = rg.select_router_config(m, w_dtype, k)
+            cfg = rg.select_router_config(
+                m, w_dtype, k, presplit=planes is not None or w_dtype != torch.float32
+            )
             # "ours" is the public dispatcher the overlay calls (it may itself pick cuBLAS for this M)
             for path, ours in ((ours_path, True), (theirs_path, False)):
                 row: dict[str, Any] = {
@@ -84,8 +87,10 @@ def _probe_router() -> list[dict[str, Any]]:
                     "config": (cfg.name if cfg is not None else "cublas") if ours else "torch",
                 }
 
-                def call(x: Any = x, w: Any = w, ours: bool = ours) -> Any:
-                    return rg.router_gemm(x, w) if ours else rg.router_gemm_with_config(x, w, None)
+                def call(x: Any = x, w: Any = w, ours: bool = ours, planes: Any = planes) -> Any:
+                    if not ours:
+                        return rg.router_gemm_with_config(x, w, None)
+                    return rg.router_gemm(x, w, planes)  # as the overlay's GateLinear calls it
 
                 try:
                     out = call()

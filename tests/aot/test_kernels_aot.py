@@ -115,14 +115,16 @@ def test_shipped_cache_has_the_keys_the_runtime_looks_up(tmp_path, monkeypatch) 
     calls = []
     for w_dtype in (torch.bfloat16, torch.float32):
         w = torch.randn(256, 4096).to(w_dtype)
+        planes = rg.bf16x3_split(w) if w_dtype == torch.float32 else None
         for m in (1, 8, 32, 64, 2048, 8192):
-            cfg = rg.select_router_config(m, w_dtype)
-            if cfg is not None:
-                calls.append(
-                    lambda m=m, w=w, cfg=cfg: rg.router_gemm_with_config(
-                        torch.randn(m, 4096).bfloat16(), w, cfg
+            for presplit in (True, False) if planes is not None else (True,):
+                cfg = rg.select_router_config(m, w_dtype, 4096, presplit=presplit)
+                if cfg is not None:
+                    calls.append(
+                        lambda m=m, w=w, cfg=cfg, p=planes if presplit else None: rg.router_gemm_with_config(
+                            torch.randn(m, 4096).bfloat16(), w, cfg, planes=p
+                        )
                     )
-                )
     for recipe, enc in (((1, 1, 128), "int32"), ((1, 128, 128), "fp32")):
         for t in (1, 32, 64, 2048):
             ops = make_fp8_operands(t, 4, 1024, 4096, recipe, enc, device="cpu")

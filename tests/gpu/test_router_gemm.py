@@ -27,16 +27,21 @@ def _ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 TOL = {torch.bfloat16: 1e-5, torch.float32: 2e-6}  # max|err| / max|ref|; fp32 bar from issue 3
 
 
+def _planes(w: torch.Tensor) -> torch.Tensor | None:
+    """What the overlay passes: the BF16x3 planes of an fp32 weight, made once (None for bf16)."""
+    return rg.bf16x3_split(w) if w.dtype == torch.float32 else None
+
+
 @pytest.mark.parametrize("w_dtype", [torch.bfloat16, torch.float32], ids=["bf16w", "fp32w"])
 @pytest.mark.parametrize("m", MS)
 def test_every_config_matches_fp64(m: int, w_dtype: torch.dtype) -> None:
     x, w = _inputs(m, N, K, w_dtype, seed=m)
-    ref = _ref(x, w)
+    ref, planes = _ref(x, w), _planes(w)
     for cfg in rg.ROUTER_GEMM_CONFIGS:
         is_fp32 = cfg.name.startswith("fp32")
         if is_fp32 != (w_dtype == torch.float32):
             continue
-        out = rg.router_gemm_with_config(x, w, cfg)
+        out = rg.router_gemm_with_config(x, w, cfg, planes=planes)
         assert out.dtype == torch.float32 and out.shape == (m, N)
         err = max_rel(out, ref)
         assert err <= TOL[w_dtype], f"{cfg.name} M={m}: max rel err {err:.3g} > {TOL[w_dtype]}"
@@ -47,9 +52,12 @@ def test_every_config_matches_fp64(m: int, w_dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("m", (*MS, 8, 32, 512, 8192))
 def test_dispatch_matches_fp64(m: int, w_dtype: torch.dtype) -> None:
     x, w = _inputs(m, N, K, w_dtype, seed=100 + m)
-    out = rg.router_gemm(x, w)
+    out = rg.router_gemm(x, w, _planes(w))
     err = max_rel(out, _ref(x, w))
     assert err <= TOL[w_dtype], f"dispatch M={m}: {err:.3g}"
+    if w_dtype == torch.float32:  # no planes: tiles split in registers, same accuracy
+        err = max_rel(rg.router_gemm(x, w), _ref(x, w))
+        assert err <= TOL[w_dtype], f"dispatch without planes M={m}: {err:.3g}"
 
 
 @pytest.mark.parametrize("shape", [(5, 200, 1000), (33, 64, 4096), (2, 256, 7168)])
@@ -57,12 +65,13 @@ def test_odd_shapes(shape: tuple[int, int, int]) -> None:
     m, n, k = shape
     for w_dtype in (torch.bfloat16, torch.float32):
         x, w = _inputs(m, n, k, w_dtype)
+        planes = _planes(w)
         for cfg in rg.ROUTER_GEMM_CONFIGS:
             if cfg.name.startswith("fp32") != (w_dtype == torch.float32) or not rg._takes_k(cfg, k):
                 continue
-            out = rg.router_gemm_with_config(x, w, cfg)
+            out = rg.router_gemm_with_config(x, w, cfg, planes=planes)
             assert max_rel(out, _ref(x, w)) <= TOL[w_dtype], cfg.name
-        out = rg.router_gemm(x, w)  # the dispatch skips configs that cannot take this K
+        out = rg.router_gemm(x, w, planes)  # the dispatch skips configs that cannot take this K
         assert max_rel(out, _ref(x, w)) <= TOL[w_dtype], ("dispatch", shape, w_dtype)
 
 
@@ -70,7 +79,10 @@ def test_deterministic_bitwise() -> None:
     for w_dtype in (torch.bfloat16, torch.float32):
         for m in (1, 17, 129, 4099):
             x, w = _inputs(m, N, K, w_dtype)
-            outs = [rg.router_gemm(x, w) for _ in range(5)]
+            planes = _planes(w)
+            outs = [rg.router_gemm(x, w, planes) for _ in range(5)] + [rg.router_gemm(x, w) for _ in range(2)]
+            assert all(torch.equal(outs[5], o) for o in outs[6:]), (w_dtype, m, "no planes")
+            outs = outs[:5]
             assert all(torch.equal(outs[0], o) for o in outs[1:]), (w_dtype, m)
 
 
@@ -82,13 +94,14 @@ def _n_compiled() -> int:
 def test_no_recompile_across_m() -> None:
     x, w = _inputs(64, N, K, torch.bfloat16)
     xf, wf = _inputs(64, N, K, torch.float32)
-    for m in (1, 2, 3, 16, 17, 31, 32, 48, 64):  # warm every config the plan uses here
+    pf = _planes(wf)
+    for m in (1, 2, 3, 4, 5, 16, 17, 31, 32, 48, 64):  # warm every config the plan uses here
         rg.router_gemm(x[:m], w)
-        rg.router_gemm(xf[:m], wf)
+        rg.router_gemm(xf[:m], wf, pf)
     before = _n_compiled()
     for m in range(1, 65):
         rg.router_gemm(x[:m], w)
-        rg.router_gemm(xf[:m], wf)
+        rg.router_gemm(xf[:m], wf, pf)
     assert _n_compiled() == before
 
 
@@ -97,17 +110,18 @@ def test_cuda_graph_capture_and_replay_across_m(w_dtype: torch.dtype) -> None:
     graphs = {}
     for m in (1, 7, 16, 33):
         x, w = _inputs(m, N, K, w_dtype, seed=m)
-        rg.router_gemm(x, w)  # warm-up (compile) outside capture
+        planes = _planes(w)
+        rg.router_gemm(x, w, planes)  # warm-up (compile) outside capture
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            out = rg.router_gemm(x, w)
-        graphs[m] = (g, x, w, out)
-    for m, (g, x, w, out) in graphs.items():
+            out = rg.router_gemm(x, w, planes)
+        graphs[m] = (g, x, w, out, planes)
+    for m, (g, x, w, out, planes) in graphs.items():
         x.copy_(torch.randn_like(x, dtype=torch.float32).to(torch.bfloat16))
         g.replay()
         torch.cuda.synchronize()
-        assert torch.equal(out, rg.router_gemm(x, w)), m
+        assert torch.equal(out, rg.router_gemm(x, w, planes)), m
         assert max_rel(out, _ref(x, w)) <= TOL[w_dtype]
 
 
@@ -124,13 +138,14 @@ def test_single_launch_fixup_matches_two_stage_bitwise() -> None:
     for w_dtype in (torch.bfloat16, torch.float32):
         for m in (1, 17, 129):
             x, w = _inputs(m, N, K, w_dtype, seed=5 + m)
+            planes = _planes(w)
             for cfg in rg.ROUTER_GEMM_CONFIGS:
                 if cfg.kernel != "_router_dot_kernel" or cfg["SPLIT_K"] == 1:
                     continue
                 if cfg.name.startswith("fp32") != (w_dtype == torch.float32):
                     continue
-                one = rg.router_gemm_with_config(x, w, cfg, fixup=True)
-                two = rg.router_gemm_with_config(x, w, cfg, fixup=False)
+                one = rg.router_gemm_with_config(x, w, cfg, fixup=True, planes=planes)
+                two = rg.router_gemm_with_config(x, w, cfg, fixup=False, planes=planes)
                 assert torch.equal(one, two), (cfg.name, m)
     torch.cuda.synchronize()
     for arena in rg.SEMAPHORES._arena.values():
@@ -159,12 +174,13 @@ def test_pdl_and_non_pdl_launches_give_identical_bits() -> None:
     for w_dtype in (torch.bfloat16, torch.float32):
         for m in (1, 4, 17):
             x, w = _inputs(m, N, K, w_dtype, seed=40 + m)
+            planes = _planes(w)
             for cfg in rg.ROUTER_GEMM_CONFIGS:
                 fp32_cfg = cfg.name.startswith("fp32")
                 if not cfg.constexprs().get("USE_PDL") or fp32_cfg != (w_dtype == torch.float32):
                     continue
-                a = rg.router_gemm_with_config(x, w, cfg, pdl=True)
-                b = rg.router_gemm_with_config(x, w, cfg, pdl=False)
+                a = rg.router_gemm_with_config(x, w, cfg, pdl=True, planes=planes)
+                b = rg.router_gemm_with_config(x, w, cfg, pdl=False, planes=planes)
                 assert torch.equal(a, b), (cfg.name, m)
 
 
@@ -174,11 +190,11 @@ def test_pdl_reads_x_written_by_the_kernel_just_before(w_dtype: torch.dtype) -> 
     ``x`` before ``griddepcontrol.wait`` would see the previous call's values."""
     m_values = (1, 3, 8, 16, 32, 64)
     _, w = _inputs(1, N, K, w_dtype)
+    planes = _planes(w)
     x = torch.empty(64, K, device="cuda", dtype=torch.bfloat16)
     srcs = [_inputs(64, N, K, w_dtype, seed=200 + i)[0] for i in range(len(m_values) * 2)]
-    rg.router_gemm(srcs[0], w)
     for m in m_values:
-        rg.router_gemm(x[:m], w)  # compile outside capture
+        rg.router_gemm(x[:m], w, planes)  # compile outside capture
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     outs = []
@@ -186,36 +202,37 @@ def test_pdl_reads_x_written_by_the_kernel_just_before(w_dtype: torch.dtype) -> 
         for i, src in enumerate(srcs):
             m = m_values[i % len(m_values)]
             x.copy_(src)
-            outs.append(rg.router_gemm(x[:m], w))
+            outs.append(rg.router_gemm(x[:m], w, planes))
     for _ in range(3):
         g.replay()
         torch.cuda.synchronize()
         for i, src in enumerate(srcs):
             m = m_values[i % len(m_values)]
-            assert torch.equal(outs[i], rg.router_gemm(src[:m], w)), (i, m)
+            assert torch.equal(outs[i], rg.router_gemm(src[:m], w, planes)), (i, m)
 
 
-def test_fp32_weight_first_seen_inside_capture_uses_the_in_register_split() -> None:
+def test_planes_refused_inside_capture_and_the_no_planes_path_captures() -> None:
     x, w = _inputs(16, N, K, torch.float32, seed=9)
-    assert rg.bf16x3_split(w, create=False) is None
-    rg.router_gemm_with_config(x, w, "fp32x3_dot_m16_n16_s16")  # compile + counters, no split made
+    rg.router_gemm(x, w)  # compile + tile counters outside capture
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out = rg.router_gemm(x, w)
-    assert rg.bf16x3_split(w, create=False) is None, "no split may be allocated during capture"
+        with pytest.raises(ValueError, match="inside CUDA-graph capture"):
+            rg.bf16x3_split(w)
+        out = rg.router_gemm(x, w)  # no planes: in-register split, allocates nothing new
     g.replay()
     torch.cuda.synchronize()
     assert max_rel(out, _ref(x, w)) <= TOL[torch.float32]
-    eager = rg.router_gemm(x, w)  # now the pre-split weight exists
-    assert rg.bf16x3_split(w, create=False) is not None
-    assert max_rel(eager, _ref(x, w)) <= TOL[torch.float32]
 
 
-def test_bf16x3_split_follows_in_place_weight_writes() -> None:
-    x, w = _inputs(8, N, K, torch.float32, seed=11)
-    first = rg.router_gemm(x, w)
-    w.mul_(-0.5)
-    second = rg.router_gemm(x, w)
-    assert max_rel(second, _ref(x, w)) <= TOL[torch.float32]
-    assert not torch.equal(first, second)
+def test_bad_planes_are_refused() -> None:
+    x, w = _inputs(8, N, K, torch.float32, seed=12)
+    planes = rg.bf16x3_split(w)
+    with pytest.raises(ValueError, match="planes must be bf16"):
+        rg.router_gemm(x, w, planes[:2])
+    with pytest.raises(ValueError, match="planes must be bf16"):
+        rg.router_gemm(x, w, planes.float())
+    with pytest.raises(ValueError, match="planes are for an fp32 weight"):
+        rg.router_gemm(x, w.bfloat16(), planes)
+    with pytest.raises(ValueError, match="pass planes=bf16x3_split"):
+        rg.router_gemm_with_config(x, w, "fp32w3_dot_m16_n16_s16_k256_pdl")

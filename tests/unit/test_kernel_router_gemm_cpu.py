@@ -18,7 +18,7 @@ def test_plans_name_existing_configs_in_increasing_m() -> None:
     plans = (
         (rg.ROUTER_BF16_PLAN, "bf16"),
         (rg.ROUTER_FP32_PLAN, "fp32"),
-        (rg.ROUTER_FP32_CAPTURE_PLAN, "fp32x3"),
+        (rg.ROUTER_FP32_NO_PLANES_PLAN, "fp32x3"),
     )
     for plan, prefix in plans:
         ms = [m for m, _ in plan]
@@ -50,26 +50,44 @@ def test_capture_plan_never_needs_a_presplit_weight() -> None:
         assert cfg.constexprs()["W_MODE"] == rg.W_FP32_SPLIT, (m, cfg.name)
 
 
-def test_bf16x3_split_is_exact_and_cached() -> None:
+def test_bf16x3_split_is_exact_and_refuses_what_it_cannot_carry() -> None:
     g = torch.Generator().manual_seed(3)
     w = torch.randn(64, 320, generator=g) * 0.05
     w[0, :4] = torch.tensor([1e-30, -3.38e38, 1.0 + 2**-23, -(2.0**-100)])  # tiny, huge, 24-bit
     planes = rg.bf16x3_split(w)
-    assert planes.shape == (3, 64, 320) and planes.dtype == torch.bfloat16
+    assert planes.shape == (3, 64, 320) and planes.dtype == torch.bfloat16 and planes.is_contiguous()
     assert torch.equal(planes.double().sum(0), w.double()), "hi + mid + lo must equal w exactly"
-    assert rg.bf16x3_split(w) is planes, "cached while unmodified"
-    w.add_(1.0)
-    again = rg.bf16x3_split(w)
-    assert again is not planes and torch.equal(again.double().sum(0), w.double())
-    assert rg.bf16x3_split(w.clone(), create=False) is None
+    assert torch.equal(rg.bf16x3_split(torch.zeros(4, 8)), torch.zeros(3, 4, 8, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="2-D float32"):
         rg.bf16x3_split(w.bfloat16())
+    with pytest.raises(ValueError, match="meta device"):
+        rg.bf16x3_split(w.to("meta"))
+    with pytest.raises(ValueError, match="below 7.889e-31"):
+        rg.bf16x3_split(torch.full((4, 8), 1e-36))
     w[1, 1] = 3.4e38  # rounds to bf16 infinity
     with pytest.raises(ValueError, match=r"\|w\| = 3.4e\+38; BF16x3 carries only finite"):
         rg.bf16x3_split(w)
     w[1, 1] = float("nan")
     with pytest.raises(ValueError, match="nan"):
         rg.bf16x3_split(w)
+
+
+def test_config_and_planes_errors_name_what_was_wrong() -> None:
+    x, w = torch.zeros(2, 64, dtype=torch.bfloat16), torch.zeros(16, 64)
+    with pytest.raises(ValueError, match="unknown config 'nope'; choose from cublas, bf16_rows_m1_n2_pdl"):
+        rg.router_gemm_with_config(x, w, "nope")
+    with pytest.raises(ValueError, match="config must be a router KernelConfig or its name; got 3"):
+        rg.router_gemm_with_config(x, w, 3)
+    with pytest.raises(ValueError, match="config must be a router KernelConfig"):
+        rg.router_gemm_with_config(x, w, rg.ROUTER_REDUCE_CONFIG)
+    with pytest.raises(ValueError, match="reads the pre-split weight; pass planes=bf16x3_split"):
+        rg.router_gemm_with_config(x, w, "fp32w3_dot_m16_n16_s16_k256_pdl")
+    with pytest.raises(ValueError, match=r"planes must be bf16 \[3, 16, 64\]"):
+        rg.router_gemm(x, w, torch.zeros(3, 16, 32, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="weight dtype must be bfloat16 or float32; got torch.float16"):
+        rg.select_router_config(1, torch.float16)
+    with pytest.raises(ValueError, match="m must be >= 0; got -1"):
+        rg.select_router_config(-1, torch.bfloat16)
 
 
 def test_validation_errors() -> None:
@@ -118,13 +136,17 @@ INTERPRET_SCRIPT = textwrap.dedent(
         for wd in (torch.bfloat16, torch.float32):
             w = (torch.randn(48, 320, generator=g) * 0.05).to(wd)
             ref = x.double() @ w.double().t()
+            planes = rg.bf16x3_split(w) if wd == torch.float32 else None
             for c in rg.ROUTER_GEMM_CONFIGS:
                 if c.name.startswith("fp32") != (wd == torch.float32):
                     continue
-                out = rg.router_gemm_with_config(x, w, c)
+                out = rg.router_gemm_with_config(x, w, c, planes=planes)
                 err = float((out.double() - ref).abs().max() / ref.abs().max())
                 assert err < 1e-6, (m, c.name, err)
-                assert torch.equal(out, rg.router_gemm_with_config(x, w, c)), "deterministic"
+                assert torch.equal(out, rg.router_gemm_with_config(x, w, c, planes=planes)), "deterministic"
+            for p in ((planes, None) if planes is not None else (None,)):  # the public dispatch
+                err = float((rg.router_gemm(x, w, p).double() - ref).abs().max() / ref.abs().max())
+                assert err < 1e-6, (m, "router_gemm", p is None, err)
     print("OK")
     """
 )

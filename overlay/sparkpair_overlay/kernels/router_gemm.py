@@ -44,7 +44,6 @@ variant, for the AOT gate); :func:`router_gemm_with_config` (benchmarks and test
 from __future__ import annotations
 
 import os
-import weakref
 from collections.abc import Sequence
 
 import torch
@@ -55,7 +54,7 @@ __all__ = [
     "ROUTER_GEMM_CONFIGS",
     "ROUTER_BF16_PLAN",
     "ROUTER_FP32_PLAN",
-    "ROUTER_FP32_CAPTURE_PLAN",
+    "ROUTER_FP32_NO_PLANES_PLAN",
     "bf16x3_split",
     "router_gemm",
     "router_gemm_with_config",
@@ -419,9 +418,9 @@ ROUTER_FP32_PLAN: tuple[tuple[int, str], ...] = (
     (1 << 62, "fp32w3_dot_m128_n64_s2_k32_h16"),
 )
 
-#: fp32 weight seen for the first time inside CUDA-graph capture (no pre-split copy can be
-#: allocated there): the same dispatch with configs that split the weight in registers.
-ROUTER_FP32_CAPTURE_PLAN: tuple[tuple[int, str], ...] = (
+#: fp32 weight without its pre-split planes (the caller passed none): the same dispatch with
+#: configs that split each weight tile in registers (H200, 84188d2: M=16 7.2 us, M=4096 115 us).
+ROUTER_FP32_NO_PLANES_PLAN: tuple[tuple[int, str], ...] = (
     (64, "fp32x3_dot_m16_n16_s16"),
     (1 << 62, "fp32x3_dot_m64_n64_s2"),
 )
@@ -441,10 +440,19 @@ def select_router_config(
         m: tokens (rows of x).
         weight_dtype: ``torch.bfloat16`` or ``torch.float32``.
         k: hidden size; a plan entry whose kernel cannot take this K yields to the next entry.
-        presplit: fp32 only: False when no pre-split weight is available (inside graph capture).
+        presplit: fp32 only: whether the caller has the weight's BF16x3 planes
+            (:func:`bf16x3_split`); without them the fp32 configs split each tile in registers.
+    Raises:
+        ValueError: ``m < 0`` or a weight dtype other than bf16 / fp32.
     """
+    if weight_dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(
+            f"select_router_config: weight dtype must be bfloat16 or float32; got {weight_dtype}"
+        )
+    if m < 0:
+        raise ValueError(f"select_router_config: m must be >= 0; got {m}")
     if weight_dtype == torch.float32:
-        plan = ROUTER_FP32_PLAN if presplit else ROUTER_FP32_CAPTURE_PLAN
+        plan = ROUTER_FP32_PLAN if presplit else ROUTER_FP32_NO_PLANES_PLAN
     else:
         plan = ROUTER_BF16_PLAN
     for i, (max_m, _name) in enumerate(plan):
@@ -491,58 +499,48 @@ def _kernels_interpreted() -> bool:
     return isinstance(_router_dot_kernel, InterpretedFunction)
 
 
-# Pre-split fp32 weights for W_MODE 2, keyed by the weight's storage; an entry is reused only
-# while the weight object is alive and unmodified (its ``_version`` counts in-place writes).
-_SPLIT_CACHE: dict[tuple, tuple[weakref.ref, int, torch.Tensor]] = {}
-
-
 #: Largest finite bfloat16, ``(2 - 2**-7) * 2**127`` (torch.finfo(torch.bfloat16).max).
 BF16_MAX = float(torch.finfo(torch.bfloat16).max)
+#: Below this max|w| the ``lo`` plane loses bits to bf16's subnormal range (bf16 keeps fp32's
+#: exponent range, 8 significand bits: ``lo`` sits 2**-16 below ``hi``, so |w| >= 2**-110 keeps
+#: it normal; 2**-100 leaves margin for the row's smaller entries).
+BF16X3_MIN_AMAX = 2.0**-100
 
 
-def _version(t: torch.Tensor) -> int:
-    """In-place write counter; -1 for inference-mode tensors, which do not track one."""
-    try:
-        return t._version
-    except RuntimeError:
-        return -1
-
-
-def bf16x3_split(weight: torch.Tensor, create: bool = True) -> torch.Tensor | None:
+def bf16x3_split(weight: torch.Tensor) -> torch.Tensor:
     """The BF16x3 form of an fp32 weight: ``[3, N, K]`` bf16 planes ``hi, mid, lo`` with
     ``hi + mid + lo == weight`` exactly (8 + 8 + 8 significand bits) for ``2**-110 <= |w| <
-    BF16_MAX`` (bf16 keeps fp32's exponent range; its largest finite value is
-    ``(2 - 2**-7) * 2**127`` ~ 3.39e38, above which ``hi`` would round to infinity).
+    BF16_MAX`` (~3.39e38, above which ``hi`` would round to infinity).
 
-    Cached per weight tensor (dropped when the weight is freed; recomputed after an in-place
-    write; a weight created under ``torch.inference_mode`` has no write counter, so rewriting
-    it in place is not detected). Computing it allocates and synchronises the stream (once per
-    weight), so inside CUDA-graph capture a missing entry is not created: with ``create`` False,
-    or while capturing, a miss returns ``None`` and :func:`router_gemm` uses a config that splits
-    in registers instead. Memory: 1.5x the fp32 weight (6 MiB for
-    DeepSeek-V4-Flash's 256 x 4096 gate).
+    Call it where the weight is loaded (the overlay's ``GateLinear`` subclass does, after every
+    ``process_weights_after_loading``) and pass the result to :func:`router_gemm` as ``planes``;
+    recompute it after writing the weight. It allocates 1.5x the fp32 weight (6 MiB for
+    DeepSeek-V4-Flash's 256 x 4096 gate) and synchronises the stream (the PDL kernels read the
+    planes before their ``griddepcontrol.wait``, so the planes must be complete, not merely
+    ordered, before the next launch): not for CUDA-graph capture.
 
     Raises:
-        ValueError: ``weight`` is not a 2-D fp32 tensor, or holds a value BF16x3 cannot carry
-            (non-finite, or ``|w| >= BF16_MAX``); :func:`router_gemm` then uses true-fp32
-            ``F.linear`` for that weight.
+        ValueError: ``weight`` is not a 2-D fp32 tensor on a real device, or holds values BF16x3
+            cannot carry at fp32 accuracy: NaN, +-inf, ``|w| >= BF16_MAX``, or all nonzero
+            ``|w| < 2**-100`` (use fp32 ``F.linear`` for such a weight).
     """
     if weight.dim() != 2 or weight.dtype != torch.float32:
         raise ValueError(
             f"bf16x3_split: weight must be 2-D float32; got {tuple(weight.shape)} {weight.dtype}"
         )
-    key = (weight.device, weight.data_ptr(), tuple(weight.shape), tuple(weight.stride()))
-    version = _version(weight)
-    hit = _SPLIT_CACHE.get(key)
-    if hit is not None and hit[0]() is weight and hit[1] == version:
-        return hit[2]
-    capturing = weight.is_cuda and torch.cuda.is_current_stream_capturing()
-    if not create or capturing:
-        return None
+    if weight.device.type == "meta":
+        raise ValueError("bf16x3_split: weight is on the meta device; the split needs its values")
+    if weight.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise ValueError("bf16x3_split: cannot split inside CUDA-graph capture (it allocates and syncs)")
     amax = float(weight.abs().max()) if weight.numel() else 0.0
     if not amax < BF16_MAX:  # also catches NaN
         raise ValueError(
             f"bf16x3_split: weight holds |w| = {amax:.4g}; BF16x3 carries only finite |w| < {BF16_MAX:.4g}"
+        )
+    if 0.0 < amax < BF16X3_MIN_AMAX:
+        raise ValueError(
+            f"bf16x3_split: weight's max |w| = {amax:.4g} is below {BF16X3_MIN_AMAX:.4g}; "
+            "the lo plane would lose bits to bf16 subnormals"
         )
     hi = weight.to(torch.bfloat16)
     r = weight - hi.float()
@@ -550,16 +548,23 @@ def bf16x3_split(weight: torch.Tensor, create: bool = True) -> torch.Tensor | No
     lo = (r - mid.float()).to(torch.bfloat16)
     planes = torch.stack((hi, mid, lo)).contiguous()
     if planes.is_cuda:
-        # The PDL kernels read the weight before their griddepcontrol.wait: the planes must be
-        # complete before the next launch, not merely ordered before it on the stream.
         torch.cuda.current_stream(planes.device).synchronize()
-
-    def _forget(ref: weakref.ref, key: tuple = key) -> None:
-        if key in _SPLIT_CACHE and _SPLIT_CACHE[key][0] is ref:
-            del _SPLIT_CACHE[key]
-
-    _SPLIT_CACHE[key] = (weakref.ref(weight, _forget), version, planes)
     return planes
+
+
+def _check_planes(planes: torch.Tensor, weight: torch.Tensor) -> None:
+    want = (3, *weight.shape)
+    if weight.dtype != torch.float32:
+        raise ValueError(f"router_gemm: planes are for an fp32 weight; the weight is {weight.dtype}")
+    if tuple(planes.shape) != want or planes.dtype != torch.bfloat16:
+        raise ValueError(
+            f"router_gemm: planes must be bf16 {list(want)} (bf16x3_split(weight)); "
+            f"got {planes.dtype} {list(planes.shape)}"
+        )
+    if planes.device != weight.device:
+        raise ValueError(f"router_gemm: planes on {planes.device}, weight on {weight.device}")
+    if not planes.is_contiguous():
+        raise ValueError("router_gemm: planes must be contiguous (as bf16x3_split returns them)")
 
 
 def _config_weight(cfg: KernelConfig) -> str:
@@ -576,6 +581,7 @@ def router_gemm_with_config(
     config: KernelConfig | str | None,
     fixup: bool = True,
     pdl: bool | None = None,
+    planes: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Run one named variant (``None`` or ``"cublas"``: the cuBLAS / torch baseline).
 
@@ -589,12 +595,16 @@ def router_gemm_with_config(
         x: ``[M, K]`` bf16 activations.
         weight: ``[N, K]`` bf16 or fp32 gate weight.
         config: a :data:`ROUTER_GEMM_CONFIGS` entry or its name.
+        planes: ``bf16x3_split(weight)``; required by the configs that read it (``W_MODE`` 2).
     Returns:
         ``[M, N]`` fp32 logits (a new tensor).
     Raises:
-        ValueError: bad shapes/dtypes, or a config that does not match the weight dtype.
+        ValueError: bad shapes/dtypes, an unknown config, a config that does not match the weight
+            dtype or K, or a pre-split config without ``planes``.
     """
     _check(x, weight)
+    if planes is not None:
+        _check_planes(planes, weight)
     m, k = x.shape
     n = weight.shape[0]
     if config is None or config == "cublas":
@@ -603,13 +613,26 @@ def router_gemm_with_config(
         if x.is_cuda:
             return torch.mm(x, weight.t(), out_dtype=torch.float32)
         return x.float() @ weight.float().t()
-    cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
+    if isinstance(config, str):
+        if config not in _CONFIGS_BY_NAME:
+            raise ValueError(
+                f"router_gemm: unknown config {config!r}; choose from cublas, {', '.join(_CONFIGS_BY_NAME)}"
+            )
+        cfg = _CONFIGS_BY_NAME[config]
+    elif isinstance(config, KernelConfig) and config.kernel in ("_router_dot_kernel", "_router_rows_kernel"):
+        cfg = config
+    else:
+        raise ValueError(f"router_gemm: config must be a router KernelConfig or its name; got {config!r}")
     meta = cfg.constexprs()
     w_kind = _config_weight(cfg)
     if (w_kind == "fp32") != (weight.dtype == torch.float32):
         raise ValueError(f"router_gemm: config {cfg.name} is for a {w_kind} weight; got {weight.dtype}")
     if not _takes_k(cfg, k):
         raise ValueError(f"router_gemm: config {cfg.name} takes K <= {meta['BLOCK_K']}; got K={k}")
+    if meta.get("W_MODE") == W_BF16X3 and planes is None:
+        raise ValueError(
+            f"router_gemm: config {cfg.name} reads the pre-split weight; pass planes=bf16x3_split(weight)"
+        )
     require_triton()
     if not (x.is_cuda or _interpreting()):
         raise ValueError(
@@ -639,11 +662,8 @@ def router_gemm_with_config(
     grid = (cdiv(n, meta["BLOCK_N"]) * split * cdiv(m, meta["BLOCK_M"]),)
     w_arg, stride_w3 = weight, 0
     if meta["W_MODE"] == W_BF16X3:
-        w_arg = bf16x3_split(weight)
-        if w_arg is None:  # first sight of this weight inside graph capture: split in registers
-            w_arg, meta["W_MODE"], meta["HI_CHUNK"] = weight, W_FP32_SPLIT, 1
-        else:
-            stride_w3 = w_arg.stride(0)
+        assert planes is not None  # checked above
+        w_arg, stride_w3 = planes, planes.stride(0)
     meta["ONE_TILE"] = bool(meta["ONE_TILE"]) and cdiv(cdiv(k, split), meta["BLOCK_K"]) == 1
     sem = None
     if split > 1 and fixup:
@@ -685,48 +705,55 @@ def router_gemm_with_config(
     return out
 
 
-def _router_gemm_impl(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _router_gemm_impl(x: torch.Tensor, weight: torch.Tensor, planes: torch.Tensor | None) -> torch.Tensor:
     _check(x, weight)
-    cfg = select_router_config(x.shape[0], weight.dtype, x.shape[1])
-    if cfg is not None and cfg.kernel == "_router_dot_kernel" and cfg["W_MODE"] == W_BF16X3:
-        try:
-            planes = bf16x3_split(weight)
-        except ValueError:  # a weight BF16x3 cannot carry: vLLM's own true-fp32 path
-            return torch.nn.functional.linear(x.float(), weight)
-        if planes is None:  # first seen inside CUDA-graph capture
-            cfg = select_router_config(x.shape[0], weight.dtype, x.shape[1], presplit=False)
-    return router_gemm_with_config(x, weight, cfg)
+    if planes is not None:
+        _check_planes(planes, weight)
+    cfg = select_router_config(x.shape[0], weight.dtype, x.shape[1], presplit=planes is not None)
+    return router_gemm_with_config(x, weight, cfg, planes=planes)
 
 
 # torch custom op (shows up as one node under torch.compile; the fake gives shape/dtype only).
 @torch.library.custom_op("sparkpair::router_gemm", mutates_args=())
-def _router_gemm_op(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return _router_gemm_impl(x, weight)
+def _router_gemm_op(
+    x: torch.Tensor, weight: torch.Tensor, planes: torch.Tensor | None = None
+) -> torch.Tensor:
+    return _router_gemm_impl(x, weight, planes)
 
 
 @_router_gemm_op.register_fake
-def _router_gemm_fake(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _router_gemm_fake(
+    x: torch.Tensor, weight: torch.Tensor, planes: torch.Tensor | None = None
+) -> torch.Tensor:
     _check(x, weight)
+    if planes is not None:
+        _check_planes(planes, weight)
     return x.new_empty((x.shape[0], weight.shape[0]), dtype=torch.float32)
 
 
-def router_gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def router_gemm(x: torch.Tensor, weight: torch.Tensor, planes: torch.Tensor | None = None) -> torch.Tensor:
     """Router logits ``x @ weight.T`` in fp32, through ``torch.ops.sparkpair.router_gemm``.
 
     Args:
         x: ``[M, K]`` bf16 hidden states (any M >= 0; unit stride along K is preferred, others are
             copied).
         weight: ``[N, K]`` gate weight, bf16 or fp32.
+        planes: fp32 weight only: its ``bf16x3_split(weight)`` ``[3, N, K]`` bf16, made once where
+            the weight is loaded. With it, M > 4 runs BF16x3 from the planes (fastest); without it,
+            each weight tile is split in registers (same accuracy, slower at large M). Either way
+            the weight must be finite with ``|w| < 3.39e38``; a non-finite x gives NaN where fp32
+            ``F.linear`` may give +-inf (inf * 0 in the lower planes).
     Returns:
         ``[M, N]`` fp32 logits. Deterministic: the same inputs give bitwise the same output.
-    Dispatch: :data:`ROUTER_BF16_PLAN` / :data:`ROUTER_FP32_PLAN` by weight dtype and M
-        (bf16 above the plan's last M goes to cuBLAS ``torch.mm(..., out_dtype=fp32)``).
+    Dispatch: :data:`ROUTER_BF16_PLAN` / :data:`ROUTER_FP32_PLAN` (``ROUTER_FP32_NO_PLANES_PLAN``
+        without planes) by weight dtype, M and K (bf16 above the plan's last M goes to cuBLAS
+        ``torch.mm(..., out_dtype=fp32)``).
     Raises:
-        ValueError: wrong ranks, dtypes, mismatched K or devices, or CPU tensors without
-            ``TRITON_INTERPRET=1``.
+        ValueError: wrong ranks, dtypes, mismatched K or devices, planes that do not match the
+            weight, or CPU tensors without ``TRITON_INTERPRET=1``.
         RuntimeError: Triton is not installed.
     """
-    return torch.ops.sparkpair.router_gemm(x, weight)
+    return torch.ops.sparkpair.router_gemm(x, weight, planes)
 
 
 def config_names(configs: Sequence[KernelConfig] = ROUTER_GEMM_CONFIGS) -> list[str]:

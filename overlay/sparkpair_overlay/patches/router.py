@@ -29,20 +29,25 @@ _PLAN: KernelPlan | None = None
 _KERNEL = None  # sparkpair_overlay.kernels.router_gemm.router_gemm, bound in apply()
 
 
-def _router_gemm_dispatch(x: torch.Tensor, weight: torch.Tensor, max_m: int) -> torch.Tensor:
+def _router_gemm_dispatch(
+    x: torch.Tensor, weight: torch.Tensor, max_m: int, planes: torch.Tensor | None = None
+) -> torch.Tensor:
     """``x [M, K] bf16`` @ ``weight [N, K] bf16|fp32`` -> ``[M, N] fp32``.
 
-    ``max_m < 0``: every M goes to our kernel (fp32-accurate tier). Otherwise M <= max_m goes
-    to our kernel and larger M to cuBLAS ``torch.mm(x, weight.T, out_dtype=fp32)``, exactly
-    vLLM's tier (gate_linear.py:283-285 in 0.32.0).
+    ``max_m < 0``: every M goes to our kernel (fp32-accurate tier; ``planes`` = the layer's
+    ``bf16x3_split`` of its fp32 weight, or None). Otherwise M <= max_m goes to our kernel and
+    larger M to cuBLAS ``torch.mm(x, weight.T, out_dtype=fp32)``, exactly vLLM's tier
+    (gate_linear.py:283-285 in 0.32.0).
     """
     if max_m < 0 or x.shape[0] <= max_m:
         assert _KERNEL is not None, "sparkpair router kernel not bound (apply() not run)"
-        return _KERNEL(x, weight)
+        return _KERNEL(x, weight) if planes is None else _KERNEL(x, weight, planes)
     return torch.mm(x, weight.T, out_dtype=torch.float32)
 
 
-def _router_gemm_dispatch_fake(x: torch.Tensor, weight: torch.Tensor, max_m: int) -> torch.Tensor:
+def _router_gemm_dispatch_fake(
+    x: torch.Tensor, weight: torch.Tensor, max_m: int, planes: torch.Tensor | None = None
+) -> torch.Tensor:
     return x.new_empty((x.shape[0], weight.shape[0]), dtype=torch.float32)
 
 
@@ -96,6 +101,41 @@ def _make_subclass(gate_linear: type) -> type:
                 )
             self.sparkpair_router = decision
             self._sparkpair_max_m = -1 if decision.max_m is None else int(decision.max_m)
+            # fp32 weight: BF16x3 planes made after every weight load (vLLM's loader calls
+            # quant_method.process_weights_after_loading(layer) once the weights are in, also on
+            # reload), refreshed in place so captured CUDA graphs keep reading the live buffer.
+            self.sparkpair_planes: torch.Tensor | None = None
+            qm = getattr(self, "quant_method", None)
+            if decision.path == "triton-fp32-accurate" and qm is not None:
+                after_loading = qm.process_weights_after_loading
+
+                def process_weights_after_loading(layer: torch.nn.Module) -> None:
+                    after_loading(layer)
+                    if layer is self:
+                        self.sparkpair_refresh_planes()
+
+                qm.process_weights_after_loading = process_weights_after_loading
+
+        def sparkpair_refresh_planes(self) -> None:
+            """(Re)compute ``sparkpair_planes`` from the fp32 weight; on a weight BF16x3 cannot
+            carry (NaN, inf, huge or all-tiny values) this layer goes back to vLLM's tiers."""
+            from ..kernels.router_gemm import bf16x3_split
+
+            w = getattr(self, "weight", None)
+            if w is None or w.dtype != torch.float32 or not w.is_cuda:
+                return
+            try:
+                planes = bf16x3_split(w.detach())
+            except ValueError as exc:
+                self.sparkpair_router = RouterDecision("upstream", None, f"fp32 weight: {exc}")
+                self.sparkpair_planes = None
+                logger.warning("sparkpair router: %s; this gate runs vLLM's fp32 tier", exc)
+                return
+            if self.sparkpair_planes is not None and self.sparkpair_planes.shape == planes.shape:
+                self.sparkpair_planes.copy_(planes)
+                torch.cuda.current_stream(planes.device).synchronize()
+            else:
+                self.sparkpair_planes = planes
 
         def forward(self, x: torch.Tensor):  # type: ignore[no-untyped-def, override]
             if (
@@ -104,7 +144,9 @@ def _make_subclass(gate_linear: type) -> type:
                 and x.dtype == torch.bfloat16
                 and self.out_dtype == torch.float32
             ):
-                out = torch.ops.sparkpair_overlay.router_gemm_dispatch(x, self.weight, self._sparkpair_max_m)
+                out = torch.ops.sparkpair_overlay.router_gemm_dispatch(
+                    x, self.weight, self._sparkpair_max_m, self.sparkpair_planes
+                )
                 return out if not self.return_bias else (out, None)
             return super().forward(x)
 
