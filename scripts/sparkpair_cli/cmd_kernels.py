@@ -30,13 +30,32 @@ kernels_app = typer.Typer(
 def _parse_archs(arch: str) -> list[str]:
     from sparkpair_overlay.kernels.aot import AOT_TARGETS
 
-    archs = [a.strip() for a in arch.split(",") if a.strip()]
+    archs = list(dict.fromkeys(a.strip() for a in arch.split(",") if a.strip()))  # once each
     bad = [a for a in archs if a not in AOT_TARGETS]
     if not archs or bad:
         raise typer.BadParameter(
-            f"unknown arch {', '.join(bad) or arch!r}; choose from {', '.join(AOT_TARGETS)}"
+            f"--arch {arch!r}: unknown arch {', '.join(bad) or arch!r}; choose from {', '.join(AOT_TARGETS)}"
         )
     return archs
+
+
+def _check_cache_dir(cache_dir: Path | None) -> Path | None:
+    """The cache directory, created now, so a bad path fails before minutes of compiling."""
+    if cache_dir is None:
+        return None
+    if str(cache_dir).strip() in ("", "."):
+        raise typer.BadParameter(
+            f"--cache-dir {str(cache_dir)!r}: give a directory for the Triton cache (empty or '.' would "
+            "write it into the current directory)"
+        )
+    if cache_dir.exists() and not cache_dir.is_dir():
+        raise typer.BadParameter(f"--cache-dir {str(cache_dir)!r} exists and is not a directory")
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise typer.BadParameter(f"--cache-dir {str(cache_dir)!r} cannot be created: {why}") from None
+    return cache_dir
 
 
 def run_build(archs: list[str], cache_dir: Path | None, quiet: bool = False) -> int:
@@ -94,7 +113,7 @@ _QuietOpt = Annotated[bool, typer.Option("--quiet", help="print only failures an
 @kernels_app.command("build")
 def build_cmd(arch: _ArchOpt = "sm_121a", cache_dir: _CacheOpt = None, quiet: _QuietOpt = False) -> None:
     """AOT-compile every kernel config for each target; fail on compile errors or shared memory > GB10's."""
-    raise typer.Exit(run_build(_parse_archs(arch), cache_dir, quiet))
+    raise typer.Exit(run_build(_parse_archs(arch), _check_cache_dir(cache_dir), quiet))
 
 
 def register(app: typer.Typer) -> None:

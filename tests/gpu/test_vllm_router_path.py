@@ -348,6 +348,9 @@ def test_forward_through_our_kernel(vllm_router, case, extra, kind, path, max_m,
     err = _max_rel(out, ref)
     if expect_kernel and not err <= TOL[kind]:
         fails.append(f"max rel err {err:.3g} > {TOL[kind]}")
+    want_planes = int(expect_kernel and w.dtype == torch.float32)  # made by the loader hook
+    if kcalls["with_planes"] != want_planes:
+        fails.append(f"kernel got the BF16x3 planes {kcalls['with_planes']} times, wanted {want_planes}")
     equal_cublas = None
     if not expect_kernel:  # the op's M > max_m branch: vLLM's tier 5 call, bitwise
         equal_cublas = bool(torch.equal(out, torch.mm(x, w.T, out_dtype=torch.float32)))
@@ -356,6 +359,7 @@ def test_forward_through_our_kernel(vllm_router, case, extra, kind, path, max_m,
     rec = {"case": case, "M": m, "weight_dtype": str(w.dtype).replace("torch.", ""),
            "layer_class": type(layer).__name__, "path": layer.sparkpair_router.label,
            "dispatch_op_calls": ops.count(DISPATCH_OP), "kernel_calls": kcalls["router_gemm"],
+           "kernel_calls_with_planes": kcalls["with_planes"],
            "ran": "triton router_gemm" if expect_kernel else "cuBLAS torch.mm inside router_gemm_dispatch",
            "max_rel_err_vs_fp64": err, "tol": TOL[kind] if expect_kernel else None,
            "equal_to_vllm_cublas_tier": equal_cublas, "fails": fails, "pass": not fails}
@@ -406,3 +410,25 @@ if __name__ == "__main__":
         print(vh.stage())
     else:
         raise SystemExit("usage: python tests/gpu/test_vllm_router_path.py stage")
+
+
+def test_fp32_planes_follow_a_weight_reload(vllm_router) -> None:  # noqa: ANN001
+    """A second load through vLLM's loader refreshes the layer's BF16x3 planes in place (a captured
+    graph keeps reading the same buffer) and the output follows the new weight."""
+    needs_cuda()
+    import torch
+
+    gl = vllm_router["modules"][GATE_FILE]
+    plan_and_patch("auto", {})
+    layer = build_gate(gl, "fp32", "cuda")
+    w = load_weight(layer, seed=1)
+    planes = layer.sparkpair_planes
+    assert planes is not None and torch.equal(planes.double().sum(0), w.double())
+    x = _x(8, seed=3)
+    first = layer(x)[0]
+    w = load_weight(layer, seed=2)
+    assert layer.sparkpair_planes is planes, "refreshed in place"
+    assert torch.equal(planes.double().sum(0), w.double())
+    second = layer(x)[0]
+    assert not torch.equal(first, second)
+    assert _max_rel(second, x.double() @ w.double().T) <= TOL["fp32"]
