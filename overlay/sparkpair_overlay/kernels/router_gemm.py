@@ -16,13 +16,13 @@ that elects which CTA sums the split-K partials, and that CTA sums them in split
 * bf16 weight, larger M: cuBLAS ``torch.mm(x, w.T, out_dtype=torch.float32)``, which wins there.
 * fp32 weight, M <= 4: ``_router_rows_kernel`` in fp32 (x is exact in fp32; each product is
   rounded once, as in an fp32 GEMM).
-* fp32 weight, larger M: BF16x3. The weight is split once into three bf16 planes
-  ``w = hi + mid + lo`` (:func:`bf16x3_split`; 24 significand bits, exact for normal fp32) and
-  three bf16 tensor-core products accumulate in fp32 (x is bf16, so it needs no split). The
-  ``hi`` product is folded into the fp32 accumulator at least every 512 K elements (long MMA
-  chains lose accuracy: H200, 4096-long chain 4.8e-6 max rel. error vs 5.4e-7 in 512-long
-  chunks). Error at fp32 level. A weight first seen inside CUDA-graph capture is split in
-  registers instead (``W_MODE`` 1), since the pre-split copy cannot be allocated there.
+* fp32 weight, larger M: BF16x3. The caller splits the weight once, where it is loaded, into
+  three bf16 planes ``w = hi + mid + lo`` (:func:`bf16x3_split`; 24 significand bits) and passes
+  them as ``planes``; three bf16 tensor-core products accumulate in fp32 (x is bf16, so it needs
+  no split). The ``hi`` product is folded into the fp32 accumulator at least every 512 K elements
+  (long MMA chains lose accuracy: H200, 4096-long chain 4.8e-6 max rel. error vs 5.4e-7 in
+  512-long chunks). Error at fp32 level. Without ``planes`` each weight tile is split in
+  registers (``W_MODE`` 1; same accuracy, slower at large M).
 
 Programmatic dependent launch (``USE_PDL``, sm_90+): the kernel lets the next kernel on the
 stream launch at once and reads nothing an earlier kernel writes (``x``, counters, partials)
@@ -375,8 +375,7 @@ ROUTER_GEMM_CONFIGS: tuple[KernelConfig, ...] = (
     _dot("fp32w3_dot_m16_n16_s8_pdl", 16, 16, 128, 8, 4, 2, W_BF16X3, True),
     _dot("fp32w3_dot_m64_n64_s4", 64, 64, 64, 4, 4, 2, W_BF16X3),
     _dot("fp32w3_dot_m128_n64_s2_k32_h16", 128, 64, 32, 2, 4, 3, W_BF16X3, hi_chunk=16),
-    # fp32 weight: BF16x3 split in registers, for a weight first seen inside CUDA-graph capture
-    # (no pre-split copy can be made there).
+    # fp32 weight without planes: BF16x3 split in registers.
     _dot("fp32x3_dot_m16_n16_s16", 16, 16, 128, 16, 4, 2, W_FP32_SPLIT),
     _dot("fp32x3_dot_m64_n64_s2", 64, 64, 64, 2, 4, 3, W_FP32_SPLIT),
 )
