@@ -1,8 +1,8 @@
 """Benchmark the router GEMM (logits[M, N] fp32 = x[M, K] bf16 @ W[N, K].T) on the GPU.
 
 Providers, measured in the same run as CUDA-graph replay per call (see _kbench.graph_time_us):
-``cublas`` (bf16 W: ``torch.mm(x, W.T, out_dtype=fp32)``, vLLM Tier 6 on GB10), ``torch_fp32``
-(fp32 W: ``F.linear(x.float(), W)`` with TF32 off, vLLM Tier 7), every config in
+``cublas`` (bf16 W: ``torch.mm(x, W.T, out_dtype=fp32)``, vLLM 0.32 GateLinear tier 5, what GB10
+gets), ``torch_fp32`` (fp32 W: ``F.linear(x.float(), W)`` with TF32 off, tier 6), every config in
 ROUTER_GEMM_CONFIGS for its weight dtype, and ``auto`` (the public ``router_gemm`` dispatch).
 Each row also carries the max relative error vs fp64 and the HBM roofline (bytes / copy bandwidth).
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on the H200 (the `run` tool; see benchmarks/README.md): GPU tests, then both
 # benchmarks, everything logged under $OUT. Phases are time-capped to fit the 10-minute limit.
-#   usage: SPARKPAIR_GIT_SHA=<sha> bash benchmarks/run_h200.sh [tests|router|fp8|cache|all]...
+#   usage: SPARKPAIR_GIT_SHA=<sha> bash benchmarks/run_h200.sh [tests|router|fp8|cache|aotproof|all]...
 set -uo pipefail
 export PYTHONPATH="$PWD/overlay:$PWD/scripts:$PWD/healthchecks${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1

@@ -1,7 +1,7 @@
 """``sparkpair probe``: on-device kernel self-test that writes the kernel plan's probe JSON.
 
 On the real GPU, runs every candidate path of each patched kernel at the served model's shapes
-(router: M in {1, 8, 32, 512}, bf16 and fp32 gate weights [256, 4096]; o_proj: T in {1, 32, 2048},
+(router: M in {1, 8, 32, 64, 128, 512}, bf16 and fp32 gate weights [256, 4096]; o_proj: T in {1, 32, 2048},
 G = 8 / TP groups, D=1024, R=4096, both recipes), compares each against an fp64 reference, times it
 as CUDA-graph replay per call, and writes ``sparkpair-probe/1`` JSON (format: docs/kernels.md and
 ``sparkpair_overlay.plan.ProbeResults``). A path that raises, returns NaN/inf or misses its
@@ -25,7 +25,7 @@ from rich.table import Table
 console = Console()
 
 SCHEMA = "sparkpair-probe/1"
-ROUTER_MS = (1, 8, 32, 512)
+ROUTER_MS = (1, 8, 32, 64, 128, 512)
 O_PROJ_TS = (1, 32, 2048)
 ROUTER_TOL = {"bfloat16": 1e-5, "float32": 2e-6}  # max|err| / max|ref| (issue 3)
 O_PROJ_TOL = 1e-2  # relative Frobenius (issue 3)

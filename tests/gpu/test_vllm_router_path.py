@@ -23,7 +23,8 @@ What runs (DeepSeek-V4-Flash gate: hidden K=4096 -> N=256 routed experts, ``out_
      (gate_linear.py:80-87).
 
    Weights go in through vLLM's ``ReplicatedLinear.weight_loader`` (linear.py:389-397) and
-   ``UnquantizedLinearMethod.process_weights_after_loading`` (a no-op on CUDA, linear.py:206-227).
+   ``UnquantizedLinearMethod.process_weights_after_loading`` (vLLM's own is a no-op on CUDA,
+   linear.py:206-227; for an fp32-accurate gate our subclass wraps it to make the BF16x3 planes).
 4. ``layer(x)``, ``x [M, 4096] bf16``, M in {1, 8, 32, 512}: returns ``(logits [M, 256] fp32, None)``.
 
 Checks, per case:
@@ -34,7 +35,10 @@ Checks, per case:
   M <= 32 and vLLM's cuBLAS tier ``torch.mm(x, w.T, out_dtype=fp32)`` (gate_linear.py:283-285)
   inside the op for M=512 (output bitwise equal to that call); ``bf16w-maxm512``
   (``SPARKPAIR_ROUTER_MAX_M=512``) -> our kernel for every M; ``fp32w`` -> ``triton-fp32-accurate``:
-  our kernel for every M. Where our kernel ran: max|out - ref| / max|ref| <= 1e-5 (bf16 weight),
+  our kernel for every M, each call carrying the BF16x3 planes the subclass made when the loader
+  called ``process_weights_after_loading`` (``kernel_calls_with_planes``); and
+  :func:`test_fp32_planes_follow_a_weight_reload`: a second load refreshes the planes in place and
+  the output follows the new weight. Where our kernel ran: max|out - ref| / max|ref| <= 1e-5 (bf16 weight),
   2e-6 (fp32 weight), ref = ``x.double() @ w.double().T``. Evidence: ``type(layer).__name__ ==
   "SparkpairGateLinear"``, ``layer.sparkpair_router.path``, calls into the bound kernel (a counting
   wrapper put in ``patches.router._KERNEL``), dispatcher-level op calls (a ``TorchDispatchMode``).

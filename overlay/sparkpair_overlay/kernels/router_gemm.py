@@ -3,14 +3,14 @@
 DeepSeek-V4-Flash's gate (``GateLinear``, audit §1): K = hidden = 4096, N = n_routed_experts
 = 256, weight bf16 by default (fp32 when a config forces fp32 routing); M = tokens in the
 batch (1..16384). On GB10 vLLM 0.33 sends every call to cuBLAS (``torch.mm(..., out_dtype=fp32)``,
-Tier 6) or to a true fp32 ``F.linear`` (Tier 7, fp32 weight).
+tier 5 of gate_linear.py's docstring in 0.32.0) or to a true fp32 ``F.linear`` (tier 6, fp32 weight).
 
 Paths (all deterministic: every reduction has a fixed order; the only atomic is a tile counter
 that elects which CTA sums the split-K partials, and that CTA sums them in split order):
 
 * bf16 weight, M <= 4: ``_router_rows_kernel``, a whole-K GEMV per pair of weight rows on the
   CUDA cores (fp32 products, ``tl.sum`` tree), no split and no reduction.
-* bf16 weight, M <= 64: ``_router_dot_kernel``, split-K tiles on the tensor cores, one BLOCK_K
+* bf16 weight, M <= 128: ``_router_dot_kernel``, split-K tiles on the tensor cores, one BLOCK_K
   step per CTA; the last CTA of each output tile sums the fp32 partials (``FIXUP``; tile counters
   from ``SEMAPHORES``), else ``_router_reduce_kernel`` does it in a second launch.
 * bf16 weight, larger M: cuBLAS ``torch.mm(x, w.T, out_dtype=torch.float32)``, which wins there.
@@ -358,7 +358,7 @@ ROWS_MAX_K = 4096
 ROUTER_GEMM_CONFIGS: tuple[KernelConfig, ...] = (
     # bf16 weight, M <= 4: whole-K GEMV rows on the CUDA cores (no split, no reduction), PDL.
     _rows("bf16_rows_m1_n2_pdl", 1, 2, 8, "bf16"),
-    # bf16 weight, M <= 64: one-tile split-K on the tensor cores (8 K splits of 512, the last CTA
+    # bf16 weight, M <= 128: one-tile split-K on the tensor cores (8 K splits of 512, the last CTA
     # of each output tile sums the partials in split order), PDL with the weight tile loaded
     # before the wait.
     _dot("bf16_dot_m16_n32_s8_k512_pdl", 16, 32, 512, 8, 4, 1, W_BF16, True, True),
@@ -405,8 +405,8 @@ ROUTER_BF16_PLAN: tuple[tuple[int, str], ...] = (
 #: 4.74/8.51; M=128 fp32w3_dot_m16_n16_s8_pdl 16.2; M=256..1024 fp32w3_dot_m64_n64_s4 18.4-25.7;
 #: M=2048..8192 fp32w3_dot_m128_n64_s2_k32_h16 34.4/53.7/106 us. True-fp32 F.linear (vLLM's tier
 #: on GB10): 5.67, 12.4, 12.7, 17.9, 18.1, 14.4, 14.9, 19.8, 27.6, 41.2, 68.9, 128, 233, 448 us.
-#: Max rel. error vs fp64 <= 6.4e-7. (cuBLAS on the same three planes is faster from M=2048 but
-#: its 4096-long MMA chains give 5-6e-6, above the 2e-6 fp32-level bar.)
+#: Max rel. error vs fp64 <= 6.4e-7. (cuBLAS on the same three planes is faster at M=2048 and 8192,
+#: not at 4096, but from M=1024 its 4096-long MMA chains give 4.8-6.3e-6, above the 2e-6 bar.)
 ROUTER_FP32_PLAN: tuple[tuple[int, str], ...] = (
     (2, "fp32_rows_m1_n2_pdl"),
     (4, "fp32_rows_m4_n1_pdl"),
@@ -418,9 +418,10 @@ ROUTER_FP32_PLAN: tuple[tuple[int, str], ...] = (
 )
 
 #: fp32 weight without its pre-split planes (the caller passed none): the same dispatch with
-#: configs that split each weight tile in registers (H200, 84188d2: M=16 7.2 us, M=4096 115 us).
+#: configs that split each weight tile in registers. Source: H200, 84188d2: fp32x3_dot_m16_n16_s16
+#: M=16/128 7.3/32.8 us; fp32x3_dot_m64_n64_s2 M=128/256/4096 48.2/48.3/115 us.
 ROUTER_FP32_NO_PLANES_PLAN: tuple[tuple[int, str], ...] = (
-    (64, "fp32x3_dot_m16_n16_s16"),
+    (128, "fp32x3_dot_m16_n16_s16"),
     (1 << 62, "fp32x3_dot_m64_n64_s2"),
 )
 
