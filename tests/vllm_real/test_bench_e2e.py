@@ -206,10 +206,11 @@ def test_quick_completes_in_budget_and_its_summaries_match_a_recount_of_the_raw_
 
 
 def test_ctrl_c_leaves_partial_results_that_still_add_up(vllm_server: Any, tmp_path: Path) -> None:
-    # cell 1 is short; cell 2 (16 requests x 256 tokens, 2 at a time) is still running when Ctrl-C comes
+    # cell 1 is short; cell 2 (32 requests x 256 tokens, 2 at a time) is still running when Ctrl-C
+    # comes (with 16 requests a fast machine was already on the last two when the signal landed)
     wl = tmp_path / "interrupt.yaml"
     wl.write_text(
-        "name: interrupt\nseed: 3\nrequests_per_user: 8\nwarmup_requests: 0\nmetrics_interval_s: 0.5\n"
+        "name: interrupt\nseed: 3\nrequests_per_user: 16\nwarmup_requests: 0\nmetrics_interval_s: 0.5\n"
         "grid: {context_tokens: [64], output_tokens: [16, 256], concurrency: [2]}\n"
     )
     out = tmp_path / "partial"
@@ -264,7 +265,7 @@ def test_ctrl_c_leaves_partial_results_that_still_add_up(vllm_server: Any, tmp_p
     # the requests in flight at Ctrl-C are recorded as cancelled, not as errors, and not summarized
     assert 1 <= len(cancelled2) <= 2
     assert all(r["error"].startswith("cancelled") for r in cancelled2)
-    assert len(recs2) < c2["num_requests"]
+    assert len(recs2) <= c2["num_requests"] and len(done2) < c2["num_requests"]
     assert c2["summary"]["cancelled"] == len(cancelled2)
     assert c2["summary"]["errors"] == 0
     assert len(done2) >= 2 and all(r["success"] for r in done2)
