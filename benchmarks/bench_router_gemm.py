@@ -86,11 +86,7 @@ def main() -> None:
             flops = 2 * m * N * K * (3 if w_dtype == torch.float32 else 1)
             providers = [base, "auto"] + (["cublas_bf16x3"] if wname == "fp32" else [])
             providers += [
-                c.name
-                for c in rg.ROUTER_GEMM_CONFIGS
-                if c.name.startswith("fp32") == (w_dtype == torch.float32)
-                and _useful(c, m)
-                and (not wanted or c.name in wanted)
+                c.name for c in rg.configs_for(w_dtype) if _useful(c, m) and (not wanted or c.name in wanted)
             ]
             modes = ["warm"] + (["cold"] if args.cold and m <= 32 else [])
             for mode in modes:

@@ -37,10 +37,7 @@ def _planes(w: torch.Tensor) -> torch.Tensor | None:
 def test_every_config_matches_fp64(m: int, w_dtype: torch.dtype) -> None:
     x, w = _inputs(m, N, K, w_dtype, seed=m)
     ref, planes = _ref(x, w), _planes(w)
-    for cfg in rg.ROUTER_GEMM_CONFIGS:
-        is_fp32 = cfg.name.startswith("fp32")
-        if is_fp32 != (w_dtype == torch.float32):
-            continue
+    for cfg in rg.configs_for(w_dtype):
         out = rg.router_gemm_with_config(x, w, cfg, planes=planes)
         assert out.dtype == torch.float32 and out.shape == (m, N)
         err = max_rel(out, ref)
@@ -66,9 +63,7 @@ def test_odd_shapes(shape: tuple[int, int, int]) -> None:
     for w_dtype in (torch.bfloat16, torch.float32):
         x, w = _inputs(m, n, k, w_dtype)
         planes = _planes(w)
-        for cfg in rg.ROUTER_GEMM_CONFIGS:
-            if cfg.name.startswith("fp32") != (w_dtype == torch.float32) or not rg._takes_k(cfg, k):
-                continue
+        for cfg in rg.configs_for(w_dtype, k):
             out = rg.router_gemm_with_config(x, w, cfg, planes=planes)
             assert max_rel(out, _ref(x, w)) <= TOL[w_dtype], cfg.name
         out = rg.router_gemm(x, w, planes)  # the dispatch skips configs that cannot take this K
@@ -139,10 +134,8 @@ def test_single_launch_fixup_matches_two_stage_bitwise() -> None:
         for m in (1, 17, 129):
             x, w = _inputs(m, N, K, w_dtype, seed=5 + m)
             planes = _planes(w)
-            for cfg in rg.ROUTER_GEMM_CONFIGS:
+            for cfg in rg.configs_for(w_dtype):
                 if cfg.kernel != "_router_dot_kernel" or cfg["SPLIT_K"] == 1:
-                    continue
-                if cfg.name.startswith("fp32") != (w_dtype == torch.float32):
                     continue
                 one = rg.router_gemm_with_config(x, w, cfg, fixup=True, planes=planes)
                 two = rg.router_gemm_with_config(x, w, cfg, fixup=False, planes=planes)
@@ -175,9 +168,8 @@ def test_pdl_and_non_pdl_launches_give_identical_bits() -> None:
         for m in (1, 4, 17):
             x, w = _inputs(m, N, K, w_dtype, seed=40 + m)
             planes = _planes(w)
-            for cfg in rg.ROUTER_GEMM_CONFIGS:
-                fp32_cfg = cfg.name.startswith("fp32")
-                if not cfg.constexprs().get("USE_PDL") or fp32_cfg != (w_dtype == torch.float32):
+            for cfg in rg.configs_for(w_dtype):
+                if not cfg.constexprs().get("USE_PDL"):
                     continue
                 a = rg.router_gemm_with_config(x, w, cfg, pdl=True, planes=planes)
                 b = rg.router_gemm_with_config(x, w, cfg, pdl=False, planes=planes)

@@ -26,6 +26,9 @@ def test_plans_name_existing_configs_in_increasing_m() -> None:
         for _, name in plan:
             assert name == "cublas" or (name in names and name.startswith(prefix))
     assert len(names) == len(rg.ROUTER_GEMM_CONFIGS)
+    bf16, fp32 = rg.configs_for(torch.bfloat16), rg.configs_for(torch.float32)
+    assert sorted(c.name for c in bf16 + fp32) == sorted(names)  # each config takes exactly one dtype
+    assert all(c.name.startswith("bf16") for c in bf16) and all(c.name.startswith("fp32") for c in fp32)
 
 
 def test_dispatch_hands_large_bf16_m_to_cublas() -> None:
@@ -137,9 +140,7 @@ INTERPRET_SCRIPT = textwrap.dedent(
             w = (torch.randn(48, 320, generator=g) * 0.05).to(wd)
             ref = x.double() @ w.double().t()
             planes = rg.bf16x3_split(w) if wd == torch.float32 else None
-            for c in rg.ROUTER_GEMM_CONFIGS:
-                if c.name.startswith("fp32") != (wd == torch.float32):
-                    continue
+            for c in rg.configs_for(wd):
                 out = rg.router_gemm_with_config(x, w, c, planes=planes)
                 err = float((out.double() - ref).abs().max() / ref.abs().max())
                 assert err < 1e-6, (m, c.name, err)

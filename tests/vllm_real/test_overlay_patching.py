@@ -345,9 +345,9 @@ import json, os, torch
 from sparkpair_overlay.kernels.router_gemm import router_gemm
 from sparkpair_overlay.patches import router
 calls = []
-def counted(x, w):  # the real kernel (Triton interpreter on CPU), counted
+def counted(x, w, planes):  # the real kernel (Triton interpreter on CPU), counted
     calls.append(x.shape[0])
-    return router_gemm(x, w)
+    return router_gemm(x, w, planes)
 router._KERNEL = counted
 router._register_dispatch_op()
 router._register_dispatch_op()  # idempotent

@@ -44,7 +44,6 @@ variant, for the AOT gate); :func:`router_gemm_with_config` (benchmarks and test
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
 import torch
 
@@ -56,6 +55,7 @@ __all__ = [
     "ROUTER_FP32_PLAN",
     "ROUTER_FP32_NO_PLANES_PLAN",
     "bf16x3_split",
+    "configs_for",
     "router_gemm",
     "router_gemm_with_config",
     "select_router_config",
@@ -706,9 +706,7 @@ def router_gemm_with_config(
 
 
 def _router_gemm_impl(x: torch.Tensor, weight: torch.Tensor, planes: torch.Tensor | None) -> torch.Tensor:
-    _check(x, weight)
-    if planes is not None:
-        _check_planes(planes, weight)
+    _check(x, weight)  # before select reads the shapes; router_gemm_with_config checks the planes
     cfg = select_router_config(x.shape[0], weight.dtype, x.shape[1], presplit=planes is not None)
     return router_gemm_with_config(x, weight, cfg, planes=planes)
 
@@ -756,6 +754,8 @@ def router_gemm(x: torch.Tensor, weight: torch.Tensor, planes: torch.Tensor | No
     return torch.ops.sparkpair.router_gemm(x, weight, planes)
 
 
-def config_names(configs: Sequence[KernelConfig] = ROUTER_GEMM_CONFIGS) -> list[str]:
-    """Names of the configs (benchmarks sweep these)."""
-    return [c.name for c in configs]
+def configs_for(weight_dtype: torch.dtype, k: int | None = None) -> list[KernelConfig]:
+    """Every :data:`ROUTER_GEMM_CONFIGS` entry that takes a weight of this dtype (and this K);
+    tests and benchmarks sweep these."""
+    want = "fp32" if weight_dtype == torch.float32 else "bf16"
+    return [c for c in ROUTER_GEMM_CONFIGS if _config_weight(c) == want and _takes_k(c, k)]

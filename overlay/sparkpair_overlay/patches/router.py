@@ -41,7 +41,7 @@ def _router_gemm_dispatch(
     """
     if max_m < 0 or x.shape[0] <= max_m:
         assert _KERNEL is not None, "sparkpair router kernel not bound (apply() not run)"
-        return _KERNEL(x, weight) if planes is None else _KERNEL(x, weight, planes)
+        return _KERNEL(x, weight, planes)
     return torch.mm(x, weight.T, out_dtype=torch.float32)
 
 
