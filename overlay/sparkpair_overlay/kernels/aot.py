@@ -227,21 +227,21 @@ def router_variants() -> list[AotVariant]:
                 AotVariant("router_gemm", cfg, variant, rg._router_rows_kernel, args, {**meta, **launch})
             )
             continue
-        if cfg.kernel == "_router_dot_kernel":
-            w_mode = meta["W_MODE"]
-            w_dtype = torch.float32 if w_mode == rg.W_FP32_SPLIT else torch.bfloat16
-            variant = ("bf16-w", "fp32-w", "fp32-w-split3")[w_mode]
-            # The launcher passes ``out`` (fp32) as the counter pointer when there is no fixup;
-            # stride_w3 (3rd-last int) is N*K for the pre-split weight and 0 otherwise.
-            w3 = n * k if w_mode == rg.W_BF16X3 else 0
-            fixups = (False, True) if meta["SPLIT_K"] > 1 else (False,)
-            for fixup in fixups:
-                sem = _Mock(torch.int32 if fixup else torch.float32)
-                dot_args = (_Mock(torch.float32), sem, _Mock(torch.float32), _Mock(torch.bfloat16))
-                dot_args += (_Mock(w_dtype), 7, n, k, k, k, w3, 7 * n, n, 1.0)
-                kw = {**meta, "N16": True, "FIXUP": fixup, **launch}
-                v = variant + ("+fixup" if fixup else "")
-                out.append(AotVariant("router_gemm", cfg, v, rg._router_dot_kernel, dot_args, kw))
+        # every other config is a _router_dot_kernel one
+        w_mode = meta["W_MODE"]
+        w_dtype = torch.float32 if w_mode == rg.W_FP32_SPLIT else torch.bfloat16
+        variant = ("bf16-w", "fp32-w", "fp32-w-split3")[w_mode]
+        # The launcher passes ``out`` (fp32) as the counter pointer when there is no fixup;
+        # stride_w3 (3rd-last int) is N*K for the pre-split weight and 0 otherwise.
+        w3 = n * k if w_mode == rg.W_BF16X3 else 0
+        fixups = (False, True) if meta["SPLIT_K"] > 1 else (False,)
+        for fixup in fixups:
+            sem = _Mock(torch.int32 if fixup else torch.float32)
+            dot_args = (_Mock(torch.float32), sem, _Mock(torch.float32), _Mock(torch.bfloat16))
+            dot_args += (_Mock(w_dtype), 7, n, k, k, k, w3, 7 * n, n, 1.0)
+            kw = {**meta, "N16": True, "FIXUP": fixup, **launch}
+            v = variant + ("+fixup" if fixup else "")
+            out.append(AotVariant("router_gemm", cfg, v, rg._router_dot_kernel, dot_args, kw))
     splits = sorted({s for c in rg.ROUTER_GEMM_CONFIGS if (s := c.constexprs().get("SPLIT_K", 1)) > 1})
     rc = rg.ROUTER_REDUCE_CONFIG
     for s in splits:
