@@ -3,11 +3,12 @@
 Providers, measured in the same run as CUDA-graph replay per call (see _kbench.graph_time_us):
 ``bf16_dequant_einsum`` (the community fallback: dequantise a and w to bf16 with their block scales,
 then ``torch.einsum``), every config in FP8_EINSUM_CONFIGS, and ``auto`` (the public dispatch),
-for recipe (1,1,128) with packed UE8M0 int32 scales (GB10's recipe) and (1,128,128) with fp32
+for recipe (1,1,128) with packed UE8M0 int32 scales (GB10's recipe; per-row scales drawn per row,
+or per 128x128 block and repeated per row as on GB10: see ENCODINGS) and (1,128,128) with fp32
 scales. Rows carry the rel. Frobenius error vs fp64, TFLOP/s and the HBM roofline.
 
 Usage: python benchmarks/bench_fp8_einsum.py [--out benchmarks/results/fp8_einsum.csv]
-       [--ts 1,4,...] [--tp 2] [--sweep-max-t 8192]
+       [--ts 1,4,...] [--tp 2] [--sweep-max-t 8192] [--recipes int32,int32-bcast,fp32]
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from kernel_numerics import fp8_einsum_reference, make_fp8_operands, rel_fro  # 
 from sparkpair_overlay.kernels import fp8_einsum as fe  # noqa: E402
 
 D, R = 1024, 4096
+#: --recipes: "int32" packed UE8M0 per-row weight scales, each row drawn on its own (recipe
+#: (1,1,128)); "int32-bcast" the same layout holding 128x128 block scales repeated on every row,
+#: what DeepGEMM's weight transform stores on sm_10x/sm_12x (GB10's served layout, audit
+#: section 2); "fp32" recipe (1,128,128) with fp32 scales (the sm_90 layout).
+ENCODINGS = ("int32", "int32-bcast", "fp32")
 DEFAULT_TS = (1, 4, 16, 32, 64, 128, 512, 2048, 8192, 16384)
 
 
@@ -52,7 +58,7 @@ def main() -> None:
     ap.add_argument("--ts", default=",".join(map(str, DEFAULT_TS)))
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--sweep-max-t", type=int, default=16384, help="sweep every config up to this T")
-    ap.add_argument("--recipes", default="int32,fp32")
+    ap.add_argument("--recipes", default="int32,int32-bcast,fp32")
     ap.add_argument("--configs", default="", help="comma-separated config names to sweep (default: all)")
     ap.add_argument("--command", default=" ".join(sys.argv))
     args = ap.parse_args()
@@ -65,9 +71,13 @@ def main() -> None:
     )
     rows = []
     for enc in args.recipes.split(","):
-        recipe = (1, 1, 128) if enc == "int32" else (1, 128, 128)
+        if enc not in ENCODINGS:
+            ap.error(f"--recipes: unknown encoding {enc!r}; want some of {', '.join(ENCODINGS)}")
+        recipe = (1, 128, 128) if enc == "fp32" else (1, 1, 128)
         for t in [int(v) for v in args.ts.split(",")]:
-            a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, g, D, R, recipe, enc, seed=t)
+            a, sa, w, sw, sa_f, sw_f = make_fp8_operands(
+                t, g, D, R, recipe, enc.split("-")[0], seed=t, block_rows=enc == "int32-bcast"
+            )
             ref = fp8_einsum_reference(a, sa_f, w, sw_f) if t <= 4096 else None
             out = torch.empty((t, g, D), dtype=torch.bfloat16, device="cuda")
             flops = 2 * t * g * D * R
@@ -83,7 +93,7 @@ def main() -> None:
                 wanted = set(filter(None, args.configs.split(",")))
                 provs += [c.name for c in fe.FP8_EINSUM_CONFIGS if not wanted or c.name in wanted]
             for prov in provs:
-                if prov == "bf16_dequant_einsum" and enc != "int32" and t > 2048:
+                if prov == "bf16_dequant_einsum" and enc != "int32" and t > 2048:  # slow; once is enough
                     continue
                 fn = _make_fn(prov, a, sa, w, sw, sa_f, sw_f, out, recipe)
                 try:

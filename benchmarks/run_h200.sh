@@ -44,7 +44,7 @@ if want router; then
   tail -32 "$OUT/bench_router.log"
 fi
 if want fp8; then
-  timeout 190 python3 benchmarks/bench_fp8_einsum.py --out "$OUT/fp8_einsum.csv" \
+  timeout 400 python3 benchmarks/bench_fp8_einsum.py --out "$OUT/fp8_einsum.csv" \
     --command "benchmarks/bench_fp8_einsum.py" > "$OUT/bench_fp8.log" 2>&1
   tail -24 "$OUT/bench_fp8.log"
 fi

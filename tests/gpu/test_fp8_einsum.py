@@ -11,13 +11,20 @@ pytestmark = pytest.mark.gpu
 
 TS = (1, 3, 17, 31, 129, 4099)
 G, D, R = 4, 1024, 4096  # TP=2 (audit §2, §5)
-CASES = [((1, 128, 128), "fp32"), ((1, 1, 128), "int32"), ((1, 1, 128), "e8m0"), ((1, 128, 128), "e8m0")]
-IDS = ["r128-fp32", "r1-int32", "r1-e8m0", "r128-e8m0"]
+CASES = [
+    ((1, 128, 128), "fp32"),
+    ((1, 1, 128), "int32"),
+    ((1, 1, 128), "e8m0"),
+    ((1, 128, 128), "e8m0"),
+    ((1, 1, 128), "int32-bcast"),  # block scales broadcast per row: DeepGEMM's sm_10x/12x layout
+]
+IDS = ["r128-fp32", "r1-int32", "r1-e8m0", "r128-e8m0", "r1-int32-bcast"]
 TOL = 1e-2  # relative Frobenius, bf16-output level (issue 3)
 
 
 def _run(t, g, d, r, recipe, enc, config=None, seed=0):
-    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, g, d, r, recipe, enc, seed=seed)
+    base, _, bcast = enc.partition("-")
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, g, d, r, recipe, base, seed=seed, block_rows=bool(bcast))
     out = torch.full((t, g, d), float("nan"), dtype=torch.bfloat16, device="cuda")  # poison
     if config is None:
         fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
@@ -38,7 +45,7 @@ def test_dispatch_matches_fp64(t, recipe, enc) -> None:
 @pytest.mark.parametrize("t", (1, 31, 129))
 def test_every_config(t) -> None:
     for cfg in fe.FP8_EINSUM_CONFIGS:
-        for recipe, enc in CASES[:2]:
+        for recipe, enc in (*CASES[:2], CASES[4]):
             out, ref = _run(t, G, D, R, recipe, enc, config=cfg, seed=7)
             assert not out.isnan().any(), cfg.name
             assert rel_fro(out, ref) <= TOL, (cfg.name, recipe, enc)
@@ -48,6 +55,35 @@ def test_every_config(t) -> None:
 def test_tp1_shapes(t) -> None:
     out, ref = _run(t, 8, D, R, (1, 1, 128), "int32", seed=3)
     assert rel_fro(out, ref) <= TOL
+
+
+@pytest.mark.parametrize("t", (1, 300, 4099))
+def test_rows_sharing_scales_take_the_block_path_bitwise(t) -> None:
+    """Per-row UE8M0 scales that repeat each 128x128 block's scale (DeepGEMM's layout) give the
+    bits of the same call with the block scales; a row with its own scale in one K block is
+    still scaled by its own (its tile takes the per-row loop) and the other tiles keep their bits."""
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, (1, 1, 128), "int32", seed=5, block_rows=True)
+    sw_block = sw_f[:, ::128].contiguous()  # fp32 [G, D/128, Kb], the same values
+    for cfg in [c for c in fe.FP8_EINSUM_CONFIGS if c["SHARE_CHECK"]]:
+        rows = torch.empty((t, G, D), dtype=torch.bfloat16, device="cuda")
+        block = torch.empty_like(rows)
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), rows, (1, 1, 128), cfg)
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw_block), block, (1, 128, 128), cfg)
+        assert torch.equal(rows, block), cfg.name
+        # One row (group 2, row 300) gets 8x its block's scale in K block 5.
+        words = sw.clone()
+        words[2, 300, 1] += 3 << 8  # K block 5 is byte 1 of word 1
+        sw_odd = sw_f.clone()
+        sw_odd[2, 300, 5] *= 8
+        odd = torch.empty_like(rows)
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, words), odd, (1, 1, 128), cfg)
+        ref = fp8_einsum_reference(a, sa_f, w, sw_odd)
+        assert rel_fro(odd[:, 2, 300], ref[:, 2, 300]) <= TOL, cfg.name
+        assert rel_fro(odd, ref) <= TOL, cfg.name
+        tile = torch.zeros(G, D, dtype=torch.bool, device="cuda")
+        bd = cfg["BLOCK_D"]
+        tile[2, (300 // bd) * bd : (300 // bd + 1) * bd] = True
+        assert torch.equal(odd[:, ~tile], block[:, ~tile]), cfg.name
 
 
 def test_encodings_agree_bitwise() -> None:

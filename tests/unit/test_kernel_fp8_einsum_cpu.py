@@ -155,6 +155,33 @@ INTERPRET_SCRIPT = textwrap.dedent(
     out_mixed = torch.empty(T, G, D, dtype=torch.bfloat16)
     fe.fp8_einsum("bhr,hdr->bhd", (a, sa_f), (w, sw_rows), out_mixed, recipe=(1, 128, 128))
     assert torch.equal(out_mixed, out), "per-row int32 sw under recipe (1,128,128) must equal block sw"
+    # Per-row weight scales under SHARE_CHECK: a tile whose rows all carry the same scales (block
+    # scales broadcast per row, as DeepGEMM stores them on sm_10x/12x) takes the one-scale loop
+    # and gives the bits of the block-scale call; a tile where one row differs in one K block
+    # must take the per-row loop.
+    R5 = 640
+    a5 = (torch.randn(G, T, R5, generator=g) * 100).to(torch.float8_e4m3fn).transpose(0, 1)
+    w5 = (torch.randn(G, D, R5, generator=g) * 100).to(torch.float8_e4m3fn)
+    sa5 = fe.decode_ue8m0(torch.randint(118, 124, (T, G, 5), generator=g, dtype=torch.int32))
+    eb5 = torch.randint(114, 120, (G, D // 128, 5), generator=g, dtype=torch.int32)
+    sw_block = fe.decode_ue8m0(eb5)
+    e_rows = eb5.repeat_interleave(128, 1)
+    e_rows[1, 77, 3] += 3  # one row of one tile, one K block: 8x its block's scale
+    for cfg in ("t64_d128_s4_bc", fe._cfg("bc_split", 16, 64, 4, 2, split_r=2, share_check=True)):
+        o_block = torch.empty(T, G, D, dtype=torch.bfloat16)
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a5, sa5), (w5, sw_block), o_block, (1, 128, 128), cfg)
+        o_rows = torch.empty(T, G, D, dtype=torch.bfloat16)
+        sw_rows = fe.decode_ue8m0(e_rows)
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a5, sa5), (w5, sw_rows), o_rows, (1, 1, 128), cfg)
+        ref5 = torch.einsum("tgr,gdr->tgd", a5.double() * sa5.double().repeat_interleave(128, -1),
+                            w5.double() * sw_rows.double().repeat_interleave(128, -1))
+        col = (o_rows[:, 1, 77].double() - ref5[:, 1, 77]).norm() / ref5[:, 1, 77].norm()
+        assert float(col) < 1e-2, (cfg, "the odd row took its tile's first-row scale", float(col))
+        assert float((o_rows.double() - ref5).norm() / ref5.norm()) < 1e-2, cfg
+        same = torch.ones(G, D, dtype=torch.bool)
+        lo = 0 if cfg == "t64_d128_s4_bc" else 64
+        same[1, lo:128] = False  # the odd row's tile
+        assert torch.equal(o_rows[:, same], o_block[:, same]), cfg
     print("OK")
     """
 )

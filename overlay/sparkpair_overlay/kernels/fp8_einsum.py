@@ -99,6 +99,67 @@ if HAS_TRITON:
             s = _exp_byte_to_f32(tl.load(ptr + offs, mask=mask, other=127).to(tl.int32))
         return s
 
+    @triton.jit
+    def _k_loop(
+        acc,
+        a_ptrs,
+        w_ptrs,
+        sa_ptr,
+        sw_ptr,
+        sa_base,
+        sw_offs,
+        sw_mask,
+        kb_lo,
+        kb_hi,
+        t_mask,
+        d_mask,
+        stride_sak,
+        stride_swk,
+        SA_KIND: tl.constexpr,
+        SW_KIND: tl.constexpr,
+        SW_VEC: tl.constexpr,
+        BLOCK_R: tl.constexpr,
+        STAGES: tl.constexpr,
+    ):
+        """K blocks ``kb_lo .. kb_hi-1``: ``acc += dot(a_k, w_k.T) * sa_k * sw_k`` in fp32.
+
+        ``SW_VEC``: one weight scale per tile row (``sw_offs`` is ``[BLOCK_D]``): FMUL + FMA per
+        element; else one for the whole tile (``sw_offs`` scalar): one FMA per element.
+        ``STAGES``: software-pipeline depth of this loop (``None``: the launch's num_stages).
+        """
+        for kb in tl.range(kb_lo, kb_hi, num_stages=STAGES):
+            a = tl.load(a_ptrs, mask=t_mask[:, None], other=0.0)
+            w = tl.load(w_ptrs, mask=d_mask[:, None], other=0.0)
+            if SA_KIND == 1:
+                ka = kb // 4
+            else:
+                ka = kb
+            if SW_KIND == 1:
+                kw = kb // 4
+            else:
+                kw = kb
+            s_a = _load_scale(sa_ptr, sa_base + ka * stride_sak, kb, t_mask, SA_KIND)
+            s_w = _load_scale(sw_ptr, sw_offs + kw * stride_swk, kb, sw_mask, SW_KIND)
+            part = tl.dot(a, tl.trans(w))
+            if SW_VEC:
+                acc += part * (s_a[:, None] * s_w[None, :])
+            else:
+                acc += part * (s_a * s_w)[:, None]
+            a_ptrs += BLOCK_R
+            w_ptrs += BLOCK_R
+        return acc
+
+    @triton.jit
+    def _rows_share_scales(sw_ptr, sw_offs, sw_first, lo, hi, d_mask, stride_swk):
+        """Whether every row of the tile holds its first row's raw scale entries ``lo .. hi-1``
+        (one reduction for the whole range)."""
+        differ = tl.zeros_like(sw_offs)
+        for k in range(lo, hi):
+            v = tl.load(sw_ptr + sw_offs + k * stride_swk, mask=d_mask)
+            v0 = tl.load(sw_ptr + sw_first + k * stride_swk)
+            differ |= tl.where(d_mask & (v != v0), 1, 0)
+        return tl.max(differ, axis=0) == 0
+
     @triton.jit(do_not_specialize=["T", "stride_sat", "stride_sag", "stride_sak", "stride_wss"])
     def _fp8_einsum_kernel(
         out_ptr,  # [T, G, D] bf16, unit stride along D
@@ -132,6 +193,8 @@ if HAS_TRITON:
         BLOCK_R: tl.constexpr,  # == 128 (one scale block per step)
         GROUP_T: tl.constexpr,  # T tiles per swizzle group (L2 reuse of w)
         SPLIT_R: tl.constexpr = 1,  # K splits; >1: the last CTA of each tile sums them (one launch)
+        SHARE_CHECK: tl.constexpr = False,  # per-row sw: tiles whose rows share it take the 1-scale loop
+        ROW_STAGES: tl.constexpr = 2,  # SHARE_CHECK: pipeline depth of the per-row loop
     ):
         g = tl.program_id(1)
         pid = tl.program_id(0)
@@ -155,10 +218,12 @@ if HAS_TRITON:
         a_ptrs = a_ptr + offs_t[:, None] * stride_at + g * stride_ag + offs_r[None, :]
         w_ptrs = w_ptr + g * stride_wg + offs_d[:, None] * stride_wd + offs_r[None, :]
         sa_base = offs_t * stride_sat + g * stride_sag
+        # BLOCK_D divides 128 (checked in _cfg): the tile's rows lie in one 128-row weight block.
         if SW_PER_ROW:
-            sw_base = g * stride_swg + offs_d * stride_swd
+            sw_first = g * stride_swg + (pid_d * BLOCK_D) * stride_swd
         else:
-            sw_base = g * stride_swg + (offs_d // 128) * stride_swd
+            sw_first = g * stride_swg + ((pid_d * BLOCK_D) // 128) * stride_swd
+        first_ok = pid_d * BLOCK_D < D
 
         acc = tl.zeros((BLOCK_T, BLOCK_D), dtype=tl.float32)
         num_kb = R // BLOCK_R
@@ -167,23 +232,107 @@ if HAS_TRITON:
         kb_hi = tl.minimum(kb_lo + kb_per, num_kb)
         a_ptrs += kb_lo * BLOCK_R
         w_ptrs += kb_lo * BLOCK_R
-        for kb in range(kb_lo, kb_hi):
-            a = tl.load(a_ptrs, mask=t_mask[:, None], other=0.0)
-            w = tl.load(w_ptrs, mask=d_mask[:, None], other=0.0)
-            if SA_KIND == 1:
-                ka = kb // 4
-            else:
-                ka = kb
+        if SW_PER_ROW and not SHARE_CHECK:
+            sw_offs = g * stride_swg + offs_d * stride_swd
+            acc = _k_loop(
+                acc,
+                a_ptrs,
+                w_ptrs,
+                sa_ptr,
+                sw_ptr,
+                sa_base,
+                sw_offs,
+                d_mask,
+                kb_lo,
+                kb_hi,
+                t_mask,
+                d_mask,
+                stride_sak,
+                stride_swk,
+                SA_KIND,
+                SW_KIND,
+                True,
+                BLOCK_R,
+                None,
+            )
+        elif SW_PER_ROW:
+            # Per-row scales that are block scales broadcast to every row (DeepGEMM's weight
+            # transform on sm_10x/sm_12x, audit section 2) take the one-scale-per-tile loop: the
+            # same values, so the same bits. Other tiles take the per-row loop, pipelined at its
+            # own depth (the two loops share their shared-memory buffers).
+            sw_offs = g * stride_swg + offs_d * stride_swd
             if SW_KIND == 1:
-                kw = kb // 4
+                share = _rows_share_scales(
+                    sw_ptr, sw_offs, sw_first, kb_lo // 4, (kb_hi + 3) // 4, d_mask, stride_swk
+                )
             else:
-                kw = kb
-            s_a = _load_scale(sa_ptr, sa_base + ka * stride_sak, kb, t_mask, SA_KIND)
-            s_w = _load_scale(sw_ptr, sw_base + kw * stride_swk, kb, d_mask, SW_KIND)
-            part = tl.dot(a, tl.trans(w))
-            acc += part * (s_a[:, None] * s_w[None, :])
-            a_ptrs += BLOCK_R
-            w_ptrs += BLOCK_R
+                share = _rows_share_scales(sw_ptr, sw_offs, sw_first, kb_lo, kb_hi, d_mask, stride_swk)
+            if share:
+                acc = _k_loop(
+                    acc,
+                    a_ptrs,
+                    w_ptrs,
+                    sa_ptr,
+                    sw_ptr,
+                    sa_base,
+                    sw_first,
+                    first_ok,
+                    kb_lo,
+                    kb_hi,
+                    t_mask,
+                    d_mask,
+                    stride_sak,
+                    stride_swk,
+                    SA_KIND,
+                    SW_KIND,
+                    False,
+                    BLOCK_R,
+                    None,
+                )
+            else:
+                acc = _k_loop(
+                    acc,
+                    a_ptrs,
+                    w_ptrs,
+                    sa_ptr,
+                    sw_ptr,
+                    sa_base,
+                    sw_offs,
+                    d_mask,
+                    kb_lo,
+                    kb_hi,
+                    t_mask,
+                    d_mask,
+                    stride_sak,
+                    stride_swk,
+                    SA_KIND,
+                    SW_KIND,
+                    True,
+                    BLOCK_R,
+                    ROW_STAGES,
+                )
+        else:
+            acc = _k_loop(
+                acc,
+                a_ptrs,
+                w_ptrs,
+                sa_ptr,
+                sw_ptr,
+                sa_base,
+                sw_first,
+                first_ok,
+                kb_lo,
+                kb_hi,
+                t_mask,
+                d_mask,
+                stride_sak,
+                stride_swk,
+                SA_KIND,
+                SW_KIND,
+                False,
+                BLOCK_R,
+                None,
+            )
 
         td_mask = t_mask[:, None] & d_mask[None, :]
         o_ptrs = out_ptr + offs_t[:, None] * stride_ot + g * stride_og + offs_d[None, :]
@@ -213,8 +362,19 @@ if HAS_TRITON:
 
 
 def _cfg(
-    name: str, bt: int, bd: int, warps: int, stages: int, group_t: int = 8, split_r: int = 1
+    name: str,
+    bt: int,
+    bd: int,
+    warps: int,
+    stages: int,
+    group_t: int = 8,
+    split_r: int = 1,
+    row_stages: int = 2,
+    share_check: bool = False,
 ) -> KernelConfig:
+    if SCALE_BLOCK % bd != 0:
+        # The kernel reads one weight scale per tile and K block for 128x128 block scales.
+        raise ValueError(f"fp8_einsum config {name}: BLOCK_D={bd} must divide {SCALE_BLOCK}")
     return make_config(
         name,
         "_fp8_einsum_kernel",
@@ -225,6 +385,8 @@ def _cfg(
         BLOCK_R=SCALE_BLOCK,
         GROUP_T=group_t,
         SPLIT_R=split_r,
+        ROW_STAGES=row_stages,
+        SHARE_CHECK=share_check,
     )
 
 
@@ -248,6 +410,13 @@ FP8_EINSUM_CONFIGS: tuple[KernelConfig, ...] = (
     _cfg("t64_d128_s4", 64, 128, 4, 4),
     _cfg("t128_d64_s4", 128, 64, 4, 4),
     _cfg("t128_d128_s3_w8", 128, 128, 8, 3),
+    # prefill, 8 warps (two warpgroups per 128x64 tile): with one scale per tile and K block
+    # (block weight scales) the promotion is one FMA per element.
+    _cfg("t128_d64_s3_w8", 128, 64, 8, 3),
+    # prefill, per-row weight scales: each tile checks once whether its rows share their scales
+    # (DeepGEMM's layout on sm_10x/sm_12x) and then takes the one-scale loop; else the per-row
+    # loop, pipelined 2 deep.
+    _cfg("t64_d128_s4_bc", 64, 128, 4, 4, share_check=True),
 )
 
 _CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
@@ -258,21 +427,24 @@ _CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
 #: UE8M0 (GB10's recipe (1,1,128)): T=1/4/16 t16_d64_r4_s4 7.7/7.9/8.8 us; T=32 t32_d64_r4_s4
 #: 11.3; T=64/128 t64_d64_r2_s4 14.4/18.7; T>=512 t64_d128_s4 (512: 30.9, 8192: 470 us). fp32
 #: scales (recipe (1,128,128)): T=1/4 t16_d64_r4_s4 7.1/7.3; T=16 t16_d32_r4_s4 8.1; T=32/64
-#: t64_d64_r2_s4 10.6/11.9; T=128 t64_d64_s4 14.8; T=512..2048 t64_d128_s4; T>=8192 t128_d64_s4.
+#: t64_d64_r2_s4 10.6/11.9; T=128 t64_d64_s4 14.8. From T=512 the 2026-11-30 (b) configs (same
+#: run, against the previous kernel, benchmarks/results/explore-2026-11-30/): fp32 scales
+#: t128_d64_s3_w8 (T=512/1024/8192: 24.5/47.6/354 us vs 30.5/58.5/433 before); per-row UE8M0
+#: scales t64_d128_s4_bc (T=8192, block scales broadcast per row as DeepGEMM stores them: 346 us
+#: vs 471; rows with their own scales: 649 vs 471).
 FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
     (16, "t16_d64_r4_s4"),
     (32, "t32_d64_r4_s4"),
     (128, "t64_d64_r2_s4"),
     (256, "t64_d64_s4"),
-    (1 << 62, "t64_d128_s4"),
+    (1 << 62, "t64_d128_s4_bc"),
 )
 FP8_EINSUM_PLAN_FP32: tuple[tuple[int, str], ...] = (
     (4, "t16_d64_r4_s4"),
     (16, "t16_d32_r4_s4"),
     (64, "t64_d64_r2_s4"),
     (256, "t64_d64_s4"),
-    (2048, "t64_d128_s4"),
-    (1 << 62, "t128_d64_s4"),
+    (1 << 62, "t128_d64_s3_w8"),
 )
 FP8_EINSUM_PLAN = FP8_EINSUM_PLAN_UE8M0  # the served recipe on GB10
 
