@@ -427,11 +427,11 @@ _CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
 #: UE8M0 (GB10's recipe (1,1,128)): T=1/4/16 t16_d64_r4_s4 7.7/7.9/8.8 us; T=32 t32_d64_r4_s4
 #: 11.3; T=64/128 t64_d64_r2_s4 14.4/18.7; T>=512 t64_d128_s4 (512: 30.9, 8192: 470 us). fp32
 #: scales (recipe (1,128,128)): T=1/4 t16_d64_r4_s4 7.1/7.3; T=16 t16_d32_r4_s4 8.1; T=32/64
-#: t64_d64_r2_s4 10.6/11.9; T=128 t64_d64_s4 14.8. From T=512 the 2026-11-30 (b) configs (same
-#: run, against the previous kernel, benchmarks/results/explore-2026-11-30/): fp32 scales
-#: t128_d64_s3_w8 (T=512/1024/8192: 24.5/47.6/354 us vs 30.5/58.5/433 before); per-row UE8M0
-#: scales t64_d128_s4_bc (T=8192, block scales broadcast per row as DeepGEMM stores them: 346 us
-#: vs 471; rows with their own scales: 649 vs 471).
+#: t64_d64_r2_s4 10.6/11.9; T=128 t64_d64_s4 14.8. From T=512, run ed664df (2026-11-30, same
+#: file): fp32 scales t128_d64_s3_w8 (T=512/2048/8192: 21.9/91.5/359 us; the previous kernel's
+#: best at 8192: 433); per-row UE8M0 t64_d128_s4_bc, measured on block scales copied to every row
+#: (GB10's layout, see the kernel): 22.5/89.2/349 us vs t64_d128_s4 30.7/120/471. On per-row
+#: scales that differ row to row that config takes its per-row loop: 52.7/206/810 us.
 FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
     (16, "t16_d64_r4_s4"),
     (32, "t32_d64_r4_s4"),
