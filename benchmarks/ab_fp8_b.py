@@ -1,6 +1,6 @@
 """A/B of fp8_einsum configs against the kernel of an earlier commit, in one process (H200).
 
-Exploration tool of 2026-11-30 (b); results in benchmarks/results/explore-2026-11-30/ab_fp8_b*.log.
+Exploration tool of 2026-11-30 (b); results in benchmarks/results/explore-2026-11-30b/run*-ab_fp8_b*.log.
 The earlier kernel is loaded from ``overlay/sparkpair_overlay/kernels/_old_fp8.py``, made with
 ``git show bb37805:overlay/sparkpair_overlay/kernels/fp8_einsum.py`` and its custom-op name
 changed to ``sparkpair::fp8_einsum_old_ab`` (one op name per process).

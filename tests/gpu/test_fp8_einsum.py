@@ -58,13 +58,16 @@ def test_tp1_shapes(t) -> None:
 
 
 @pytest.mark.parametrize("t", (1, 300, 4099))
-def test_rows_sharing_scales_take_the_block_path_bitwise(t) -> None:
-    """Per-row UE8M0 scales that repeat each 128x128 block's scale (DeepGEMM's layout) give the
-    bits of the same call with the block scales; a row with its own scale in one K block is
-    still scaled by its own (its tile takes the per-row loop) and the other tiles keep their bits."""
+def test_rows_sharing_scales_match_block_scales_bitwise(t) -> None:
+    """SHARE_CHECK configs: per-row UE8M0 scales that repeat each 128x128 block's scale (DeepGEMM's
+    layout) give the bits of the same call with the block scales; a row with its own scale in one
+    K block is still scaled by its own and the other tiles keep their bits. (Both loops give the
+    same bits, so which one ran is shown by the CPU test of the tile check and by the benchmark.)"""
     a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, (1, 1, 128), "int32", seed=5, block_rows=True)
     sw_block = sw_f[:, ::128].contiguous()  # fp32 [G, D/128, Kb], the same values
-    for cfg in [c for c in fe.FP8_EINSUM_CONFIGS if c["SHARE_CHECK"]]:
+    configs = [c for c in fe.FP8_EINSUM_CONFIGS if c["SHARE_CHECK"]]
+    assert configs
+    for cfg in configs:
         rows = torch.empty((t, G, D), dtype=torch.bfloat16, device="cuda")
         block = torch.empty_like(rows)
         fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), rows, (1, 1, 128), cfg)

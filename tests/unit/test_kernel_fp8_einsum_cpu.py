@@ -97,6 +97,23 @@ def test_cpu_tensors_without_interpreter_are_refused(monkeypatch) -> None:
         fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=(1, 1, 128))
 
 
+def test_block_scales_refuse_a_tile_wider_than_one_scale_block(monkeypatch) -> None:
+    """With 128x128 block weight scales each tile reads one weight scale per K block, so a config
+    whose BLOCK_D does not divide 128 would mix two blocks' rows under one scale: refused."""
+    pytest.importorskip("triton")
+    from sparkpair_overlay.kernels._common import make_config
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    wide = make_config(
+        "t16_d256", "_fp8_einsum_kernel", 4, 2, BLOCK_T=16, BLOCK_D=256, BLOCK_R=128, GROUP_T=8
+    )
+    a, sa, w, sw, out = _ops(recipe=(1, 128, 128), enc="fp32")
+    with pytest.raises(ValueError, match=r"t16_d256 has BLOCK_D=256.*must divide 128"):
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 128, 128), wide)
+    with pytest.raises(ValueError, match="must divide 128"):
+        fe._cfg("t16_d256", 16, 256, 4, 2)
+
+
 @pytest.mark.skipif(E8M0 is None, reason="torch has no float8_e8m0fnu")
 def test_e8m0_scales_are_viewed_as_uint8_not_passed_as_e8m0() -> None:
     kind, s = fe._scale_kind(torch.zeros(2, 4, dtype=torch.uint8).view(E8M0), "sa")
@@ -182,6 +199,30 @@ INTERPRET_SCRIPT = textwrap.dedent(
         lo = 0 if cfg == "t64_d128_s4_bc" else 64
         same[1, lo:128] = False  # the odd row's tile
         assert torch.equal(o_rows[:, same], o_block[:, same]), cfg
+    # The per-tile check itself (its answer picks the loop; both loops give the same bits, so the
+    # outputs above cannot show which one ran): rows x K-scale entries, row stride 4.
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def share_probe(sw_ptr, out_ptr, rows, lo, hi, BLOCK_D: tl.constexpr):
+        offs = tl.arange(0, BLOCK_D)
+        share = fe._rows_share_scales(sw_ptr, offs * 4, 0, lo, hi, offs < rows, 1)
+        tl.store(out_ptr, share.to(tl.int32))
+
+    def probe(sw, rows=16, lo=0, hi=4):
+        res = torch.zeros(1, dtype=torch.int32)
+        share_probe[(1,)](sw, res, rows, lo, hi, BLOCK_D=16)
+        return int(res.item())
+
+    for dt in (torch.int32, torch.uint8):
+        base = torch.randint(1, 120, (1, 4), generator=g, dtype=torch.int32).to(dt).repeat(16, 1)
+        assert probe(base) == 1, dt
+        odd = base.clone(); odd[5, 2] += 1
+        assert probe(odd) == 0 and probe(odd, hi=2) == 1 and probe(odd, lo=3) == 1, dt
+        first = base.clone(); first[0, 3] += 1
+        assert probe(first) == 0, dt
+        assert probe(odd, rows=5) == 1, dt  # the differing row lies past the tile's last row
     print("OK")
     """
 )

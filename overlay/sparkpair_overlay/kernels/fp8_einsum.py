@@ -36,6 +36,13 @@ An exponent byte ``e`` decodes to ``2**(e - 127)`` exactly: fp32 bits ``e << 23`
 definition). Any strides are accepted for the scales, including vLLM's MN-major TMA-aligned
 layout (token dim contiguous, T padded to a multiple of 4: strides ``(1, K_s*T4, T4)``).
 
+Promotion (each K block's fp32 MMA partial scaled into the accumulator): block weight scales
+give each tile one scale per K block (every config's BLOCK_D divides 128; the launcher refuses a
+config that does not), one FMA per element; per-row scales cost an FMUL and an FMA. ``SHARE_CHECK``
+configs check once per tile whether its rows hold identical raw per-row scale entries (DeepGEMM's
+per-row copies of 128x128 block scales, the layout GB10 serves) and then take the one-FMA loop;
+the bits are the same either way.
+
 T (tokens) and the scale strides (which depend on T through the TMA padding T4 = 4*ceil(T/4))
 are ``do_not_specialize`` kernel arguments, so one compiled kernel per config serves T = 1 .. 16384
 (no recompilation per T; CUDA-graph safe: the launcher does no host sync and allocates nothing).
@@ -218,10 +225,11 @@ if HAS_TRITON:
         a_ptrs = a_ptr + offs_t[:, None] * stride_at + g * stride_ag + offs_r[None, :]
         w_ptrs = w_ptr + g * stride_wg + offs_d[:, None] * stride_wd + offs_r[None, :]
         sa_base = offs_t * stride_sat + g * stride_sag
-        # BLOCK_D divides 128 (checked in _cfg): the tile's rows lie in one 128-row weight block.
         if SW_PER_ROW:
             sw_first = g * stride_swg + (pid_d * BLOCK_D) * stride_swd
         else:
+            # Block scales: the tile's rows lie in one 128-row weight block, one scale per K block.
+            tl.static_assert(128 % BLOCK_D == 0, "block weight scales need BLOCK_D to divide 128")
             sw_first = g * stride_swg + ((pid_d * BLOCK_D) // 128) * stride_swd
         first_ok = pid_d * BLOCK_D < D
 
@@ -425,13 +433,14 @@ _CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
 #: entry, the last config. Source: H200 sweep at 14999a3 (benchmarks/bench_fp8_einsum.py, TP=2
 #: shapes, CUDA-graph replay p50, 2026-11-29, rows in benchmarks/results/fp8_einsum.csv). Packed
 #: UE8M0 (GB10's recipe (1,1,128)): T=1/4/16 t16_d64_r4_s4 7.7/7.9/8.8 us; T=32 t32_d64_r4_s4
-#: 11.3; T=64/128 t64_d64_r2_s4 14.4/18.7; T>=512 t64_d128_s4 (512: 30.9, 8192: 470 us). fp32
+#: 11.3; T=64/128 t64_d64_r2_s4 14.4/18.7; T>=512 then t64_d128_s4 (512: 30.9, 8192: 470 us). fp32
 #: scales (recipe (1,128,128)): T=1/4 t16_d64_r4_s4 7.1/7.3; T=16 t16_d32_r4_s4 8.1; T=32/64
 #: t64_d64_r2_s4 10.6/11.9; T=128 t64_d64_s4 14.8. From T=512, run ed664df (2026-11-30, same
-#: file): fp32 scales t128_d64_s3_w8 (T=512/2048/8192: 21.9/91.5/359 us; the previous kernel's
-#: best at 8192: 433); per-row UE8M0 t64_d128_s4_bc, measured on block scales copied to every row
-#: (GB10's layout, see the kernel): 22.5/89.2/349 us vs t64_d128_s4 30.7/120/471. On per-row
-#: scales that differ row to row that config takes its per-row loop: 52.7/206/810 us.
+#: file; p50 of each config's own rows): fp32 scales t128_d64_s3_w8 (T=512/2048/8192: 22.0/91.9/
+#: 361 us; the previous kernel's best at 8192, same process in the A/B runs: 433); per-row UE8M0
+#: t64_d128_s4_bc, measured on block scales copied to every row (GB10's layout, see the kernel):
+#: 22.6/89.5/352 us vs t64_d128_s4 30.7/120/471. On per-row scales that differ row to row that
+#: config takes its per-row loop: 52.4/205/808 us (t64_d128_s4: 30.9/121/469).
 FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
     (16, "t16_d64_r4_s4"),
     (32, "t32_d64_r4_s4"),
@@ -615,6 +624,11 @@ def fp8_einsum_with_config(
     else:
         cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
     meta = cfg.constexprs()
+    if not per_row and SCALE_BLOCK % meta["BLOCK_D"] != 0:
+        raise ValueError(
+            f"fp8_einsum: config {cfg.name} has BLOCK_D={meta['BLOCK_D']}; with 128x128 block weight "
+            f"scales BLOCK_D must divide {SCALE_BLOCK} (one scale per tile and K block)"
+        )
     n_tiles = cdiv(t, meta["BLOCK_T"]) * cdiv(d, meta["BLOCK_D"])
     split = meta["SPLIT_R"]
     sem = SEMAPHORES.get(x.device, n_tiles * g) if split > 1 else None
