@@ -35,9 +35,7 @@ def _wanted(c) -> bool:
 flops = 2 * T * G * D * R
 for enc in ("fp32", "int32-bcast", "int32"):
     recipe = (1, 128, 128) if enc == "fp32" else (1, 1, 128)
-    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(
-        T, G, D, R, recipe, enc.split("-")[0], seed=1, block_rows=enc.endswith("bcast")
-    )
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(T, G, D, R, recipe, enc, seed=1)
     ref = fp8_einsum_reference(a[:512], sa_f[:512], w, sw_f)
     out = torch.empty((T, G, D), dtype=torch.bfloat16, device="cuda")
     provs = [("old", c.name) for c in old.FP8_EINSUM_CONFIGS if c.name in OLD]

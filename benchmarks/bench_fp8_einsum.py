@@ -75,9 +75,7 @@ def main() -> None:
             ap.error(f"--recipes: unknown encoding {enc!r}; want some of {', '.join(ENCODINGS)}")
         recipe = (1, 128, 128) if enc == "fp32" else (1, 1, 128)
         for t in [int(v) for v in args.ts.split(",")]:
-            a, sa, w, sw, sa_f, sw_f = make_fp8_operands(
-                t, g, D, R, recipe, enc.split("-")[0], seed=t, block_rows=enc == "int32-bcast"
-            )
+            a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, g, D, R, recipe, enc, seed=t)
             ref = fp8_einsum_reference(a, sa_f, w, sw_f) if t <= 4096 else None
             out = torch.empty((t, g, D), dtype=torch.bfloat16, device="cuda")
             flops = 2 * t * g * D * R

@@ -97,16 +97,15 @@ def make_fp8_operands(
     device: str = "cuda",
     seed: int = 0,
     group_major: bool = True,
-    block_rows: bool = False,
 ):
     """Random fp8 operands and scales for ``bhr,hdr->bhd`` plus the decoded fp32 scales.
 
     encoding: "fp32" | "int32" (packed UE8M0; sa in the TMA-aligned MN-major layout, sw MN-major)
-    | "e8m0" (torch.float8_e8m0fnu, one byte per block). Exponents are drawn so the scales are
-    powers of two of the real scale (activations ~2**-8 .. 2**-4, weights ~2**-12 .. 2**-8).
-    ``block_rows`` (per-row recipes only): draw one weight scale per 128x128 block and repeat it
-    on every row of the block, as DeepGEMM's weight transform stores the checkpoint's block
-    scales on sm_10x/sm_12x (audit section 2); else every row draws its own.
+    | "int32-bcast" (the same, with per-row recipes drawing one weight scale per 128x128 block and
+    repeating it on every row of the block, as DeepGEMM's weight transform stores the checkpoint's
+    block scales on sm_10x/sm_12x, audit section 2) | "e8m0" (torch.float8_e8m0fnu, one byte per
+    block). Exponents are drawn so the scales are powers of two of the real scale (activations
+    ~2**-8 .. 2**-4, weights ~2**-12 .. 2**-8).
     Returns (a, sa, w, sw, sa_f32 [T,G,Kb], sw_f32 [G, D or D/128, Kb]).
     """
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -117,11 +116,12 @@ def make_fp8_operands(
     w = (torch.randn(g, d, r, generator=gen) * 100).clamp(-448, 448).to(torch.float8_e4m3fn).to(device)
     per_row = recipe[1] == 1
     ea = torch.randint(127 - 8, 127 - 4, (t, g, kb), generator=gen)
-    if per_row and block_rows:
-        ew = torch.randint(127 - 12, 127 - 8, (g, (d + 127) // 128, kb), generator=gen)
+    block_rows = per_row and encoding == "int32-bcast"
+    ew = torch.randint(
+        127 - 12, 127 - 8, (g, d if per_row and not block_rows else (d + 127) // 128, kb), generator=gen
+    )
+    if block_rows:
         ew = ew.repeat_interleave(128, 1)[:, :d]
-    else:
-        ew = torch.randint(127 - 12, 127 - 8, (g, d if per_row else (d + 127) // 128, kb), generator=gen)
     from sparkpair_overlay.kernels.fp8_einsum import decode_ue8m0
 
     sa_f = decode_ue8m0(ea).to(device)
@@ -129,7 +129,7 @@ def make_fp8_operands(
     if encoding == "fp32":
         sa = tma_mn_major(sa_f) if group_major else sa_f
         sw = sw_f.contiguous()
-    elif encoding == "int32":
+    elif encoding in ("int32", "int32-bcast"):
         sa = tma_mn_major(pack_ue8m0(ea).to(device))
         sw = pack_ue8m0(ew).to(device)
         sw = sw.transpose(1, 2).contiguous().transpose(1, 2)  # MN-major [G, D, Kb/4]

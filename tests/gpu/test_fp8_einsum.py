@@ -23,8 +23,7 @@ TOL = 1e-2  # relative Frobenius, bf16-output level (issue 3)
 
 
 def _run(t, g, d, r, recipe, enc, config=None, seed=0):
-    base, _, bcast = enc.partition("-")
-    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, g, d, r, recipe, base, seed=seed, block_rows=bool(bcast))
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, g, d, r, recipe, enc, seed=seed)
     out = torch.full((t, g, d), float("nan"), dtype=torch.bfloat16, device="cuda")  # poison
     if config is None:
         fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
@@ -63,7 +62,7 @@ def test_rows_sharing_scales_match_block_scales_bitwise(t) -> None:
     layout) give the bits of the same call with the block scales; a row with its own scale in one
     K block is still scaled by its own and the other tiles keep their bits. (Both loops give the
     same bits, so which one ran is shown by the CPU test of the tile check and by the benchmark.)"""
-    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, (1, 1, 128), "int32", seed=5, block_rows=True)
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, (1, 1, 128), "int32-bcast", seed=5)
     sw_block = sw_f[:, ::128].contiguous()  # fp32 [G, D/128, Kb], the same values
     configs = [c for c in fe.FP8_EINSUM_CONFIGS if c["SHARE_CHECK"]]
     assert configs
