@@ -227,4 +227,4 @@ def test_bad_planes_are_refused() -> None:
     with pytest.raises(ValueError, match="planes are for an fp32 weight"):
         rg.router_gemm(x, w.bfloat16(), planes)
     with pytest.raises(ValueError, match="pass planes=bf16x3_split"):
-        rg.router_gemm_with_config(x, w, "fp32w3_dot_m16_n16_s16_k256_pdl")
+        rg.router_gemm_with_config(x, w, "fp32w3_dot_m16_n32_s16_k256_pdl_r32")

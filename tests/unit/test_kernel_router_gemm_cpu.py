@@ -53,6 +53,28 @@ def test_capture_plan_never_needs_a_presplit_weight() -> None:
         assert cfg.constexprs()["W_MODE"] == rg.W_FP32_SPLIT, (m, cfg.name)
 
 
+def test_reduce_config_follows_the_dot_config() -> None:
+    by_name = {c.name: c for c in rg.ROUTER_GEMM_CONFIGS}
+    r = rg.reduce_config(by_name["bf16_dot_m16_n64_s16_k256_pdl_r32"])
+    assert (r.kernel, r["BLOCK"], r.num_warps, r["SPLIT_K"], r["USE_PDL"]) == (
+        "_router_reduce_kernel",
+        32,
+        1,
+        16,
+        True,
+    )
+    assert rg.reduce_config(by_name["bf16_dot_m16_n64_s16_k256_pdl_r32"], pdl=False)["USE_PDL"] is False
+    r = rg.reduce_config(by_name["bf16_dot_m16_n32_s8_k512_pdl"])  # tile-counter config's fallback
+    assert (r["BLOCK"], r.num_warps, r["SPLIT_K"]) == (rg.ROUTER_REDUCE_CONFIG["BLOCK"], 4, 8)
+    with pytest.raises(ValueError, match="bf16_rows_m1_n2_pdl has no split-K partials"):
+        rg.reduce_config(by_name["bf16_rows_m1_n2_pdl"])
+    # the served plans' split-K configs all reduce in the PDL second launch
+    for _, name in rg.ROUTER_BF16_PLAN + rg.ROUTER_FP32_PLAN[:4]:
+        cfg = by_name[name]
+        if cfg.kernel == "_router_dot_kernel":
+            assert cfg["REDUCE_BLOCK"] > 0 and rg.reduce_config(cfg)["USE_PDL"], name
+
+
 def test_bf16x3_split_is_exact_and_refuses_what_it_cannot_carry() -> None:
     g = torch.Generator().manual_seed(3)
     w = torch.randn(64, 320, generator=g) * 0.05
@@ -84,7 +106,7 @@ def test_config_and_planes_errors_name_what_was_wrong() -> None:
     with pytest.raises(ValueError, match="config must be a router KernelConfig"):
         rg.router_gemm_with_config(x, w, rg.ROUTER_REDUCE_CONFIG)
     with pytest.raises(ValueError, match="reads the pre-split weight; pass planes=bf16x3_split"):
-        rg.router_gemm_with_config(x, w, "fp32w3_dot_m16_n16_s16_k256_pdl")
+        rg.router_gemm_with_config(x, w, "fp32w3_dot_m16_n32_s16_k256_pdl_r32")
     with pytest.raises(ValueError, match=r"planes must be bf16 \[3, 16, 64\]"):
         rg.router_gemm(x, w, torch.zeros(3, 16, 32, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="weight dtype must be bfloat16 or float32; got torch.float16"):

@@ -234,7 +234,9 @@ def router_variants() -> list[AotVariant]:
         # The launcher passes ``out`` (fp32) as the counter pointer when there is no fixup;
         # stride_w3 (3rd-last int) is N*K for the pre-split weight and 0 otherwise.
         w3 = n * k if w_mode == rg.W_BF16X3 else 0
-        fixups = (False, True) if meta["SPLIT_K"] > 1 else (False,)
+        # A config with REDUCE_BLOCK > 0 always reduces in a second launch (no tile counters).
+        reduce_block = meta.pop("REDUCE_BLOCK")
+        fixups = (False, True) if meta["SPLIT_K"] > 1 and not reduce_block else (False,)
         for fixup in fixups:
             sem = _Mock(torch.int32 if fixup else torch.float32)
             dot_args = (_Mock(torch.float32), sem, _Mock(torch.float32), _Mock(torch.bfloat16))
@@ -242,24 +244,22 @@ def router_variants() -> list[AotVariant]:
             kw = {**meta, "N16": True, "FIXUP": fixup, **launch}
             v = variant + ("+fixup" if fixup else "")
             out.append(AotVariant("router_gemm", cfg, v, rg._router_dot_kernel, dot_args, kw))
-    splits = sorted({s for c in rg.ROUTER_GEMM_CONFIGS if (s := c.constexprs().get("SPLIT_K", 1)) > 1})
-    rc = rg.ROUTER_REDUCE_CONFIG
-    for s in splits:
-        cfg = KernelConfig(
-            name=f"reduce_s{s}",
-            kernel=rc.kernel,
-            meta=rc.meta,
-            num_warps=rc.num_warps,
-            num_stages=rc.num_stages,
-        )
+    # The second-launch reduce kernel of every split-K config (rg.reduce_config), each once.
+    reduces = {
+        (r := rg.reduce_config(c)).name: r
+        for c in rg.ROUTER_GEMM_CONFIGS
+        if c.kernel == "_router_dot_kernel" and c["SPLIT_K"] > 1
+    }
+    for name, rcfg in sorted(reduces.items()):
+        launch = {"launch_pdl": True} if rcfg["USE_PDL"] else {}
         out.append(
             AotVariant(
                 "router_gemm",
-                cfg,
-                f"split{s}",
+                rcfg,
+                name,
                 rg._router_reduce_kernel,
                 (_Mock(torch.float32), _Mock(torch.float32), 7 * n),
-                {**rc.constexprs(), "SPLIT_K": s, "N16": True},
+                {**rcfg.constexprs(), "N16": True, **launch},
             )
         )
     return out

@@ -11,10 +11,14 @@ that elects which CTA sums the split-K partials, and that CTA sums them in split
 * bf16 weight, M <= 4: ``_router_rows_kernel``, a whole-K GEMV per pair of weight rows on the
   CUDA cores (fp32 products, ``tl.sum`` tree), no split and no reduction.
 * bf16 weight, M <= 128: ``_router_dot_kernel``, split-K tiles on the tensor cores, one BLOCK_K
-  step per CTA; the last CTA of each output tile sums the fp32 partials (``FIXUP``; tile counters
-  from ``SEMAPHORES``), else ``_router_reduce_kernel`` does it in a second launch.
+  step per CTA, each storing its fp32 partial; ``_router_reduce_kernel`` sums them in a second
+  launch, made with PDL so it is resident and waiting (``gdc_wait``) when the partials land
+  (configs with ``REDUCE_BLOCK`` > 0). The older one-launch form, where the last CTA of each
+  output tile sums the partials (``FIXUP``; tile counters from ``SEMAPHORES``), pays a fence, an
+  atomic and the partials' reads in series at the GEMM's tail: on the H200 it costs 1.1-1.5 us
+  per call against 0.3-0.6 us for the PDL second launch (explore-2026-11-30c).
 * bf16 weight, larger M: cuBLAS ``torch.mm(x, w.T, out_dtype=torch.float32)``, which wins there.
-* fp32 weight, M <= 4: ``_router_rows_kernel`` in fp32 (x is exact in fp32; each product is
+* fp32 weight, M = 1: ``_router_rows_kernel`` in fp32 (x is exact in fp32; each product is
   rounded once, as in an fp32 GEMM).
 * fp32 weight, larger M: BF16x3. The caller splits the weight once, where it is loaded, into
   three bf16 planes ``w = hi + mid + lo`` (:func:`bf16x3_split`; 24 significand bits) and passes
@@ -56,6 +60,7 @@ __all__ = [
     "ROUTER_FP32_NO_PLANES_PLAN",
     "bf16x3_split",
     "configs_for",
+    "reduce_config",
     "router_gemm",
     "router_gemm_with_config",
     "select_router_config",
@@ -283,14 +288,23 @@ if HAS_TRITON:
         SPLIT_K: tl.constexpr,
         BLOCK: tl.constexpr,
         N16: tl.constexpr,
+        USE_PDL: tl.constexpr = False,  # launched with PDL right after the partials' kernel
     ):
-        """Second stage of split-K: out = sum over s of part[s], s = 0, 1, ... in that order."""
+        """Second stage of split-K: out = 0 + part[0] + part[1] + ... in that order (the same
+        additions, so the same bits, as the one-launch fixup).
+
+        With ``USE_PDL`` it lets the next kernel launch at once and reads the partials only after
+        ``gdc_wait`` (the partials' kernel has completed and its writes are visible).
+        """
+        if USE_PDL:
+            gdc_launch_dependents()
+            gdc_wait()
         if N16:
             numel = tl.multiple_of(numel, 16)
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < numel
-        acc = tl.load(part_ptr + offs, mask=mask, other=0.0)
-        for s in tl.static_range(1, SPLIT_K):
+        acc = tl.zeros((BLOCK,), dtype=tl.float32)
+        for s in tl.static_range(SPLIT_K):
             acc += tl.load(part_ptr + s * numel + offs, mask=mask, other=0.0)
         tl.store(out_ptr + offs, acc, mask=mask)
 
@@ -314,6 +328,7 @@ def _dot(
     pdl: bool = False,
     one_tile: bool = False,
     hi_chunk: int = 1,
+    reduce_block: int = 0,
 ) -> KernelConfig:
     return make_config(
         name,
@@ -328,6 +343,7 @@ def _dot(
         USE_PDL=pdl,
         ONE_TILE=one_tile,
         HI_CHUNK=hi_chunk,
+        REDUCE_BLOCK=reduce_block,
     )
 
 
@@ -353,66 +369,101 @@ ROWS_MAX_K = 4096
 #: >1 adds a fixed-order reduction), W_MODE (dot kernel: 0 bf16 weight, 1 fp32 weight split into
 #: BF16x3 in registers, 2 fp32 weight pre-split once into a [3, N, K] bf16 tensor, see
 #: :func:`bf16x3_split`), USE_PDL (programmatic dependent launch), ONE_TILE (one BLOCK_K step per
-#: CTA: the weight tile is loaded before the PDL wait), W_DTYPE (rows kernel: weight dtype).
+#: CTA: the weight tile is loaded before the PDL wait), W_DTYPE (rows kernel: weight dtype),
+#: REDUCE_BLOCK (split-K reduction: 0 = in the same launch, the last CTA of each tile sums; > 0 =
+#: a second, PDL-launched ``_router_reduce_kernel`` launch, 1 warp per REDUCE_BLOCK outputs; see
+#: :func:`reduce_config`). W_DTYPE and REDUCE_BLOCK are launcher settings, not constexprs.
 #: Each fits GB10's 101,376 B of shared memory (checked by ``sparkpair kernels build``, tests/aot).
 ROUTER_GEMM_CONFIGS: tuple[KernelConfig, ...] = (
     # bf16 weight, M <= 4: whole-K GEMV rows on the CUDA cores (no split, no reduction), PDL.
     _rows("bf16_rows_m1_n2_pdl", 1, 2, 8, "bf16"),
-    # bf16 weight, M <= 128: one-tile split-K on the tensor cores (8 K splits of 512, the last CTA
-    # of each output tile sums the partials in split order), PDL with the weight tile loaded
-    # before the wait.
+    # bf16 weight, M <= 128: one-tile split-K on the tensor cores (16 K splits of 256, or 8 of
+    # 512), PDL with the weight tile loaded before the wait; the partials are summed in split
+    # order by a second, PDL-launched kernel (1 warp per 32 outputs): no fence, counter or
+    # dependent reads in the GEMM's tail.
+    _dot("bf16_dot_m16_n64_s16_k256_pdl_r32", 16, 64, 256, 16, 4, 1, W_BF16, True, True, reduce_block=32),
+    _dot("bf16_dot_m16_n128_s16_k256_pdl_r32", 16, 128, 256, 16, 4, 1, W_BF16, True, True, reduce_block=32),
+    _dot("bf16_dot_m32_n64_s8_k512_pdl_r32", 32, 64, 512, 8, 4, 1, W_BF16, True, True, reduce_block=32),
+    # References the benchmark times against the plan (no plan uses them): one tile with both
+    # reductions (the last CTA of each tile with tile counters, and the second launch), and a
+    # tile without PDL.
     _dot("bf16_dot_m16_n32_s8_k512_pdl", 16, 32, 512, 8, 4, 1, W_BF16, True, True),
-    _dot("bf16_dot_m16_n64_s8_k512_pdl", 16, 64, 512, 8, 4, 1, W_BF16, True, True),
-    _dot("bf16_dot_m32_n32_s8_k512_pdl", 32, 32, 512, 8, 4, 1, W_BF16, True, True),
-    # bf16 weight, the same tile without PDL (the reference the PDL gain is measured against).
+    _dot("bf16_dot_m16_n32_s8_k512_pdl_r32", 16, 32, 512, 8, 4, 1, W_BF16, True, True, reduce_block=32),
     _dot("bf16_dot_m16_n16_s8_k512", 16, 16, 512, 8, 4, 1, W_BF16),
-    # fp32 weight, M <= 4: whole-K fp32 GEMV rows (exact fp32 products), PDL.
+    # fp32 weight, M = 1: whole-K fp32 GEMV rows (exact fp32 products), PDL.
     _rows("fp32_rows_m1_n2_pdl", 1, 2, 8, "fp32"),
-    _rows("fp32_rows_m4_n1_pdl", 4, 1, 8, "fp32"),
-    # fp32 weight: BF16x3 from the pre-split [3, N, K] bf16 weight (bf16x3_split).
-    _dot("fp32w3_dot_m16_n16_s16_k256_pdl", 16, 16, 256, 16, 4, 1, W_BF16X3, True, True),
-    _dot("fp32w3_dot_m32_n16_s16_k256_pdl", 32, 16, 256, 16, 4, 1, W_BF16X3, True, True),
-    _dot("fp32w3_dot_m16_n16_s8_pdl", 16, 16, 128, 8, 4, 2, W_BF16X3, True),
+    # fp32 weight: BF16x3 from the pre-split [3, N, K] bf16 weight (bf16x3_split); M <= 256 one
+    # tile per CTA, partials summed by the second, PDL-launched kernel.
+    _dot("fp32w3_dot_m16_n32_s16_k256_pdl_r32", 16, 32, 256, 16, 4, 1, W_BF16X3, True, True, reduce_block=32),
+    _dot(
+        "fp32w3_dot_m32_n16_s32_k128_w2_pdl_r32", 32, 16, 128, 32, 2, 1, W_BF16X3, True, True, reduce_block=32
+    ),
+    _dot("fp32w3_dot_m32_n64_s16_k256_pdl_r32", 32, 64, 256, 16, 4, 1, W_BF16X3, True, True, reduce_block=32),
     _dot("fp32w3_dot_m64_n64_s4", 64, 64, 64, 4, 4, 2, W_BF16X3),
     _dot("fp32w3_dot_m128_n64_s2_k32_h16", 128, 64, 32, 2, 4, 3, W_BF16X3, hi_chunk=16),
-    # fp32 weight without planes: BF16x3 split in registers.
+    # Reference pair (no plan uses it): one tile, tile-counter fixup vs the second launch.
+    _dot("fp32w3_dot_m32_n16_s16_k256_pdl", 32, 16, 256, 16, 4, 1, W_BF16X3, True, True),
+    _dot("fp32w3_dot_m32_n16_s16_k256_pdl_r32", 32, 16, 256, 16, 4, 1, W_BF16X3, True, True, reduce_block=32),
+    # fp32 weight without planes: BF16x3 split in registers (tile-counter fixup).
     _dot("fp32x3_dot_m16_n16_s16", 16, 16, 128, 16, 4, 2, W_FP32_SPLIT),
     _dot("fp32x3_dot_m64_n64_s2", 64, 64, 64, 2, 4, 3, W_FP32_SPLIT),
 )
 
-#: The second-stage reduce kernel's one config (elementwise; no shared memory).
+#: The second-stage reduce kernel's config for dot configs with REDUCE_BLOCK 0 (used when no tile
+#: counters are available, or with ``fixup=False``); elementwise, no shared memory.
 ROUTER_REDUCE_CONFIG: KernelConfig = make_config("reduce", "_router_reduce_kernel", 4, 1, BLOCK=1024)
+
+
+def reduce_config(cfg: KernelConfig, pdl: bool | None = None) -> KernelConfig:
+    """The ``_router_reduce_kernel`` launch that sums split-K dot config ``cfg``'s partials.
+
+    BLOCK = ``cfg``'s REDUCE_BLOCK with 1 warp, or :data:`ROUTER_REDUCE_CONFIG`'s when that is 0;
+    SPLIT_K = ``cfg``'s; USE_PDL = ``pdl`` if given, else ``cfg``'s USE_PDL (the reduce kernel
+    then waits in ``gdc_wait`` for the partials). Raises ValueError for a config without split-K.
+    """
+    meta = cfg.constexprs()
+    if cfg.kernel != "_router_dot_kernel" or meta["SPLIT_K"] == 1:
+        raise ValueError(f"reduce_config: {cfg.name} has no split-K partials to reduce")
+    use_pdl = bool(meta["USE_PDL"] if pdl is None else pdl)
+    block = meta["REDUCE_BLOCK"]
+    warps = 1 if block else ROUTER_REDUCE_CONFIG.num_warps
+    block = block or ROUTER_REDUCE_CONFIG["BLOCK"]
+    name = f"reduce_s{meta['SPLIT_K']}_b{block}_w{warps}" + ("_pdl" if use_pdl else "")
+    return make_config(
+        name, "_router_reduce_kernel", warps, 1, BLOCK=block, SPLIT_K=meta["SPLIT_K"], USE_PDL=use_pdl
+    )
+
 
 _CONFIGS_BY_NAME = {c.name: c for c in ROUTER_GEMM_CONFIGS}
 
-#: Dispatch for a bf16 weight: ``(max_M, config name)`` in increasing max_M; ``"cublas"`` means
-#: ``torch.mm(x, W.T, out_dtype=fp32)``; beyond the last entry, cuBLAS. Source: H200 sweep at
-#: 84188d2 (benchmarks/bench_router_gemm.py --cold, CUDA-graph replay p50, warm L2, 2026-11-30;
-#: rows in benchmarks/results/router_gemm.csv): M=1/2/4 bf16_rows_m1_n2_pdl 1.58/1.87/2.43 us;
-#: M=8/16 bf16_dot_m16_n32_s8_k512_pdl 2.93/3.16; M=32/64 bf16_dot_m16_n64_s8_k512_pdl 3.53/4.28;
-#: M=128 bf16_dot_m32_n32_s8_k512_pdl 5.21; cuBLAS 5.4-6.4 us up to M=128, and faster from
-#: M=256 (256: 6.61 vs 10.1; 512: 7.30, 8192: 27.8 us).
+#: Dispatch for a bf16 weight: ``(max_M, config name)`` in increasing max_M; beyond the last
+#: entry, cuBLAS ``torch.mm(x, W.T, out_dtype=fp32)``. Source: H200 sweep, 2026-11-30, run 6 of
+#: benchmarks/results/explore-2026-11-30c (bench_router_gemm.py --cold, CUDA-graph replay p50, warm
+#: L2): M=1/2/4 bf16_rows_m1_n2_pdl 1.50/1.82/2.42 us; M=8/16 bf16_dot_m16_n64_s16_k256_pdl_r32
+#: 2.10/2.28; M=32/64 bf16_dot_m16_n128_s16_k256_pdl_r32 2.50/3.18; M=128
+#: bf16_dot_m32_n64_s8_k512_pdl_r32 4.06; cuBLAS 5.4-6.4 us up to M=128 and faster from M=256
+#: (6.57 us; 84188d2: 512 7.30, 8192 27.8).
 ROUTER_BF16_PLAN: tuple[tuple[int, str], ...] = (
     (4, "bf16_rows_m1_n2_pdl"),
-    (16, "bf16_dot_m16_n32_s8_k512_pdl"),
-    (64, "bf16_dot_m16_n64_s8_k512_pdl"),
-    (128, "bf16_dot_m32_n32_s8_k512_pdl"),
+    (16, "bf16_dot_m16_n64_s16_k256_pdl_r32"),
+    (64, "bf16_dot_m16_n128_s16_k256_pdl_r32"),
+    (128, "bf16_dot_m32_n64_s8_k512_pdl_r32"),
 )
 
 #: Dispatch for an fp32 weight: ``(max_M, config name)``; beyond the last entry, the last config.
-#: Source: the same sweep: M=1/2 fp32_rows_m1_n2_pdl 2.25/2.86 us; M=4 fp32_rows_m4_n1_pdl 3.27;
-#: M=8/16 fp32w3_dot_m16_n16_s16_k256_pdl 3.64/3.82; M=32/64 fp32w3_dot_m32_n16_s16_k256_pdl
-#: 4.74/8.51; M=128 fp32w3_dot_m16_n16_s8_pdl 16.2; M=256..1024 fp32w3_dot_m64_n64_s4 18.4-25.7;
-#: M=2048..8192 fp32w3_dot_m128_n64_s2_k32_h16 34.4/53.7/106 us. True-fp32 F.linear (vLLM's tier
-#: on GB10): 5.67, 12.4, 12.7, 17.9, 18.1, 14.4, 14.9, 19.8, 27.6, 41.2, 68.9, 128, 233, 448 us.
-#: Max rel. error vs fp64 <= 6.4e-7. (cuBLAS on the same three planes is faster at M=2048 and 8192,
-#: not at 4096, but from M=1024 its 4096-long MMA chains give 4.8-6.3e-6, above the 2e-6 bar.)
+#: Source: the same sweep: M=1 fp32_rows_m1_n2_pdl 2.05 us; M=2/4/8/16
+#: fp32w3_dot_m16_n32_s16_k256_pdl_r32 2.56/2.72/2.73/2.82; M=32
+#: fp32w3_dot_m32_n16_s32_k128_w2_pdl_r32 3.64; M=64/128/256 fp32w3_dot_m32_n64_s16_k256_pdl_r32
+#: 4.37/7.86/14.33 (true-fp32 F.linear: 5.86, 12.2, 12.4, 17.6, 17.7, 14.1, 14.8, 19.7, 27.4).
+#: Larger M, the 84188d2 sweep: M=512..1024 fp32w3_dot_m64_n64_s4 up to 25.7 us; M=2048..8192
+#: fp32w3_dot_m128_n64_s2_k32_h16 34.4/53.7/106 us (F.linear 68.9, 128, 233, 448 us). Max rel.
+#: error vs fp64 <= 6.4e-7. (cuBLAS on the same three planes is faster at M=2048 and 8192, not at
+#: 4096, but from M=1024 its 4096-long MMA chains give 4.8-6.3e-6, above the 2e-6 bar.)
 ROUTER_FP32_PLAN: tuple[tuple[int, str], ...] = (
-    (2, "fp32_rows_m1_n2_pdl"),
-    (4, "fp32_rows_m4_n1_pdl"),
-    (16, "fp32w3_dot_m16_n16_s16_k256_pdl"),
-    (64, "fp32w3_dot_m32_n16_s16_k256_pdl"),
-    (128, "fp32w3_dot_m16_n16_s8_pdl"),
+    (1, "fp32_rows_m1_n2_pdl"),
+    (16, "fp32w3_dot_m16_n32_s16_k256_pdl_r32"),
+    (32, "fp32w3_dot_m32_n16_s32_k128_w2_pdl_r32"),
+    (256, "fp32w3_dot_m32_n64_s16_k256_pdl_r32"),
     (1024, "fp32w3_dot_m64_n64_s4"),
     (1 << 62, "fp32w3_dot_m128_n64_s2_k32_h16"),
 )
@@ -585,9 +636,11 @@ def router_gemm_with_config(
 ) -> torch.Tensor:
     """Run one named variant (``None`` or ``"cublas"``: the cuBLAS / torch baseline).
 
-    ``fixup``: for split-K dot configs, reduce in the same launch (last CTA per tile, tile
-    counters from :data:`SEMAPHORES`); False, or no counters available, uses the second
-    ``_router_reduce_kernel`` launch. Both sum the partials in the same order: identical bits.
+    ``fixup``: for split-K dot configs whose REDUCE_BLOCK is 0, reduce in the same launch (last
+    CTA per tile, tile counters from :data:`SEMAPHORES`); False, or no counters available, uses
+    the second ``_router_reduce_kernel`` launch, as configs with REDUCE_BLOCK > 0 always do
+    (:func:`reduce_config`). Every form computes ``0 + p0 + p1 + ...`` in split order: identical
+    bits.
     ``pdl``: override the config's programmatic dependent launch (None: the config's; always
     off when Triton's interpreter built the kernels: it has no ``griddepcontrol``).
 
@@ -665,8 +718,9 @@ def router_gemm_with_config(
         assert planes is not None  # checked above
         w_arg, stride_w3 = planes, planes.stride(0)
     meta["ONE_TILE"] = bool(meta["ONE_TILE"]) and cdiv(cdiv(k, split), meta["BLOCK_K"]) == 1
+    reduce_block = meta.pop("REDUCE_BLOCK")
     sem = None
-    if split > 1 and fixup:
+    if split > 1 and fixup and not reduce_block:
         sem = SEMAPHORES.get(x.device, cdiv(n, meta["BLOCK_N"]) * cdiv(m, meta["BLOCK_M"]))
     _router_dot_kernel[grid](
         out,
@@ -688,19 +742,18 @@ def router_gemm_with_config(
         FIXUP=sem is not None,
         **launch,
     )
-    if sem is not None:
-        return out
-    if split > 1:
-        rmeta = ROUTER_REDUCE_CONFIG.constexprs()
+    if split > 1 and sem is None:
+        rcfg = reduce_config(cfg, pdl=meta["USE_PDL"])
+        rmeta = rcfg.constexprs()
         _router_reduce_kernel[(cdiv(m * n, rmeta["BLOCK"]),)](
             out,
             part,
             m * n,
-            SPLIT_K=split,
             **rmeta,
             N16=n16,
-            num_warps=ROUTER_REDUCE_CONFIG.num_warps,
-            num_stages=ROUTER_REDUCE_CONFIG.num_stages,
+            num_warps=rcfg.num_warps,
+            num_stages=rcfg.num_stages,
+            **({"launch_pdl": True} if rmeta["USE_PDL"] else {}),
         )
     return out
 
