@@ -235,7 +235,7 @@ def router_variants() -> list[AotVariant]:
         # stride_w3 (3rd-last int) is N*K for the pre-split weight and 0 otherwise.
         w3 = n * k if w_mode == rg.W_BF16X3 else 0
         # A config with REDUCE_BLOCK > 0 always reduces in a second launch (no tile counters).
-        reduce_block = meta.pop("REDUCE_BLOCK")
+        reduce_block = meta.pop("REDUCE_BLOCK", 0)
         fixups = (False, True) if meta["SPLIT_K"] > 1 and not reduce_block else (False,)
         for fixup in fixups:
             sem = _Mock(torch.int32 if fixup else torch.float32)

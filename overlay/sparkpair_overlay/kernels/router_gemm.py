@@ -424,8 +424,8 @@ def reduce_config(cfg: KernelConfig, pdl: bool | None = None) -> KernelConfig:
     meta = cfg.constexprs()
     if cfg.kernel != "_router_dot_kernel" or meta["SPLIT_K"] == 1:
         raise ValueError(f"reduce_config: {cfg.name} has no split-K partials to reduce")
-    use_pdl = bool(meta["USE_PDL"] if pdl is None else pdl)
-    block = meta["REDUCE_BLOCK"]
+    use_pdl = bool(meta.get("USE_PDL", False) if pdl is None else pdl)
+    block = meta.get("REDUCE_BLOCK", 0)
     warps = 1 if block else ROUTER_REDUCE_CONFIG.num_warps
     block = block or ROUTER_REDUCE_CONFIG["BLOCK"]
     name = f"reduce_s{meta['SPLIT_K']}_b{block}_w{warps}" + ("_pdl" if use_pdl else "")
@@ -717,8 +717,8 @@ def router_gemm_with_config(
     if meta["W_MODE"] == W_BF16X3:
         assert planes is not None  # checked above
         w_arg, stride_w3 = planes, planes.stride(0)
-    meta["ONE_TILE"] = bool(meta["ONE_TILE"]) and cdiv(cdiv(k, split), meta["BLOCK_K"]) == 1
-    reduce_block = meta.pop("REDUCE_BLOCK")
+    meta["ONE_TILE"] = bool(meta.get("ONE_TILE", False)) and cdiv(cdiv(k, split), meta["BLOCK_K"]) == 1
+    reduce_block = meta.pop("REDUCE_BLOCK", 0)
     sem = None
     if split > 1 and fixup and not reduce_block:
         sem = SEMAPHORES.get(x.device, cdiv(n, meta["BLOCK_N"]) * cdiv(m, meta["BLOCK_M"]))
@@ -743,7 +743,7 @@ def router_gemm_with_config(
         **launch,
     )
     if split > 1 and sem is None:
-        rcfg = reduce_config(cfg, pdl=meta["USE_PDL"])
+        rcfg = reduce_config(cfg, pdl=meta.get("USE_PDL", False))
         rmeta = rcfg.constexprs()
         _router_reduce_kernel[(cdiv(m * n, rmeta["BLOCK"]),)](
             out,
