@@ -1,4 +1,4 @@
-"""Run each kernel once at the served shapes and report whether Triton compiled anything.
+"""Run every dispatch-plan entry once at the served shapes; report whether Triton compiled anything.
 
 With ``TRITON_CACHE_DIR`` pointing at a ``sparkpair kernels build --cache-dir`` output for this
 GPU's arch, no kernel should compile (the JIT post-compile hook would not matter; we count
@@ -26,18 +26,51 @@ def listener(src, metadata, metadata_group, times, cache_hit):  # Triton 3.6 com
 
 
 triton.knobs.compilation.listener = listener
-x = torch.randn(8, 4096, device="cuda").bfloat16()
+
+
+def plan_sizes(plan: tuple[tuple[int, str], ...], last: int) -> list[int]:
+    """One size per plan entry (its upper bound; ``last`` for the open-ended final entry)."""
+    return [min(bound, last) for bound, _ in plan]
+
+
+def run(label: str, call) -> None:
+    n0 = len(events)
+    call()
+    torch.cuda.synchronize()
+    new = events[n0:]
+    misses = sum(1 for _, h in new if not h)
+    print(f"{label}: {len(new)} kernels loaded (0: already loaded), {misses} of them compiled", flush=True)
+
+
+# Every entry of every router plan (one M per entry), with and without the fp32 weight's planes,
+# and past the bf16 plan (cuBLAS: no Triton kernel).
 for w_dtype in (torch.bfloat16, torch.float32):
     w = torch.randn(256, 4096, device="cuda").to(w_dtype)
-    planes = rg.bf16x3_split(w) if w_dtype == torch.float32 else None
-    for m in (1, 8, 32, 512):
-        rg.router_gemm(torch.randn(m, 4096, device="cuda").bfloat16(), w, planes)
-for recipe, enc in (((1, 1, 128), "int32"), ((1, 128, 128), "fp32")):
-    for t in (1, 32, 2048):
+    if w_dtype == torch.bfloat16:
+        modes = ((rg.ROUTER_BF16_PLAN, None),)
+    else:
+        modes = ((rg.ROUTER_FP32_PLAN, rg.bf16x3_split(w)), (rg.ROUTER_FP32_NO_PLANES_PLAN, None))
+    for plan, planes in modes:
+        for m in plan_sizes(plan, 2048) + ([512] if w_dtype == torch.bfloat16 else []):
+            cfg = rg.select_router_config(m, w_dtype, 4096, presplit=planes is not None)
+            x = torch.randn(m, 4096, device="cuda").bfloat16()
+            name = cfg.name if cfg is not None else "cublas"
+            run(f"router {w_dtype} M={m} {name}", lambda x=x, w=w, p=planes: rg.router_gemm(x, w, p))
+# Every entry of both fp8_einsum plans (packed-UE8M0 int32 scales and fp32 block scales).
+for recipe, enc, plan in (
+    ((1, 1, 128), "int32", fe.FP8_EINSUM_PLAN_UE8M0),
+    ((1, 128, 128), "fp32", fe.FP8_EINSUM_PLAN_FP32),
+):
+    for t in plan_sizes(plan, 2048):
         a, sa, w8, sw, _, _ = make_fp8_operands(t, 4, 1024, 4096, recipe, enc)
         out = torch.empty((t, 4, 1024), dtype=torch.bfloat16, device="cuda")
-        fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w8, sw), out, recipe=recipe)
-torch.cuda.synchronize()
+        name = fe.select_fp8_einsum_config(t, fp32_scales=enc == "fp32").name
+        run(
+            f"fp8_einsum {enc} T={t} {name}",
+            lambda a=a, sa=sa, w8=w8, sw=sw, out=out, r=recipe: fe.fp8_einsum(
+                "bhr,hdr->bhd", (a, sa), (w8, sw), out, recipe=r
+            ),
+        )
 hits = sum(1 for _, h in events if h)
 print(f"compile events: {len(events)}; cache hits: {hits}; misses: {len(events) - hits}")
 for name, h in events:

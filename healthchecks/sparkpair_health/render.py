@@ -71,7 +71,9 @@ def render_report(report: Report, console: Console) -> None:
     elif report.overlay_plan_note:
         console.print(f"overlay plan: {report.overlay_plan_note}")
     n = report.counts()
-    summary = ", ".join(f"{v} {k}" for k, v in n.items() if v)
+    summary = "checks: " + ", ".join(f"{v} {k}" for k, v in n.items() if v)
+    if report.ready is not None and report.ready.ready:
+        summary = "readiness pass; " + summary  # the table's readiness row is not a suite check
     if report.aborted:
         console.print(f"[bold red]FAILED: {report.aborted}[/]")
     elif report.ready is not None and not report.ready.ready:

@@ -74,9 +74,13 @@ def run_build(archs: list[str], cache_dir: Path | None, quiet: bool = False) -> 
             console.print(f"[dim]compiled {done}/{total} ({time.monotonic() - t0:.0f} s)[/dim]")
 
     results = aot.build(archs, str(cache_dir) if cache_dir else None, variants, progress)
-    table = Table(title=f"sparkpair kernels: {len(variants)} configs x {len(archs)} targets")
+    n_configs = len({(v.kernel, v.config.name) for v in variants})
+    table = Table(
+        title=f"sparkpair kernels: {len(variants)} variants of {n_configs} configs x {len(archs)} targets"
+    )
     for col in ("kernel", "config", "variant", "arch", "regs", "spill B", "shared B", "limit B", "status"):
-        table.add_column(col, justify="right" if col.endswith("B") or col == "regs" else "left")
+        right = col.endswith("B") or col == "regs"
+        table.add_column(col, justify="right" if right else "left", overflow="fold")
     for r in results:
         status = (
             "[green]ok[/green]"
@@ -95,12 +99,18 @@ def run_build(archs: list[str], cache_dir: Path | None, quiet: bool = False) -> 
             status,
         )
     if not quiet:
-        console.print(table)
+        # Piped or logged output is not cut to 80 columns: every config name stays whole.
+        (console if console.is_terminal else Console(width=200)).print(table)
     failures = [r.problem() for r in results if not r.fits]
     for f in failures:
         console.print(f"[red]FAIL[/red] {f}")
     if cache_dir:
         console.print(f"Triton cache written to {cache_dir} (set TRITON_CACHE_DIR={cache_dir} at run time)")
+    else:
+        console.print(
+            "Triton cache: Triton's default (TRITON_CACHE_DIR, else ~/.triton/cache); kernels already "
+            "there were loaded, not recompiled. Pass --cache-dir DIR for a cache to ship."
+        )
     console.print(f"{len(results) - len(failures)}/{len(results)} passed in {time.monotonic() - t0:.0f} s")
     return 1 if failures else 0
 

@@ -74,6 +74,7 @@ def test_cli_fails_non_zero_naming_the_config(tmp_path, monkeypatch) -> None:
     res = CliRunner().invoke(app, ["kernels", "build", "--arch", "sm_121a,sm_90a", "--cache-dir", str(cache)])
     assert res.exit_code == 1, res.output
     assert "t256_d256_s4_oversized" in res.output and "sm_121a" in res.output
+    assert small[0].config.name in res.output, "the table keeps whole config names when piped"
     assert any(cache.rglob("*.cubin")), "the cache directory holds the compiled kernels"
     monkeypatch.setattr(aot, "all_variants", lambda: small[:1])
     ok = CliRunner().invoke(app, ["kernels", "build", "--arch", "sm_121a", "--quiet"])

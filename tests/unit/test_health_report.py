@@ -55,3 +55,18 @@ def test_settings_name_the_bad_value() -> None:
     with pytest.raises(ValueError, match="only='nope': no such check"):
         SuiteSettings(base_url="http://127.0.0.1:1", only=["nope"])
     assert SuiteSettings(base_url="http://127.0.0.1:1/v1/").base_url == "http://127.0.0.1:1"
+
+
+def test_printed_summary_counts_the_checks_and_names_readiness_apart() -> None:
+    """The table shows a readiness row that is not a suite check; the summary says so, so that its
+    counts (suite checks only) do not disagree with the number of rows."""
+    from rich.console import Console
+    from sparkpair_health.render import render_report
+
+    for ready, want in (
+        (True, "PASSED (readiness pass; checks: 1 pass, 1 skip)"),
+        (False, "FAILED: server not"),
+    ):
+        console = Console(record=True, width=200)
+        render_report(report("pass", "skip", ready=ready), console)
+        assert want in console.export_text(), console.export_text()
