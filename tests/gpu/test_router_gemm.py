@@ -228,3 +228,23 @@ def test_bad_planes_are_refused() -> None:
         rg.router_gemm(x, w.bfloat16(), planes)
     with pytest.raises(ValueError, match="pass planes=bf16x3_split"):
         rg.router_gemm_with_config(x, w, "fp32w3_dot_m16_n32_s16_k256_pdl_r32")
+
+
+def test_row_strides_past_int32_offsets_give_the_right_answer() -> None:
+    """A view whose rows sit 2**30 elements apart: its offsets pass int32, which the kernels index
+    in. Before the launcher copied such operands, row 2 came silently from 2**31 elements before x
+    (or the kernel hit an illegal address); now every config matches fp64 (8 GiB buffer)."""
+    buf = torch.zeros(2**32 + 128, dtype=torch.bfloat16, device="cuda")
+    buf[:64] = 7
+    x = buf[2**31 :].as_strided((3, 64), (2**30, 1))
+    x.copy_(torch.randn(3, 64, device="cuda"))
+    w = torch.randn(16, 64, device="cuda").bfloat16()
+    for cfg in ("bf16_rows_m1_n2_pdl", "bf16_dot_m16_n64_s16_k256_pdl_r32"):
+        assert max_rel(rg.router_gemm_with_config(x, w, cfg), _ref(x, w)) <= TOL[torch.bfloat16], cfg
+    x2 = torch.randn(3, 64, device="cuda").bfloat16()
+    wide = buf.as_strided((16, 64), (2**28, 1))  # the weight's rows, too: row 15 at 15 * 2**28
+    wide.copy_(w)
+    for cfg in ("bf16_rows_m1_n2_pdl", "bf16_dot_m16_n64_s16_k256_pdl_r32"):
+        assert max_rel(rg.router_gemm_with_config(x2, wide, cfg), _ref(x2, w)) <= TOL[torch.bfloat16], cfg
+    del buf
+    torch.cuda.empty_cache()

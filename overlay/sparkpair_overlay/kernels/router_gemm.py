@@ -409,6 +409,73 @@ ROUTER_GEMM_CONFIGS: tuple[KernelConfig, ...] = (
     _dot("fp32x3_dot_m64_n64_s2", 64, 64, 64, 2, 4, 3, W_FP32_SPLIT),
 )
 
+#: Keys a config's ``meta`` must / may hold, per kernel (see ROUTER_GEMM_CONFIGS' comment).
+_META_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "_router_dot_kernel": (
+        frozenset({"BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "W_MODE"}),
+        frozenset({"USE_PDL", "ONE_TILE", "HI_CHUNK", "REDUCE_BLOCK"}),
+    ),
+    "_router_rows_kernel": (frozenset({"BLOCK_M", "BLOCK_N", "BLOCK_K", "W_DTYPE"}), frozenset({"USE_PDL"})),
+}
+
+
+def validate_config(cfg: KernelConfig) -> None:
+    """Check a router config before it reaches Triton (hand-built configs in benchmarks, tests).
+
+    Raises:
+        ValueError: naming the config, the key, the value seen and the values wanted: a kernel
+            other than the dot / rows kernels, a missing or unknown meta key, a tile size that is
+            not a power of two (>= 16 on the dot kernel's tensor-core tiles), SPLIT_K < 1, W_MODE
+            not 0/1/2, REDUCE_BLOCK not 0 or a power of two >= 32, W_DTYPE not bf16/fp32, a
+            non-bool flag, num_warps not a power of two in 1..32, num_stages < 1.
+    """
+    if not isinstance(cfg, KernelConfig) or cfg.kernel not in _META_KEYS:
+        raise ValueError(f"router_gemm: config must be a router KernelConfig or its name; got {cfg!r}")
+    meta = cfg.constexprs()
+    required, optional = _META_KEYS[cfg.kernel]
+    missing, unknown = sorted(required - meta.keys()), sorted(meta.keys() - required - optional)
+    if missing or unknown:
+        raise ValueError(
+            f"router_gemm: config {cfg.name}: missing keys {missing}, unknown keys {unknown}; a "
+            f"{cfg.kernel} config takes {sorted(required)} and optionally {sorted(optional)}"
+        )
+
+    def bad(key: str, want: str) -> ValueError:
+        return ValueError(f"router_gemm: config {cfg.name}: {key} = {meta[key]!r}; want {want}")
+
+    def is_int(v: object) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    def pow2(v: object, lo: int) -> bool:
+        return is_int(v) and v >= lo and v & (v - 1) == 0  # type: ignore[operator]
+
+    dot = cfg.kernel == "_router_dot_kernel"
+    for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+        lo = 16 if dot else 1
+        if not pow2(meta[key], lo):
+            raise bad(key, f"a power of two >= {lo}")
+    for key in ("USE_PDL", "ONE_TILE"):
+        if key in meta and not isinstance(meta[key], bool):
+            raise bad(key, "True or False")
+    if dot:
+        if not is_int(meta["SPLIT_K"]) or meta["SPLIT_K"] < 1:
+            raise bad("SPLIT_K", "an int >= 1")
+        if meta["W_MODE"] not in (W_BF16, W_FP32_SPLIT, W_BF16X3) or isinstance(meta["W_MODE"], bool):
+            raise bad("W_MODE", "0 (bf16), 1 (fp32 split in registers) or 2 (BF16x3 planes)")
+        if "REDUCE_BLOCK" in meta and not (meta["REDUCE_BLOCK"] == 0 or pow2(meta["REDUCE_BLOCK"], 32)):
+            raise bad("REDUCE_BLOCK", "0 or a power of two >= 32")
+        if "HI_CHUNK" in meta and not (is_int(meta["HI_CHUNK"]) and meta["HI_CHUNK"] >= 1):
+            raise bad("HI_CHUNK", "an int >= 1")
+    elif meta["W_DTYPE"] not in ("bf16", "fp32"):
+        raise bad("W_DTYPE", "'bf16' or 'fp32'")
+    if not pow2(cfg.num_warps, 1) or cfg.num_warps > 32:
+        raise ValueError(
+            f"router_gemm: config {cfg.name}: num_warps = {cfg.num_warps!r}; want 1, 2, 4, 8, 16 or 32"
+        )
+    if not is_int(cfg.num_stages) or cfg.num_stages < 1:
+        raise ValueError(f"router_gemm: config {cfg.name}: num_stages = {cfg.num_stages!r}; want an int >= 1")
+
+
 #: The second-stage reduce kernel's config for dot configs with REDUCE_BLOCK 0 (used when no tile
 #: counters are available, or with ``fixup=False``); elementwise, no shared memory.
 ROUTER_REDUCE_CONFIG: KernelConfig = make_config("reduce", "_router_reduce_kernel", 4, 1, BLOCK=1024)
@@ -421,8 +488,12 @@ def reduce_config(cfg: KernelConfig, pdl: bool | None = None) -> KernelConfig:
     SPLIT_K = ``cfg``'s; USE_PDL = ``pdl`` if given, else ``cfg``'s USE_PDL (the reduce kernel
     then waits in ``gdc_wait`` for the partials). Raises ValueError for a config without split-K.
     """
+    if not isinstance(cfg, KernelConfig):
+        raise ValueError(f"reduce_config: cfg must be a router KernelConfig; got {cfg!r}")
+    if pdl is not None and not isinstance(pdl, bool):
+        raise ValueError(f"reduce_config: pdl must be None, True or False; got {pdl!r}")
     meta = cfg.constexprs()
-    if cfg.kernel != "_router_dot_kernel" or meta["SPLIT_K"] == 1:
+    if cfg.kernel != "_router_dot_kernel" or meta.get("SPLIT_K", 1) == 1:
         raise ValueError(f"reduce_config: {cfg.name} has no split-K partials to reduce")
     use_pdl = bool(meta.get("USE_PDL", False) if pdl is None else pdl)
     block = meta.get("REDUCE_BLOCK", 0)
@@ -435,6 +506,8 @@ def reduce_config(cfg: KernelConfig, pdl: bool | None = None) -> KernelConfig:
 
 
 _CONFIGS_BY_NAME = {c.name: c for c in ROUTER_GEMM_CONFIGS}
+for _c in ROUTER_GEMM_CONFIGS:  # the registry passes its own check (launches skip it for these)
+    validate_config(_c)
 
 #: Dispatch for a bf16 weight: ``(max_M, config name)`` in increasing max_M; beyond the last
 #: entry, cuBLAS ``torch.mm(x, W.T, out_dtype=fp32)``. Source: H200 sweep, 2026-11-30, run 6 of
@@ -477,6 +550,15 @@ ROUTER_FP32_NO_PLANES_PLAN: tuple[tuple[int, str], ...] = (
 )
 
 
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_k(who: str, k: object) -> None:
+    if k is not None and (not _is_int(k) or k < 1):  # type: ignore[operator]
+        raise ValueError(f"{who}: k must be None or an int >= 1; got {k!r}")
+
+
 def _takes_k(cfg: KernelConfig, k: int | None) -> bool:
     """Whether ``cfg`` serves this K (the rows kernel holds all of K in one tile)."""
     return k is None or cfg.kernel != "_router_rows_kernel" or k <= cfg["BLOCK_K"]
@@ -494,14 +576,16 @@ def select_router_config(
         presplit: fp32 only: whether the caller has the weight's BF16x3 planes
             (:func:`bf16x3_split`); without them the fp32 configs split each tile in registers.
     Raises:
-        ValueError: ``m < 0`` or a weight dtype other than bf16 / fp32.
+        ValueError: ``m`` not an int >= 0, ``k`` not None or an int >= 1, or a weight dtype other
+            than bf16 / fp32.
     """
     if weight_dtype not in (torch.bfloat16, torch.float32):
         raise ValueError(
             f"select_router_config: weight dtype must be bfloat16 or float32; got {weight_dtype}"
         )
-    if m < 0:
-        raise ValueError(f"select_router_config: m must be >= 0; got {m}")
+    if not _is_int(m) or m < 0:
+        raise ValueError(f"select_router_config: m must be an int >= 0; got {m!r}")
+    _check_k("select_router_config", k)
     if weight_dtype == torch.float32:
         plan = ROUTER_FP32_PLAN if presplit else ROUTER_FP32_NO_PLANES_PLAN
     else:
@@ -524,6 +608,11 @@ def select_router_config(
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        raise ValueError(
+            "router_gemm: x and weight must be torch.Tensors; got "
+            f"{type(x).__name__} and {type(weight).__name__}"
+        )
     if x.dim() != 2 or weight.dim() != 2:
         raise ValueError(
             f"router_gemm: x must be [M, K] and weight [N, K]; got {tuple(x.shape)} and {tuple(weight.shape)}"
@@ -618,6 +707,28 @@ def _check_planes(planes: torch.Tensor, weight: torch.Tensor) -> None:
         raise ValueError("router_gemm: planes must be contiguous (as bf16x3_split returns them)")
 
 
+#: The kernels compute element offsets in int32 (``offs * stride``, Triton's default for arguments
+#: that fit 32 bits): every offset of every operand must stay below this.
+INT32_OFFSET_LIMIT = 2**31
+
+
+def _int32_indexable(t: torch.Tensor, what: str) -> torch.Tensor:
+    """``t``, or a contiguous copy when a row stride would overflow int32 offsets.
+
+    Raises:
+        ValueError: even the contiguous tensor has ``INT32_OFFSET_LIMIT`` or more elements.
+    """
+    last = sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))
+    if t.numel() == 0 or last < INT32_OFFSET_LIMIT:
+        return t
+    if t.numel() >= INT32_OFFSET_LIMIT:
+        raise ValueError(
+            f"router_gemm: {what} {list(t.shape)} holds {t.numel()} elements; the kernels index in "
+            f"int32 and take fewer than 2**31 ({INT32_OFFSET_LIMIT}): split the batch"
+        )
+    return t.contiguous()
+
+
 def _config_weight(cfg: KernelConfig) -> str:
     """What weight a config takes: ``"bf16"`` or ``"fp32"``."""
     meta = cfg.constexprs()
@@ -674,8 +785,14 @@ def router_gemm_with_config(
         cfg = _CONFIGS_BY_NAME[config]
     elif isinstance(config, KernelConfig) and config.kernel in ("_router_dot_kernel", "_router_rows_kernel"):
         cfg = config
+        if _CONFIGS_BY_NAME.get(cfg.name) is not cfg:  # hand-built: check it before Triton sees it
+            validate_config(cfg)
     else:
         raise ValueError(f"router_gemm: config must be a router KernelConfig or its name; got {config!r}")
+    if not isinstance(fixup, bool):
+        raise ValueError(f"router_gemm: fixup must be True or False; got {fixup!r}")
+    if pdl is not None and not isinstance(pdl, bool):
+        raise ValueError(f"router_gemm: pdl must be None, True or False; got {pdl!r}")
     meta = cfg.constexprs()
     w_kind = _config_weight(cfg)
     if (w_kind == "fp32") != (weight.dtype == torch.float32):
@@ -696,6 +813,10 @@ def router_gemm_with_config(
         x = x.contiguous()
     if weight.stride(1) != 1:
         weight = weight.contiguous()
+    x = _int32_indexable(x, "x")  # the kernels index with int32 arithmetic
+    weight = _int32_indexable(weight, "weight")
+    if planes is not None:
+        _int32_indexable(planes, "planes")  # contiguous already: raises when too large
     if "USE_PDL" in meta:
         meta["USE_PDL"] = bool(meta["USE_PDL"] if pdl is None else pdl) and not _kernels_interpreted()
     launch = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
@@ -711,6 +832,11 @@ def router_gemm_with_config(
         _router_rows_kernel[grid](out, x, weight, m, n, k, x.stride(0), weight.stride(0), n, **meta, **launch)
         return out
     split = meta["SPLIT_K"]
+    if split * m * n >= INT32_OFFSET_LIMIT:
+        raise ValueError(
+            f"router_gemm: config {cfg.name}: {split} split-K partials of [{m}, {n}] hold "
+            f"{split * m * n} elements; the kernels index in int32 and take fewer than 2**31: split the batch"
+        )
     part = out if split == 1 else torch.empty((split, m, n), device=x.device, dtype=torch.float32)
     grid = (cdiv(n, meta["BLOCK_N"]) * split * cdiv(m, meta["BLOCK_M"]),)
     w_arg, stride_w3 = weight, 0
@@ -810,5 +936,8 @@ def router_gemm(x: torch.Tensor, weight: torch.Tensor, planes: torch.Tensor | No
 def configs_for(weight_dtype: torch.dtype, k: int | None = None) -> list[KernelConfig]:
     """Every :data:`ROUTER_GEMM_CONFIGS` entry that takes a weight of this dtype (and this K);
     tests and benchmarks sweep these."""
+    if weight_dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"configs_for: weight dtype must be bfloat16 or float32; got {weight_dtype!r}")
+    _check_k("configs_for", k)
     want = "fp32" if weight_dtype == torch.float32 else "bf16"
     return [c for c in ROUTER_GEMM_CONFIGS if _config_weight(c) == want and _takes_k(c, k)]
