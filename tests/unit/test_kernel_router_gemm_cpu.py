@@ -111,7 +111,7 @@ def test_config_and_planes_errors_name_what_was_wrong() -> None:
         rg.router_gemm(x, w, torch.zeros(3, 16, 32, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="weight dtype must be bfloat16 or float32; got torch.float16"):
         rg.select_router_config(1, torch.float16)
-    with pytest.raises(ValueError, match="m must be >= 0; got -1"):
+    with pytest.raises(ValueError, match="m must be an int >= 0; got -1"):
         rg.select_router_config(-1, torch.bfloat16)
 
 

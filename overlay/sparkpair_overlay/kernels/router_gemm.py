@@ -47,6 +47,7 @@ variant, for the AOT gate); :func:`router_gemm_with_config` (benchmarks and test
 
 from __future__ import annotations
 
+import numbers
 import os
 
 import torch
@@ -61,6 +62,7 @@ __all__ = [
     "bf16x3_split",
     "configs_for",
     "reduce_config",
+    "validate_config",
     "router_gemm",
     "router_gemm_with_config",
     "select_router_config",
@@ -409,6 +411,12 @@ ROUTER_GEMM_CONFIGS: tuple[KernelConfig, ...] = (
     _dot("fp32x3_dot_m64_n64_s2", 64, 64, 64, 2, 4, 3, W_FP32_SPLIT),
 )
 
+
+def _is_int(v: object) -> bool:
+    """An integer (Python or numpy), not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
 #: Keys a config's ``meta`` must / may hold, per kernel (see ROUTER_GEMM_CONFIGS' comment).
 _META_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "_router_dot_kernel": (
@@ -443,11 +451,8 @@ def validate_config(cfg: KernelConfig) -> None:
     def bad(key: str, want: str) -> ValueError:
         return ValueError(f"router_gemm: config {cfg.name}: {key} = {meta[key]!r}; want {want}")
 
-    def is_int(v: object) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool)
-
     def pow2(v: object, lo: int) -> bool:
-        return is_int(v) and v >= lo and v & (v - 1) == 0  # type: ignore[operator]
+        return _is_int(v) and v >= lo and v & (v - 1) == 0  # type: ignore[operator]
 
     dot = cfg.kernel == "_router_dot_kernel"
     for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
@@ -458,13 +463,13 @@ def validate_config(cfg: KernelConfig) -> None:
         if key in meta and not isinstance(meta[key], bool):
             raise bad(key, "True or False")
     if dot:
-        if not is_int(meta["SPLIT_K"]) or meta["SPLIT_K"] < 1:
+        if not _is_int(meta["SPLIT_K"]) or meta["SPLIT_K"] < 1:
             raise bad("SPLIT_K", "an int >= 1")
         if meta["W_MODE"] not in (W_BF16, W_FP32_SPLIT, W_BF16X3) or isinstance(meta["W_MODE"], bool):
             raise bad("W_MODE", "0 (bf16), 1 (fp32 split in registers) or 2 (BF16x3 planes)")
         if "REDUCE_BLOCK" in meta and not (meta["REDUCE_BLOCK"] == 0 or pow2(meta["REDUCE_BLOCK"], 32)):
             raise bad("REDUCE_BLOCK", "0 or a power of two >= 32")
-        if "HI_CHUNK" in meta and not (is_int(meta["HI_CHUNK"]) and meta["HI_CHUNK"] >= 1):
+        if "HI_CHUNK" in meta and not (_is_int(meta["HI_CHUNK"]) and meta["HI_CHUNK"] >= 1):
             raise bad("HI_CHUNK", "an int >= 1")
     elif meta["W_DTYPE"] not in ("bf16", "fp32"):
         raise bad("W_DTYPE", "'bf16' or 'fp32'")
@@ -472,7 +477,7 @@ def validate_config(cfg: KernelConfig) -> None:
         raise ValueError(
             f"router_gemm: config {cfg.name}: num_warps = {cfg.num_warps!r}; want 1, 2, 4, 8, 16 or 32"
         )
-    if not is_int(cfg.num_stages) or cfg.num_stages < 1:
+    if not _is_int(cfg.num_stages) or cfg.num_stages < 1:
         raise ValueError(f"router_gemm: config {cfg.name}: num_stages = {cfg.num_stages!r}; want an int >= 1")
 
 
@@ -548,10 +553,6 @@ ROUTER_FP32_NO_PLANES_PLAN: tuple[tuple[int, str], ...] = (
     (128, "fp32x3_dot_m16_n16_s16"),
     (1 << 62, "fp32x3_dot_m64_n64_s2"),
 )
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _check_k(who: str, k: object) -> None:
@@ -822,6 +823,12 @@ def router_gemm_with_config(
     launch = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     if meta.get("USE_PDL"):
         launch["launch_pdl"] = True
+    if meta.get("SPLIT_K", 1) * m * n >= INT32_OFFSET_LIMIT:
+        raise ValueError(
+            f"router_gemm: config {cfg.name}: the output [{m}, {n}] and its "
+            f"{meta.get('SPLIT_K', 1)} split-K partial(s) hold {meta.get('SPLIT_K', 1) * m * n} elements; "
+            "the kernels index in int32 and take fewer than 2**31: split the batch"
+        )
     out = torch.empty((m, n), device=x.device, dtype=torch.float32)
     if m == 0:
         return out
@@ -832,11 +839,6 @@ def router_gemm_with_config(
         _router_rows_kernel[grid](out, x, weight, m, n, k, x.stride(0), weight.stride(0), n, **meta, **launch)
         return out
     split = meta["SPLIT_K"]
-    if split * m * n >= INT32_OFFSET_LIMIT:
-        raise ValueError(
-            f"router_gemm: config {cfg.name}: {split} split-K partials of [{m}, {n}] hold "
-            f"{split * m * n} elements; the kernels index in int32 and take fewer than 2**31: split the batch"
-        )
     part = out if split == 1 else torch.empty((split, m, n), device=x.device, dtype=torch.float32)
     grid = (cdiv(n, meta["BLOCK_N"]) * split * cdiv(m, meta["BLOCK_M"]),)
     w_arg, stride_w3 = weight, 0
