@@ -240,42 +240,26 @@ if HAS_TRITON:
         kb_hi = tl.minimum(kb_lo + kb_per, num_kb)
         a_ptrs += kb_lo * BLOCK_R
         w_ptrs += kb_lo * BLOCK_R
-        if SW_PER_ROW and not SHARE_CHECK:
+        # The weight scales this tile reads per K block: one per row (per-row recipe), or the one
+        # scale of the 128-row block the tile lies in (block recipe).
+        if SW_PER_ROW:
             sw_offs = g * stride_swg + offs_d * stride_swd
-            acc = _k_loop(
-                acc,
-                a_ptrs,
-                w_ptrs,
-                sa_ptr,
-                sw_ptr,
-                sa_base,
-                sw_offs,
-                d_mask,
-                kb_lo,
-                kb_hi,
-                t_mask,
-                d_mask,
-                stride_sak,
-                stride_swk,
-                SA_KIND,
-                SW_KIND,
-                True,
-                BLOCK_R,
-                None,
-            )
-        elif SW_PER_ROW:
+            sw_mask = d_mask
+        else:
+            sw_offs = sw_first
+            sw_mask = first_ok
+        if SW_PER_ROW and SHARE_CHECK:
             # Per-row scales that are block scales broadcast to every row (DeepGEMM's weight
             # transform on sm_10x/sm_12x, audit section 2) take the one-scale-per-tile loop: the
             # same values, so the same bits. Other tiles take the per-row loop, pipelined at its
             # own depth (the two loops share their shared-memory buffers).
-            sw_offs = g * stride_swg + offs_d * stride_swd
-            if SW_KIND == 1:
-                share = _rows_share_scales(
-                    sw_ptr, sw_offs, sw_first, kb_lo // 4, (kb_hi + 3) // 4, d_mask, stride_swk
-                )
+            if SW_KIND == 1:  # four K blocks' exponents per int32 word
+                s_lo = kb_lo // 4
+                s_hi = (kb_hi + 3) // 4
             else:
-                share = _rows_share_scales(sw_ptr, sw_offs, sw_first, kb_lo, kb_hi, d_mask, stride_swk)
-            if share:
+                s_lo = kb_lo
+                s_hi = kb_hi
+            if _rows_share_scales(sw_ptr, sw_offs, sw_first, s_lo, s_hi, d_mask, stride_swk):
                 acc = _k_loop(
                     acc,
                     a_ptrs,
@@ -327,8 +311,8 @@ if HAS_TRITON:
                 sa_ptr,
                 sw_ptr,
                 sa_base,
-                sw_first,
-                first_ok,
+                sw_offs,
+                sw_mask,
                 kb_lo,
                 kb_hi,
                 t_mask,
@@ -337,7 +321,7 @@ if HAS_TRITON:
                 stride_swk,
                 SA_KIND,
                 SW_KIND,
-                False,
+                SW_PER_ROW,
                 BLOCK_R,
                 None,
             )
