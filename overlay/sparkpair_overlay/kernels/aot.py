@@ -234,9 +234,8 @@ def router_variants() -> list[AotVariant]:
         # The launcher passes ``out`` (fp32) as the counter pointer when there is no fixup;
         # stride_w3 (3rd-last int) is N*K for the pre-split weight and 0 otherwise.
         w3 = n * k if w_mode == rg.W_BF16X3 else 0
-        # A config with REDUCE_BLOCK > 0 always reduces in a second launch (no tile counters).
-        reduce_block = meta.pop("REDUCE_BLOCK", 0)
-        fixups = (False, True) if meta["SPLIT_K"] > 1 and not reduce_block else (False,)
+        meta.pop("REDUCE_BLOCK", 0)  # a launcher setting, not a constexpr
+        fixups = (False, True) if rg.uses_tile_counters(cfg) else (False,)
         for fixup in fixups:
             sem = _Mock(torch.int32 if fixup else torch.float32)
             dot_args = (_Mock(torch.float32), sem, _Mock(torch.float32), _Mock(torch.bfloat16))

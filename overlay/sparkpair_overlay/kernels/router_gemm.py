@@ -62,6 +62,7 @@ __all__ = [
     "bf16x3_split",
     "configs_for",
     "reduce_config",
+    "uses_tile_counters",
     "validate_config",
     "router_gemm",
     "router_gemm_with_config",
@@ -486,6 +487,14 @@ def validate_config(cfg: KernelConfig) -> None:
 ROUTER_REDUCE_CONFIG: KernelConfig = make_config("reduce", "_router_reduce_kernel", 4, 1, BLOCK=1024)
 
 
+def uses_tile_counters(cfg: KernelConfig) -> bool:
+    """Whether split-K dot config ``cfg`` sums its partials in its own launch (the last CTA of each
+    tile, tile counters; REDUCE_BLOCK 0) when counters are available, rather than always in the
+    second ``_router_reduce_kernel`` launch. The launcher and the AOT gate both follow this."""
+    meta = cfg.constexprs()
+    return cfg.kernel == "_router_dot_kernel" and meta["SPLIT_K"] > 1 and not meta.get("REDUCE_BLOCK", 0)
+
+
 def reduce_config(cfg: KernelConfig, pdl: bool | None = None) -> KernelConfig:
     """The ``_router_reduce_kernel`` launch that sums split-K dot config ``cfg``'s partials.
 
@@ -846,9 +855,9 @@ def router_gemm_with_config(
         assert planes is not None  # checked above
         w_arg, stride_w3 = planes, planes.stride(0)
     meta["ONE_TILE"] = bool(meta.get("ONE_TILE", False)) and cdiv(cdiv(k, split), meta["BLOCK_K"]) == 1
-    reduce_block = meta.pop("REDUCE_BLOCK", 0)
+    meta.pop("REDUCE_BLOCK", 0)  # a launcher setting, not a constexpr
     sem = None
-    if split > 1 and fixup and not reduce_block:
+    if fixup and uses_tile_counters(cfg):
         sem = SEMAPHORES.get(x.device, cdiv(n, meta["BLOCK_N"]) * cdiv(m, meta["BLOCK_M"]))
     _router_dot_kernel[grid](
         out,
