@@ -47,6 +47,7 @@ variant, for the AOT gate); :func:`router_gemm_with_config` (benchmarks and test
 
 from __future__ import annotations
 
+import functools
 import numbers
 import os
 
@@ -519,6 +520,12 @@ def reduce_config(cfg: KernelConfig, pdl: bool | None = None) -> KernelConfig:
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _reduce_config_for(cfg: KernelConfig, pdl: bool) -> KernelConfig:
+    """:func:`reduce_config`, built once per (config, PDL) instead of on every launch."""
+    return reduce_config(cfg, pdl=pdl)
+
+
 _CONFIGS_BY_NAME = {c.name: c for c in ROUTER_GEMM_CONFIGS}
 for _c in ROUTER_GEMM_CONFIGS:  # the registry passes its own check (launches skip it for these)
     validate_config(_c)
@@ -880,7 +887,7 @@ def router_gemm_with_config(
         **launch,
     )
     if split > 1 and sem is None:
-        rcfg = reduce_config(cfg, pdl=meta.get("USE_PDL", False))
+        rcfg = _reduce_config_for(cfg, meta.get("USE_PDL", False))
         rmeta = rcfg.constexprs()
         _router_reduce_kernel[(cdiv(m * n, rmeta["BLOCK"]),)](
             out,
