@@ -20,7 +20,6 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from sparkpair_health.profile import ProfileError, load_profile
 
 from .server import ServerStartError, VllmServer
-from .tinymodel import generate_tiny_model
 
 console = Console()
 
@@ -98,6 +97,10 @@ def run_demo(
             f"{setting}={str(workdir)!r}: cannot create {run_dir} ({e.strerror or e}); "
             "wanted a writable folder"
         ) from None
+    # numpy and tokenizers (the `model` extra) load here, not at CLI start: the slim
+    # install runs `sparkpair --help` without them.
+    from .tinymodel import generate_tiny_model  # noqa: PLC0415
+
     model_dir = generate_tiny_model(workdir / "models" / "tiny")
     console.print(f"[bold]sparkpair demo[/] profile={profile.name} model={model_dir} run={run_dir}")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sparkpair_cli import cmd_demo
+from sparkpair_cli import cmd_demo, tinymodel
 from sparkpair_cli.main import app
 from typer.testing import CliRunner
 
@@ -17,7 +17,7 @@ def _no_server(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("the demo started a server on bad input")
 
     monkeypatch.setattr(cmd_demo.VllmServer, "from_profile", refuse)
-    monkeypatch.setattr(cmd_demo, "generate_tiny_model", refuse)
+    monkeypatch.setattr(tinymodel, "generate_tiny_model", refuse)
 
 
 def demo(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:

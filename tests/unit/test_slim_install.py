@@ -1,0 +1,68 @@
+"""``pip install .`` without extras runs the client commands: the CLI, ``health``, ``gateway``
+and ``logscan`` start with only the slim dependency set of pyproject.toml (no numpy, torch,
+triton, tokenizers or vLLM). Heavy imports happen inside the commands that need them.
+
+The package is installed from PyPI into a bare ``python -m venv`` (a copy of the source, so
+the checkout gets no build folders), as a user of the slim client would install it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES = ("pyproject.toml", "README.md", "overlay", "healthchecks", "scripts")
+"""What setuptools needs to build the package (pyproject.toml [tool.setuptools])."""
+
+HEAVY = ("numpy", "torch", "triton", "tokenizers", "vllm", "matplotlib")
+"""Modules of the extras (pyproject.toml [project.optional-dependencies]) and of vLLM."""
+
+
+@pytest.fixture(scope="module")
+def slim_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bare venv with ``pip install .`` (no extras) done; returns its ``bin`` folder."""
+    root = tmp_path_factory.mktemp("slim")
+    src = root / "src"
+    src.mkdir()
+    for name in SOURCES:
+        p = REPO / name
+        if p.is_dir():
+            shutil.copytree(p, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(p, src / name)
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    r = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(src)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, f"pip install . failed:\n{(r.stdout + r.stderr)[-3000:]}"
+    return venv / "bin"
+
+
+def test_the_slim_install_has_none_of_the_heavy_packages(slim_venv: Path) -> None:
+    code = "import importlib.util as u; print([m for m in %r if u.find_spec(m)])" % (HEAVY,)
+    r = subprocess.run([str(slim_venv / "python"), "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["health", "--help"], ["gateway", "--help"], ["logscan", "--help"]],
+    ids=["cli", "health", "gateway", "logscan"],
+)
+def test_client_command_help_runs_on_the_slim_install(slim_venv: Path, argv: list[str]) -> None:
+    r = subprocess.run(
+        [str(slim_venv / "sparkpair"), *argv], capture_output=True, text=True, timeout=120, cwd=slim_venv
+    )
+    assert r.returncode == 0, f"sparkpair {' '.join(argv)} exited {r.returncode}:\n{r.stderr[-3000:]}"
+    assert "Usage:" in r.stdout, r.stdout
