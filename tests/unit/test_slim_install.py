@@ -50,7 +50,7 @@ def slim_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_slim_install_has_none_of_the_heavy_packages(slim_venv: Path) -> None:
-    code = "import importlib.util as u; print([m for m in %r if u.find_spec(m)])" % (HEAVY,)
+    code = f"import importlib.util as u; print([m for m in {HEAVY!r} if u.find_spec(m)])"
     r = subprocess.run([str(slim_venv / "python"), "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
 

@@ -42,7 +42,9 @@ BAD_DRIVER_BRANCHES = {
 DSV4_DECODE_HEADS = 64
 """DeepSeek-V4-Flash attention heads (audit §5); per-rank heads = 64 / TP."""
 DSV4_DECODE_TOPK = 128
-"""FlashInfer SM120 DSv4 decode top-k the non-DSpark path needs (audit §3: (32, 128) at TP=2)."""
+"""DeepSeek-V4-Flash's sliding window (``sliding_window`` in the checkpoint's config.json): the
+top-k vLLM 0.33 asks FlashInfer's SM120 DSv4 decode table for without DSpark (see
+:func:`dsv4_decode_pair`)."""
 
 
 @dataclass(frozen=True)
@@ -619,54 +621,108 @@ def is_dsv4(profile: Any) -> bool:
     return "deepseek_v4" in args or "deepseek-v4" in str(getattr(spec, "model", "")).lower()
 
 
-FLASHINFER_TABLE_CMD = (
-    "import json, flashinfer.mla._sparse_mla_sm120 as m; "
-    "print(json.dumps(sorted([list(k) if isinstance(k, tuple) else k for k in m._DECODE_DSV4_DISPATCH])))"
-)
+DSV4_Q_HEAD_SPECIALISATIONS = (8, 16, 32, 64, 128)
+"""Query-head counts FlashInfer's sparse MLA decode accepts; vLLM 0.33 pads a rank's heads up to
+the next one (``_SPARSE_MLA_SUPPORTED_Q_HEADS`` in vllm/models/deepseek_v4/nvidia/flashinfer_sparse.py)."""
+
+
+def dsv4_decode_pair(tp: int) -> tuple[int, int]:
+    """The ``(num_q_heads, top_k)`` vLLM 0.33 asks FlashInfer's SM120 DSv4 decode table for at TP.
+
+    vLLM's ``DeepseekV4FlashInferSM120Attention.__init__`` asks
+    ``has_flashinfer_sparse_mla_sm120_config(padded_heads, required_topk)``
+    (vllm/models/deepseek_v4/nvidia/flashinfer_sparse.py, vllm/utils/flashinfer.py, 0.33.0):
+    ``padded_heads`` is the rank's heads (64 / TP) padded up to
+    :data:`DSV4_Q_HEAD_SPECIALISATIONS`, ``required_topk`` the model's sliding window (128)
+    when no DSpark speculative decoding runs. At TP=2: ``(32, 128)``.
+
+    Raises:
+        ValueError: more heads per rank than any specialisation (TP < 1 is refused earlier by
+            the profile schema).
+    """
+    per_rank = -(-DSV4_DECODE_HEADS // max(tp, 1))
+    for h in DSV4_Q_HEAD_SPECIALISATIONS:
+        if per_rank <= h:
+            return (h, DSV4_DECODE_TOPK)
+    raise ValueError(f"{per_rank} DSv4 heads per rank; wanted <= {DSV4_Q_HEAD_SPECIALISATIONS[-1]}")
+
+
+FLASHINFER_DSV4_CMD = """import json, sys
+asked = [tuple(p) for p in json.loads(sys.argv[1])]
+missing = []
+try:
+    import flashinfer.decode as d
+    missing += [n for n in ("trtllm_batch_decode_sparse_mla_dsv4", "trtllm_batch_decode_with_kv_cache_mla")
+                if not callable(getattr(d, n, None))]
+except ImportError as e:
+    missing.append(f"flashinfer.decode ({e})")
+try:
+    from flashinfer.autotuner import autotune
+    if not callable(autotune):
+        missing.append("flashinfer.autotuner.autotune")
+except ImportError as e:
+    missing.append(f"flashinfer.autotuner.autotune ({e})")
+import flashinfer.mla._sparse_mla_sm120 as m
+table = getattr(m, "_DECODE_DSV4_DISPATCH", None)
+print(json.dumps({"missing": missing, "table": repr(table),
+                  "answers": [[h, k, table is not None and (h, k) in table] for h, k in asked]}))
+"""
+"""Asks the installed FlashInfer what vLLM 0.33 asks before it builds the SM120 DSv4 attention
+(``has_flashinfer_sparse_mla_sm120`` and ``has_flashinfer_sparse_mla_sm120_config`` in
+vllm/utils/flashinfer.py): are the two sparse-MLA decode entry points and the autotuner there, and
+is each asked pair a member (``in``) of ``flashinfer.mla._sparse_mla_sm120._DECODE_DSV4_DISPATCH``.
+Membership is that object's API: in FlashInfer 0.7.2.post1 it is a dispatch envelope whose
+iteration lists only ``(heads, 1)`` pairs (docs/reference/flashinfer-dsv4.md). Runs in a child
+Python so a FlashInfer that crashes on import fails this check, not the preflight."""
 
 
 def check_flashinfer_table(c: Ctx) -> None:
-    """FlashInfer's SM120 DSv4 decode table has ``(64 / TP, 128)`` (audit §3: (32, 128) at
-    TP=2); otherwise the attention layer raises at init."""
+    """FlashInfer's SM120 DSv4 decode table answers ``(heads, top_k) in table`` with True for
+    the pair vLLM 0.33 asks at this TP (:func:`dsv4_decode_pair`; ``(32, 128)`` at TP=2), and the
+    sparse-MLA decode entry points vLLM checks exist; otherwise vLLM's attention layer raises at
+    init ("requires a FlashInfer DSV4 sparse MLA decode specialization")."""
+    setting = "FlashInfer DSv4 decode table"
     if not is_dsv4(c.profile):
-        c.add(
-            "flashinfer-dsv4",
-            "pass",
-            "FlashInfer DSv4 decode table",
-            "n/a",
-            "n/a",
-            "profile is not DeepSeek-V4",
-        )
+        c.add("flashinfer-dsv4", "pass", setting, "n/a", "n/a", "profile is not DeepSeek-V4")
         return
-    want = [DSV4_DECODE_HEADS // _tp(c.profile), DSV4_DECODE_TOPK]
+    want = dsv4_decode_pair(_tp(c.profile))
+    wanted = f"{want} in the table (what vLLM 0.33 asks at TP={_tp(c.profile)})"
+    argv = [sys.executable, "-c", FLASHINFER_DSV4_CMD, json.dumps([list(want)])]
     try:
-        r = c.host.run("flashinfer-dsv4-table", [sys.executable, "-c", FLASHINFER_TABLE_CMD])
+        r = c.host.run("flashinfer-dsv4-table", argv)
     except CommandUnavailable as e:
-        c.add("flashinfer-dsv4", "fail", "FlashInfer DSv4 decode table", str(e), f"an entry {tuple(want)}")
+        c.add("flashinfer-dsv4", "fail", setting, str(e), wanted)
         return
-    if r.rc != 0:
+    lines = r.stdout.strip().splitlines() or ["(no output)"]
+    try:
+        got = json.loads(lines[-1]) if r.rc == 0 else None
+    except json.JSONDecodeError:
+        got = None
+    if not isinstance(got, dict):
+        c.add("flashinfer-dsv4", "fail", setting, lines[-1], f"FlashInfer importable, {wanted}")
+        return
+    if got.get("missing"):
         c.add(
             "flashinfer-dsv4",
             "fail",
-            "FlashInfer DSv4 decode table",
-            (r.stdout.strip().splitlines() or ["?"])[-1],
-            f"importable, with an entry {tuple(want)}",
+            setting,
+            f"missing {', '.join(map(str, got['missing']))}",
+            f"FlashInfer's SM120 sparse-MLA decode API, {wanted}",
+            "vLLM 0.33 does not build the SM120 DSv4 attention without them",
         )
         return
-    keys = json.loads(r.stdout.strip().splitlines()[-1])
-    if want not in keys:
+    answers = {(int(h), int(k)): bool(ok) for h, k, ok in got.get("answers", [])}
+    if not answers.get(want, False):
         c.add(
             "flashinfer-dsv4",
             "fail",
-            "FlashInfer DSv4 decode table",
-            keys,
-            f"an entry {tuple(want)}",
-            f"TP={_tp(c.profile)} needs (heads/TP, topk)",
+            setting,
+            f"{got.get('table')} answers {want} in table: False",
+            wanted,
+            f"TP={_tp(c.profile)} needs (padded heads per rank, top_k); install a FlashInfer with it",
         )
     else:
-        c.add(
-            "flashinfer-dsv4", "pass", "FlashInfer DSv4 decode table", f"has {tuple(want)}", f"{tuple(want)}"
-        )
+        c.add("flashinfer-dsv4", "pass", setting, f"{got.get('table')} has {want}", wanted)
 
 
 def check_checkpoint(c: Ctx) -> None:
@@ -744,7 +800,7 @@ CHECK_IDS = {
     "logind-removeipc": "logind RemoveIPC/linger (B18)",
     "driver": "NVIDIA driver present, branch not known bad",
     "ptxas": "ptxas accepts sm_121a (B01)",
-    "flashinfer-dsv4": "FlashInfer DSv4 decode table has this TP's entry",
+    "flashinfer-dsv4": "FlashInfer DSv4 decode table answers (heads, top_k) in table as vLLM asks",
     "checkpoint": "checkpoint complete, gate dtype as assumed (sparkpair inspect)",
     "same-kernel": "kernel release equal on every node",
     "same-driver": "driver version equal on every node",
