@@ -4,7 +4,8 @@ and validation of the node env file.
 
 ``sparkpair node run --role head|worker`` validates the node env (configs/node.env, passed
 by compose), runs ``sparkpair preflight --local``, then the kernel probe where this build
-has it, resolves the RoCEv2 GID index, and starts Ray and vLLM with the profile's arguments.
+has it, resolves the RoCEv2 GID index, and starts vLLM (its multi-node `mp` executor) with the
+profile's arguments.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import importlib.util
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -128,7 +128,7 @@ def register(app: typer.Typer) -> None:
         env_file: Path | None = typer.Option(None, help="node env file (default: the environment)"),
         root: Path = typer.Option(Path("/"), help="root for /sys and /proc reads (tests)"),
     ) -> None:
-        """Container entrypoint: preflight, probe, then start Ray/vLLM for this node."""
+        """Container entrypoint: preflight, probe, then start vLLM (executor mp) for this node."""
         env = _load_env(env_file)
         profile = _load_profile(env)
         r = _role(role)
@@ -210,12 +210,8 @@ def register(app: typer.Typer) -> None:
         if role == "head":
             res = liveness.http_ok(f"http://{_url_host(env.probe_host())}:{env.SPARKPAIR_API_PORT}/health")
         elif role == "worker":
-            executor = env.SPARKPAIR_EXECUTOR or _load_profile(env).server.env.get(
-                "SPARKPAIR_EXECUTOR", "ray"
-            )
             res = liveness.worker_alive(
                 env.SPARKPAIR_NODE_NAME,
-                executor,
                 str(env.SPARKPAIR_HEAD_ADDR),
                 env.SPARKPAIR_MASTER_PORT,
                 root,
@@ -279,46 +275,8 @@ def _start(env: NodeEnv, p: launch.LaunchPlan) -> None:
         if int(waited) % 30 < 2:
             _say(env, f"waiting for the head at {head}:{port} ({waited:.0f}/{timeout:.0f} s)")
 
-    if p.executor == "mp":
-        if p.role == "worker":
-            _wait_head(env, head, port, timeout, tick)
-        assert p.serve is not None
-        _say(env, "exec " + " ".join(p.serve))
-        launch.exec_argv(p.serve, p.env)
-
-    assert p.ray_start is not None
     if p.role == "worker":
         _wait_head(env, head, port, timeout, tick)
-        _say(env, "exec " + " ".join(p.ray_start))
-        launch.exec_argv(p.ray_start, p.env)
-
-    rc = subprocess.call(p.ray_start, env=p.env)
-    if rc != 0:
-        _say(env, f"[red]`{' '.join(p.ray_start)}` exited {rc}[/red]")
-        raise typer.Exit(EXIT_CLUSTER)
-    os.environ.update({k: v for k, v in p.env.items() if k.startswith(("RAY_", "VLLM_"))})
-    t0 = time.monotonic()
-    address = f"{env.VLLM_HOST_IP}:{port}"
-    while True:
-        nodes = launch.ray_alive_nodes(address)
-        waited = time.monotonic() - t0
-        if len(nodes) >= p.wait_nodes:
-            break
-        if waited > timeout:
-            _say(
-                env,
-                f"[red]Ray cluster at {address} has {len(nodes)} alive nodes after {timeout:.0f} s; wanted "
-                f"SPARKPAIR_NNODES={p.wait_nodes} (start the workers: --profile worker)[/red]",
-            )
-            raise typer.Exit(EXIT_CLUSTER)
-        _say(env, f"Ray cluster: {len(nodes)}/{p.wait_nodes} nodes alive ({waited:.0f}/{timeout:.0f} s)")
-        time.sleep(5)
-    problems = launch.check_ray_nodes(env, nodes)
-    if problems:
-        err.print("\n".join(problems), highlight=False)
-        raise typer.Exit(EXIT_CLUSTER)
-    _say(env, f"Ray cluster formed: {[n['ip'] for n in nodes]}")
-    assert p.serve is not None
     _say(env, "exec " + " ".join(p.serve))
     launch.exec_argv(p.serve, p.env)
 

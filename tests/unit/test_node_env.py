@@ -43,11 +43,11 @@ def test_the_example_is_valid_and_documents_every_key() -> None:
         ("SPARKPAIR_FABRIC_IFNAME", "a-very-long-interface-name", "at most 15 characters"),
         ("NCCL_IB_HCA", "rocep1s0f1;roceP2p1s0f1", "both halves of the QSFP port"),
         ("NCCL_IB_GID_INDEX", "v2", "'auto' (resolved per node from sysfs at start) or an integer 0-255"),
-        ("SPARKPAIR_EXECUTOR", "torchrun", "'ray' or 'mp'"),
+        ("SPARKPAIR_EXECUTOR", "torchrun", "empty or 'mp'"),
+        ("SPARKPAIR_EXECUTOR", "ray", "Ray was removed"),
         ("SPARKPAIR_API_PORT", "80", "a TCP port 1024-65535"),
         ("SPARKPAIR_GATEWAY_PORT", "8000", "a port other than SPARKPAIR_API_PORT"),
         ("SPARKPAIR_API_HOST", "10.1.1.1", "0.0.0.0, ::, 127.0.0.1 or VLLM_HOST_IP=192.168.177.11"),
-        ("RAY_OBJECT_STORE_MEMORY", "1000", "bytes for Ray's object store"),
         ("SPARKPAIR_MODEL_CACHE", "models", "an absolute host path"),
     ],
 )

@@ -37,22 +37,14 @@ def plan(values: dict[str, str], role: str, gid: int | None = 3) -> launch.Launc
     )
 
 
-def test_ray_head_starts_gcs_on_the_fabric_ip_then_serves_with_the_profile() -> None:
+def test_dsv4_head_serves_the_profile_with_vllm_mp_executor_across_two_nodes() -> None:
     p = plan(BASE, "head")
-    assert p.executor == "ray" and p.wait_nodes == 2
-    assert p.ray_start[:3] == ["ray", "start", "--head"]  # type: ignore[index]
-    assert "--node-ip-address=192.168.177.11" in p.ray_start and "--port=29501" in p.ray_start  # type: ignore[operator]
+    assert p.executor == "mp"
     s = p.serve
-    assert s is not None and s[:5] == [
-        "py",
-        "-m",
-        "sparkpair_cli.deploy.vllm_main",
-        "serve",
-        "deepseek-ai/DeepSeek-V4-Flash",
-    ]
+    assert s[:5] == ["py", "-m", "sparkpair_cli.deploy.vllm_main", "serve", "deepseek-ai/DeepSeek-V4-Flash"]
     assert (
         s[s.index("--tensor-parallel-size") + 1] == "2"
-        and s[s.index("--distributed-executor-backend") + 1] == "ray"
+        and s[s.index("--distributed-executor-backend") + 1] == "mp"
     )
     assert s[s.index("--kv-cache-dtype") + 1] == "fp8_ds_mla"
     assert s[s.index("--default-chat-template-kwargs") + 1] == '{"thinking": false}'
@@ -60,28 +52,21 @@ def test_ray_head_starts_gcs_on_the_fabric_ip_then_serves_with_the_profile() -> 
         s[s.index("--tool-call-parser") + 1] == "deepseek_v4"
         and s[s.index("--reasoning-parser") + 1] == "deepseek_v4"
     )
-    assert s[-4:] == ["--host", "0.0.0.0", "--port", "8000"] and "--nnodes" not in s
+    assert s[s.index("--nnodes") + 1] == "2" and s[s.index("--node-rank") + 1] == "0"
+    assert s[-4:] == ["--host", "0.0.0.0", "--port", "8000"] and "--headless" not in s
 
 
-def test_ray_worker_joins_the_head_and_blocks() -> None:
+def test_dsv4_worker_runs_a_headless_mp_engine_as_node_rank_1() -> None:
     p = plan(WORKER, "worker")
-    assert p.serve is None
-    assert p.ray_start == [
-        "ray",
-        "start",
-        "--address=192.168.177.11:29501",
-        "--node-ip-address=192.168.177.12",
-        "--num-gpus=1",
-        "--object-store-memory=1073741824",
-        "--disable-usage-stats",
-        "--block",
-    ]
+    s = p.serve
+    assert p.executor == "mp" and s[s.index("--distributed-executor-backend") + 1] == "mp"
+    assert s[s.index("--nnodes") + 1] == "2" and s[s.index("--node-rank") + 1] == "1"
+    assert s[-1] == "--headless" and "--port" not in s and "--host" not in s
 
 
 def test_mp_uses_vllm_multi_node_flags_from_the_env() -> None:
-    head = plan(BASE | {"SPARKPAIR_EXECUTOR": "mp"}, "head").serve
-    worker = plan(WORKER | {"SPARKPAIR_EXECUTOR": "mp"}, "worker").serve
-    assert head is not None and worker is not None
+    head = plan(BASE, "head").serve
+    worker = plan(WORKER, "worker").serve
     for argv, rank in ((head, "0"), (worker, "1")):
         i = argv.index("--nnodes")
         assert argv[i : i + 8] == [
@@ -94,14 +79,23 @@ def test_mp_uses_vllm_multi_node_flags_from_the_env() -> None:
             "--master-port",
             "29501",
         ]
-    assert worker[-1] == "--headless" and "--port" not in worker
+
+
+def test_a_profile_that_asks_for_ray_is_refused_naming_the_setting() -> None:
+    prof = load_profile("deepseek-v4-flash")
+    prof.server.env["SPARKPAIR_EXECUTOR"] = "ray"
+    with pytest.raises(
+        launch.LaunchError, match=r"server.env.SPARKPAIR_EXECUTOR='ray'; wanted it unset or 'mp'"
+    ):
+        launch.plan(load_node_env(BASE), prof, "head", base_env={}, gid_index=None)
 
 
 def test_the_child_env_carries_fabric_names_and_the_resolved_gid() -> None:
     env = plan(BASE, "head", gid=5).env
     assert env["NCCL_IB_GID_INDEX"] == "5"
     assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == env["TP_SOCKET_IFNAME"] == "enp1s0f1np1"
-    assert env["VLLM_HOST_IP"] == env["RAY_NODE_IP_ADDRESS"] == "192.168.177.11"
+    assert env["VLLM_HOST_IP"] == "192.168.177.11"
+    assert not [k for k in env if k.startswith("RAY_")]
     assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == "3600"
     assert "NCCL_IB_GID_INDEX" not in plan(BASE, "head", gid=None).env  # never pass 'auto' to NCCL
 
@@ -127,18 +121,6 @@ def test_a_profile_that_sets_node_owned_flags_is_refused() -> None:
         launch.check_shape(load_node_env(BASE), prof)
 
 
-def test_ray_nodes_off_the_fabric_are_named() -> None:
-    env = load_node_env(BASE)
-    probs = launch.check_ray_nodes(
-        env,
-        [{"ip": "10.0.0.5", "gpus": 1.0, "cpus": 20.0}, {"ip": "192.168.177.12", "gpus": 0.0, "cpus": 20.0}],
-    )
-    text = "\n".join(probs)
-    assert "registered as 10.0.0.5; wanted an address in SPARKPAIR_FABRIC_CIDR" in text
-    assert "offers GPU=0.0; wanted SPARKPAIR_GPUS_PER_NODE=1" in text
-    assert "wanted the head under VLLM_HOST_IP=192.168.177.11" in text
-
-
 def test_shipped_kernels_seed_the_cache_volume_once(tmp_path: Path) -> None:
     shipped, cache = tmp_path / "aot", tmp_path / "cache"
     (shipped / "abc").mkdir(parents=True)
@@ -157,15 +139,13 @@ def test_worker_liveness_needs_the_process_and_a_connection_to_the_head() -> Non
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--headless"])
     try:
         time.sleep(0.3)
-        r = liveness.worker_alive("spark-b", "mp", "127.0.0.1", port)
+        r = liveness.worker_alive("spark-b", "127.0.0.1", port)
         assert not r.ok and f"wanted one to 127.0.0.1:{port}" in r.message
         cli = socket.create_connection(("127.0.0.1", port))
         conn, _ = srv.accept()
-        r = liveness.worker_alive("spark-b", "mp", "127.0.0.1", port)
+        r = liveness.worker_alive("spark-b", "127.0.0.1", port)
         assert r.ok, r.message
         assert str(proc.pid) in r.message or "pid" in r.message
-        r = liveness.worker_alive("spark-b", "ray", "127.0.0.1", port)
-        assert not r.ok and "raylet" in r.message
         cli.close()
         conn.close()
     finally:
@@ -202,7 +182,7 @@ def test_node_validate_lists_every_problem_and_exits_2(tmp_path: Path) -> None:
     )
     r = _cli(["node", "validate", "--env-file", str(p)], {})
     assert r.exit_code == 0, r.output
-    assert "rank 0/2 (head), executor ray" in r.output
+    assert "rank 0/2 (head), executor mp" in r.output
 
 
 def test_node_check_head_probes_the_bound_address_with_http() -> None:

@@ -33,8 +33,8 @@ MIN_START_PERIOD_S = 30 * 60
 (spark-deployment-anchors.md (d): >= 30 min)."""
 
 MIN_SHM_BYTES = 8 << 30
-"""``shm_size`` floor where ``ipc`` is not ``host``: NCCL buffers plus Ray's 1 GiB object store
-with headroom (field bug B17)."""
+"""``shm_size`` floor where ``ipc`` is not ``host``: NCCL buffers and vLLM's shared-memory
+queues with headroom (field bug B17)."""
 
 MAX_STOP_GRACE_S = 5 * 60
 """vLLM ignores SIGTERM while loading; a bounded grace period (field bug B16)."""
@@ -198,7 +198,7 @@ def check_service_node(name: str, svc: Mapping[str, Any]) -> list[Violation]:
             "shm",
             "ipc/shm_size",
             f"ipc={ipc!r} shm_size={svc.get('shm_size')!r}",
-            f"ipc: host, or shm_size >= {MIN_SHM_BYTES >> 30} GiB for NCCL and Ray's object store (B17)",
+            f"ipc: host, or shm_size >= {MIN_SHM_BYTES >> 30} GiB for NCCL and vLLM's shm queues (B17)",
         )
     soft, hard = _ulimit(svc, "memlock")
     if soft != -1 or hard != -1:
@@ -236,7 +236,7 @@ def check_service_node(name: str, svc: Mapping[str, Any]) -> list[Violation]:
             f">= {MIN_START_PERIOD_S // 60} min (cold load of ~155 GiB)",
         )
     if not svc.get("init"):
-        bad("init", "init", svc.get("init"), "true (tini reaps the Ray/vLLM process tree)")
+        bad("init", "init", svc.get("init"), "true (tini reaps the vLLM process tree)")
     v += _volume_rules(name, svc)
     # The rendered config inlines env_file into environment: the node env must be there.
     env = svc.get("environment") or {}

@@ -1,4 +1,9 @@
-"""What a node runs: the vLLM/Ray command lines built from the node env and the profile.
+"""What a node runs: the vLLM command line built from the node env and the profile.
+
+Every node runs vLLM's own multi-node ``mp`` executor: the head serves with ``--nnodes N
+--node-rank 0``, each worker runs a headless engine with ``--node-rank R --headless``, and they
+meet at torch's rendezvous store on the head (SPARKPAIR_HEAD_ADDR:SPARKPAIR_MASTER_PORT). Ray
+is not supported: vLLM no longer depends on it and its images ship without it.
 
 Pure functions build the argv and environment (tested without a cluster); the ``run_*``
 functions execute them. Cluster shape comes only from the node env
@@ -54,20 +59,16 @@ class LaunchPlan:
 
     Attributes:
         role: ``head`` or ``worker``.
-        executor: ``ray`` or ``mp``.
-        env: environment for every child (node env + profile env + derived NCCL/Ray keys).
-        ray_start: argv of ``ray start`` (executor ray), else ``None``.
-        serve: argv of the vLLM process this node ends in (``exec``), or ``None`` for a Ray
-            worker, which ends in ``ray start --block``.
-        wait_nodes: alive Ray nodes the head waits for before serving (0 for mp).
+        executor: ``mp`` (vLLM's multi-node multiprocessing executor; the only one).
+        env: environment for every child (node env + profile env + derived NCCL/Gloo keys).
+        serve: argv of the vLLM process this node ends in (``exec``): the API server on the
+            head, the headless engine on a worker.
     """
 
     role: Literal["head", "worker"]
-    executor: Literal["ray", "mp"]
+    executor: Literal["mp"]
     env: dict[str, str]
-    ray_start: list[str] | None
-    serve: list[str] | None
-    wait_nodes: int = 0
+    serve: list[str]
     notes: list[str] = field(default_factory=list)
 
 
@@ -81,15 +82,21 @@ def _arg_value(args: list[str], *names: str) -> str | None:
     return None
 
 
-def executor_of(env: NodeEnv, profile: Profile) -> Literal["ray", "mp"]:
-    """The executor: the node env's SPARKPAIR_EXECUTOR, else the profile's, else ``ray``."""
-    chosen = env.SPARKPAIR_EXECUTOR or profile.server.env.get("SPARKPAIR_EXECUTOR", "ray")
-    if chosen not in ("ray", "mp"):
+def executor_of(env: NodeEnv, profile: Profile) -> Literal["mp"]:
+    """The executor: always ``mp``. A profile that still names another is refused.
+
+    Raises:
+        LaunchError: the profile's ``server.env.SPARKPAIR_EXECUTOR`` is set to something but
+            ``mp`` (e.g. ``ray``, which vLLM's images no longer carry).
+    """
+    chosen = profile.server.env.get("SPARKPAIR_EXECUTOR", "mp")
+    if chosen != "mp":
         raise LaunchError(
             f"node {env.SPARKPAIR_NODE_NAME}: profile {profile.name} server.env.SPARKPAIR_EXECUTOR={chosen!r}; "  # noqa: E501
-            "wanted 'ray' or 'mp'"
+            "wanted it unset or 'mp' (vLLM's multi-node executor; Ray was removed: vLLM no longer "
+            "depends on it and its images ship without it)"
         )
-    return chosen  # type: ignore[return-value]
+    return "mp"
 
 
 def check_shape(env: NodeEnv, profile: Profile) -> None:
@@ -119,7 +126,7 @@ def check_shape(env: NodeEnv, profile: Profile) -> None:
 def child_env(
     env: NodeEnv, profile: Profile, base: Mapping[str, str], gid_index: int | None
 ) -> dict[str, str]:
-    """Environment for Ray and vLLM: ``base`` + profile env + derived keys (derived win).
+    """Environment for vLLM: ``base`` + profile env + derived keys (derived win).
 
     ``gid_index`` replaces ``NCCL_IB_GID_INDEX=auto`` (NCCL would not understand ``auto``);
     ``None`` removes the key so NCCL picks the index itself.
@@ -136,10 +143,10 @@ def child_env(
     return out
 
 
-def serve_argv(
-    env: NodeEnv, profile: Profile, executor: Literal["ray", "mp"], python: str = sys.executable
-) -> list[str]:
-    """argv of the vLLM server (head) or headless engine (mp worker)."""
+def serve_argv(env: NodeEnv, profile: Profile, python: str = sys.executable) -> list[str]:
+    """argv of the vLLM server (head) or headless engine (worker), executor ``mp``: with
+    ``--nnodes N --node-rank R --master-addr HEAD --master-port PORT`` when N > 1, and
+    ``--headless`` on a worker."""
     spec = profile.server
     model = env.SPARKPAIR_MODEL or spec.model
     argv = [
@@ -156,9 +163,9 @@ def serve_argv(
         str(spec.tensor_parallel_size),
         *spec.args,
         "--distributed-executor-backend",
-        executor,
+        "mp",
     ]
-    if executor == "mp" and env.SPARKPAIR_NNODES > 1:
+    if env.SPARKPAIR_NNODES > 1:
         argv += [
             "--nnodes",
             str(env.SPARKPAIR_NNODES),
@@ -176,36 +183,6 @@ def serve_argv(
     return argv
 
 
-def ray_start_argv(env: NodeEnv, ray: str = "ray") -> list[str]:
-    """``ray start`` for this node: head on SPARKPAIR_MASTER_PORT, worker joining it.
-
-    The node IP is the fabric address (B06); a worker blocks (``--block``) so the
-    container lives as long as its raylet.
-    """
-    common = [
-        f"--node-ip-address={env.VLLM_HOST_IP}",
-        f"--num-gpus={env.SPARKPAIR_GPUS_PER_NODE}",
-        f"--object-store-memory={env.RAY_OBJECT_STORE_MEMORY}",
-        "--disable-usage-stats",
-    ]
-    if env.role == "head":
-        return [
-            ray,
-            "start",
-            "--head",
-            f"--port={env.SPARKPAIR_MASTER_PORT}",
-            "--include-dashboard=false",
-            *common,
-        ]
-    return [
-        ray,
-        "start",
-        f"--address={env.SPARKPAIR_HEAD_ADDR}:{env.SPARKPAIR_MASTER_PORT}",
-        *common,
-        "--block",
-    ]
-
-
 def plan(
     env: NodeEnv,
     profile: Profile,
@@ -214,7 +191,6 @@ def plan(
     base_env: Mapping[str, str],
     gid_index: int | None,
     python: str = sys.executable,
-    ray: str = "ray",
 ) -> LaunchPlan:
     """Build the launch plan of this node.
 
@@ -230,10 +206,7 @@ def plan(
     check_shape(env, profile)
     executor = executor_of(env, profile)
     cenv = child_env(env, profile, base_env, gid_index)
-    if executor == "ray":
-        serve = serve_argv(env, profile, executor, python) if role == "head" else None
-        return LaunchPlan(role, executor, cenv, ray_start_argv(env, ray), serve, env.SPARKPAIR_NNODES)
-    return LaunchPlan(role, executor, cenv, None, serve_argv(env, profile, executor, python), 0)
+    return LaunchPlan(role, executor, cenv, serve_argv(env, profile, python))
 
 
 def wait_tcp(host: str, port: int, timeout_s: float, on_tick: Callable[[float], None] | None = None) -> float:
@@ -260,52 +233,6 @@ def wait_tcp(host: str, port: int, timeout_s: float, on_tick: Callable[[float], 
             delay = min(delay * 1.5, 10.0)
 
 
-def ray_alive_nodes(address: str) -> list[dict[str, object]]:
-    """Alive nodes of the Ray cluster at ``address`` (``ip:port``): ``[{ip, gpus, cpus}]``."""
-    import ray  # noqa: PLC0415  (only present where the ray executor runs)
-
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-    try:
-        return [
-            {
-                "ip": n["NodeManagerAddress"],
-                "gpus": n["Resources"].get("GPU", 0),
-                "cpus": n["Resources"].get("CPU", 0),
-            }
-            for n in ray.nodes()
-            if n["Alive"]
-        ]
-    finally:
-        ray.shutdown()
-
-
-def check_ray_nodes(env: NodeEnv, nodes: list[dict[str, object]]) -> list[str]:
-    """Problems with the Ray cluster's nodes (B06): each node's IP must lie on the fabric
-    subnet, the head must be registered under VLLM_HOST_IP, and each node must offer
-    SPARKPAIR_GPUS_PER_NODE GPUs."""
-    import ipaddress
-
-    out = []
-    ips = [str(n["ip"]) for n in nodes]
-    for n in nodes:
-        if ipaddress.ip_address(str(n["ip"])) not in env.SPARKPAIR_FABRIC_CIDR:
-            out.append(
-                f"node {env.SPARKPAIR_NODE_NAME}: a Ray node registered as {n['ip']}; wanted an address in "
-                f"SPARKPAIR_FABRIC_CIDR={env.SPARKPAIR_FABRIC_CIDR} (set VLLM_HOST_IP on that node, B06)"
-            )
-        if float(n["gpus"]) < env.SPARKPAIR_GPUS_PER_NODE:  # type: ignore[arg-type]
-            out.append(
-                f"node {env.SPARKPAIR_NODE_NAME}: Ray node {n['ip']} offers GPU={n['gpus']}; wanted "
-                f"SPARKPAIR_GPUS_PER_NODE={env.SPARKPAIR_GPUS_PER_NODE}"
-            )
-    if env.role == "head" and str(env.VLLM_HOST_IP) not in ips:
-        out.append(
-            f"node {env.SPARKPAIR_NODE_NAME}: Ray registered nodes {ips}; wanted the head under "
-            f"VLLM_HOST_IP={env.VLLM_HOST_IP} (B06)"
-        )
-    return out
-
-
 def seed_triton_cache(shipped: Path, cache: Path) -> int:
     """Copy AOT kernels shipped in the image into the persistent Triton cache volume.
 
@@ -330,14 +257,12 @@ def seed_triton_cache(shipped: Path, cache: Path) -> int:
 
 def describe(p: LaunchPlan) -> str:
     """A JSON rendering of the plan (for ``sparkpair node plan`` and logs)."""
-    keys = sorted(k for k in p.env if k.startswith(("NCCL_", "GLOO_", "TP_", "VLLM_", "RAY_", "SPARKPAIR_")))
+    keys = sorted(k for k in p.env if k.startswith(("NCCL_", "GLOO_", "TP_", "VLLM_", "SPARKPAIR_")))
     return json.dumps(
         {
             "role": p.role,
             "executor": p.executor,
-            "ray_start": p.ray_start,
             "serve": p.serve,
-            "wait_nodes": p.wait_nodes,
             "env": {k: p.env[k] for k in keys},
         },
         indent=2,

@@ -2,7 +2,7 @@
 
 - head: HTTP ``/health`` on the address the API server binds (wildcard -> loopback);
 - worker: its own process is alive *and* holds an established TCP connection to the
-  head's rendezvous port (Ray GCS or torch's store), i.e. it is a cluster member; never HTTP;
+  head's rendezvous port (torch's store), i.e. it is a cluster member; never HTTP;
 - health: the gateway's ``/readyz`` (200 only after the functional suite passed).
 
 Process and socket state are read from ``/proc`` under an injectable root, so the checks
@@ -84,18 +84,15 @@ def processes(root: Path = Path("/")) -> list[tuple[int, str]]:
     return sorted(out)
 
 
-WORKER_PROCESS = {
-    "ray": ("raylet", "the Ray raylet (ray start --block)"),
-    "mp": ("--headless", "the headless vLLM engine (vllm serve --headless)"),
-}
+WORKER_PROCESS = ("--headless", "the headless vLLM engine (vllm serve --headless)")
+"""What a worker runs (executor mp): a marker of its command line, and its description."""
 
 
-def worker_alive(node: str, executor: str, head: str, port: int, root: Path = Path("/")) -> CheckResult:
-    """A worker is healthy when its process runs and it is connected to the head's rendezvous
-    port (``head:port``): Ray's raylet keeps a connection to the GCS, vLLM's headless engine
-    to torch's store.
+def worker_alive(node: str, head: str, port: int, root: Path = Path("/")) -> CheckResult:
+    """A worker is healthy when its headless vLLM engine runs and is connected to the head's
+    rendezvous port (``head:port``, torch's store).
     """
-    marker, what = WORKER_PROCESS[executor]
+    marker, what = WORKER_PROCESS
     procs = [(pid, c) for pid, c in processes(root) if marker in c]
     if not procs:
         return CheckResult(

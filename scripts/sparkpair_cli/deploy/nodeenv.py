@@ -24,7 +24,7 @@ IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 HCA_RE = re.compile(r"^[A-Za-z0-9_]+(:\d+)?$")
 """An RDMA device name with an optional port, as NCCL_IB_HCA takes it (``rocep1s0f1:1``)."""
 
-DERIVED_KEYS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "RAY_NODE_IP_ADDRESS")
+DERIVED_KEYS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 """Keys ``sparkpair node`` derives from SPARKPAIR_FABRIC_IFNAME / VLLM_HOST_IP; setting them
 to a different value in the env file is an error (two sources of truth, field bug B06)."""
 
@@ -40,8 +40,9 @@ WANTED: dict[str, str] = {
     "SPARKPAIR_NODE_RANK": "this node's 0-based rank, below SPARKPAIR_NNODES (0 = the head)",
     "SPARKPAIR_GPUS_PER_NODE": "GPUs per node, an integer >= 1 (1 on a DGX Spark)",
     "SPARKPAIR_HEAD_ADDR": "the head node's IPv4 address on the fabric subnet",
-    "SPARKPAIR_MASTER_PORT": "a TCP port 1024-65535 for the cluster rendezvous (Ray GCS or torch store)",
-    "SPARKPAIR_EXECUTOR": "empty (the profile's), 'ray' or 'mp' (vLLM's multi-node multiprocessing executor)",
+    "SPARKPAIR_MASTER_PORT": "a TCP port 1024-65535 for the cluster rendezvous (torch's store)",
+    "SPARKPAIR_EXECUTOR": "empty or 'mp' (vLLM's multi-node multiprocessing executor, the only one; Ray was "
+    "removed: vLLM no longer depends on it and its images ship without it)",
     "SPARKPAIR_PROFILE": "a profile name in configs/profiles/ or a path to a profile YAML",
     "SPARKPAIR_MODEL": "empty (use the profile's model) or a model path/hub id",
     "SPARKPAIR_API_HOST": "the address the API server binds: 0.0.0.0, :: or an IP of this node",
@@ -52,7 +53,6 @@ WANTED: dict[str, str] = {
     "VLLM_HOST_IP": "this node's IPv4 address on the fabric subnet",
     "NCCL_IB_HCA": "a comma list of RDMA devices, both halves of the QSFP port, e.g. rocep1s0f1,roceP2p1s0f1",
     "NCCL_IB_GID_INDEX": "'auto' (resolved per node from sysfs at start) or an integer 0-255",
-    "RAY_OBJECT_STORE_MEMORY": "bytes for Ray's object store, an integer >= 78643200 (75 MiB, Ray's minimum)",
     "SPARKPAIR_JOIN_TIMEOUT_S": "seconds to wait for the other nodes, an integer 10-86400",
     "SPARKPAIR_PREFLIGHT_WAIVE": "empty or a comma list of preflight check ids to report as warnings",
     "SPARKPAIR_HOST_USER": "the host user that owns the Docker engine: root (default) or the rootless user",
@@ -78,7 +78,7 @@ class NodeEnv(BaseModel):
     SPARKPAIR_GPUS_PER_NODE: int = Field(1, ge=1, le=8)
     SPARKPAIR_HEAD_ADDR: ipaddress.IPv4Address
     SPARKPAIR_MASTER_PORT: int = 29501
-    SPARKPAIR_EXECUTOR: Literal["ray", "mp"] | None = None
+    SPARKPAIR_EXECUTOR: Literal["mp"] | None = None
     SPARKPAIR_PROFILE: str = Field("deepseek-v4-flash", min_length=1)
     SPARKPAIR_MODEL: str = ""
     SPARKPAIR_API_HOST: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.IPv4Address("0.0.0.0")
@@ -89,7 +89,6 @@ class NodeEnv(BaseModel):
     VLLM_HOST_IP: ipaddress.IPv4Address
     NCCL_IB_HCA: str
     NCCL_IB_GID_INDEX: str = "auto"
-    RAY_OBJECT_STORE_MEMORY: int = Field(1 << 30, ge=78_643_200)
     SPARKPAIR_JOIN_TIMEOUT_S: int = Field(1800, ge=10, le=86_400)
     SPARKPAIR_PREFLIGHT_WAIVE: str = ""
     SPARKPAIR_HOST_USER: str = Field("root", pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
@@ -220,16 +219,14 @@ class NodeEnv(BaseModel):
         return str(api)
 
     def derived_env(self) -> dict[str, str]:
-        """Environment ``sparkpair node`` exports to Ray, NCCL, Gloo and vLLM (B05, B06)."""
+        """Environment ``sparkpair node`` exports to NCCL, Gloo and vLLM (B05, B06)."""
         ifname = self.SPARKPAIR_FABRIC_IFNAME
         return {
             "VLLM_HOST_IP": str(self.VLLM_HOST_IP),
-            "RAY_NODE_IP_ADDRESS": str(self.VLLM_HOST_IP),
             "NCCL_SOCKET_IFNAME": ifname,
             "GLOO_SOCKET_IFNAME": ifname,
             "TP_SOCKET_IFNAME": ifname,
             "NCCL_IB_HCA": self.NCCL_IB_HCA,
-            "RAY_OBJECT_STORE_MEMORY": str(self.RAY_OBJECT_STORE_MEMORY),
         }
 
 
@@ -289,16 +286,12 @@ def load_node_env(values: Mapping[str, str], *, source: str = "environment") -> 
     lines: list[str] = []
     for key in DERIVED_KEYS:
         if key in values and values[key] != "":
-            want = (
-                values.get("VLLM_HOST_IP", "")
-                if key == "RAY_NODE_IP_ADDRESS"
-                else values.get("SPARKPAIR_FABRIC_IFNAME", "")
-            )
+            want = values.get("SPARKPAIR_FABRIC_IFNAME", "")
             if values[key] != want:
                 lines.append(
                     f"node {node} ({source}): {key}={values[key]!r}; wanted it unset or equal to "
                     f"{want!r} (sparkpair node derives it from "
-                    f"{'VLLM_HOST_IP' if key == 'RAY_NODE_IP_ADDRESS' else 'SPARKPAIR_FABRIC_IFNAME'})"
+                    "SPARKPAIR_FABRIC_IFNAME)"
                 )
     try:
         env = NodeEnv.model_validate(data)

@@ -29,7 +29,7 @@ SPARK_MTU = 9000
 """Jumbo frames on the fabric (anchors (b): eugr, Reederey87 set 9000; B05)."""
 
 NCCL_SHM_BYTES = 1 << 30
-"""/dev/shm room NCCL's SHM transport and vLLM's broadcast queue need besides Ray (B17)."""
+"""/dev/shm room NCCL's SHM transport and vLLM's shared-memory broadcast queue need (B17)."""
 
 KNOWN_BAD_KERNELS = {
     r"^7\.0\.0-1019": "kexec handover (KHO) reserves ~9 GiB that RDMA cannot pin: ibv_reg_mr ENOMEM at NCCL init "  # noqa: E501
@@ -231,7 +231,7 @@ def check_netdev(c: Ctx) -> None:
             "VLLM_HOST_IP",
             c.env.VLLM_HOST_IP,
             f"an address of {ifname}: {ips or 'none'}",
-            "Ray, vLLM and NCCL must use the fabric address (B06)",
+            "vLLM, NCCL and Gloo must use the fabric address (B06)",
         )
     else:
         c.add("fabric-ip", "pass", "VLLM_HOST_IP", c.env.VLLM_HOST_IP, f"on {ifname}")
@@ -443,9 +443,9 @@ def _df_free(text: str, mount: str) -> tuple[int, int] | None:
 
 
 def check_shm(c: Ctx) -> None:
-    """Free space on /dev/shm (measured, not taken from the compose file) covers Ray's object
-    store plus NCCL (B17)."""
-    want = c.env.RAY_OBJECT_STORE_MEMORY + NCCL_SHM_BYTES
+    """Free space on /dev/shm (measured, not taken from the compose file) covers NCCL's SHM
+    transport and vLLM's broadcast queue (:data:`NCCL_SHM_BYTES`, B17)."""
+    want = NCCL_SHM_BYTES
     if c.host.live:
         try:
             st = os.statvfs("/dev/shm")
@@ -469,8 +469,7 @@ def check_shm(c: Ctx) -> None:
             "fail",
             "/dev/shm free",
             f"{free >> 20} MiB of {size >> 20} MiB",
-            f">= {want >> 20} MiB (RAY_OBJECT_STORE_MEMORY {c.env.RAY_OBJECT_STORE_MEMORY >> 20} MiB + NCCL "
-            f"{NCCL_SHM_BYTES >> 20} MiB)",
+            f">= {want >> 20} MiB (NCCL and vLLM's shared-memory queues)",
             "ipc: host, or a larger shm_size (B17)",
         )
     else:
@@ -796,7 +795,7 @@ CHECK_IDS = {
     "gid-index-twin": "the twin HCA has a RoCEv2 IPv4 entry at the same index",
     "memory": "MemAvailable covers the planned budget (B14)",
     "kernel-cma": "kernel CMA/KHO state (B04)",
-    "shm": "/dev/shm room for NCCL and Ray (B17)",
+    "shm": "/dev/shm room for NCCL and vLLM's shared-memory queues (B17)",
     "logind-removeipc": "logind RemoveIPC/linger (B18)",
     "driver": "NVIDIA driver present, branch not known bad",
     "ptxas": "ptxas accepts sm_121a (B01)",
