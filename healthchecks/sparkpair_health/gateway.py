@@ -72,6 +72,9 @@ class GatewaySettings(BaseModel):
         stability: both nodes' containers and kernel logs to watch
             (:class:`~sparkpair_health.stability.StabilitySettings`, JSON in env); ``None``: off.
         stability_interval_s: seconds between stability looks after the suite.
+        plan_file: the overlay's kernel-plan JSON as the head wrote it (its
+            ``SPARKPAIR_PLAN_PATH``; compose shares it read-only at
+            ``/var/lib/sparkpair/state/kernel-plan.json``), read by the ``overlay_plan`` check.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -97,6 +100,7 @@ class GatewaySettings(BaseModel):
     junit_xml: Path | None = None
     stability: StabilitySettings | None = None
     stability_interval_s: float = Field(60.0, gt=0, allow_inf_nan=False)
+    plan_file: Path | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -363,6 +367,7 @@ class Gateway:
             report_json=self.s.report_json,
             junit_xml=self.s.junit_xml,
             only=self.s.only,
+            plan_file=self.s.plan_file,
         )
 
     def run_suite(self, on_progress: Callable[[str, str], None]) -> Any:

