@@ -61,23 +61,27 @@ RUN test "$(uname -m)" = "${EXPECT_ARCH}" \
  && rm -f /tmp/probe.ptx
 
 WORKDIR /opt/sparkpair/src
+
+# sparkpair's own dependencies, installed without moving any package the base image (vLLM)
+# already pins: the base's versions are constraints. First, so that edits to the sources
+# reuse this layer (it needs the network; the steps below do not).
+RUN python3 -m pip freeze --exclude-editable | grep -v '^-e ' | grep '==' > /tmp/base-constraints.txt \
+ && python3 -m pip install -c /tmp/base-constraints.txt \
+      "typer>=0.12" "pydantic>=2.9" "httpx>=0.27" "rich>=13" "PyYAML>=6" "jsonschema>=4" \
+      "fastapi>=0.115" "uvicorn>=0.30" "prometheus-client>=0.20" "docker>=7" \
+ && rm -f /tmp/base-constraints.txt
+
 COPY pyproject.toml README.md ./
 COPY overlay/ overlay/
 COPY healthchecks/ healthchecks/
 COPY scripts/ scripts/
-COPY configs/ configs/
 
 # Editable install: setuptools' finder maps sparkpair_overlay, sparkpair_health and
 # sparkpair_cli to /opt/sparkpair/src/{overlay,healthchecks,scripts}, so compose's read-only
-# bind mount of ./overlay over that path takes effect on restart without a rebuild. The plugin entry point (vllm.general_plugins) is registered.
-# sparkpair's own dependencies are installed without moving any package the base image
-# (vLLM) already pins: the base's versions are constraints.
-RUN python3 -m pip freeze --exclude-editable | grep -v '^-e ' | grep '==' > /tmp/base-constraints.txt \
- && python3 -m pip install --no-deps -e . \
- && python3 -m pip install -c /tmp/base-constraints.txt \
-      "typer>=0.12" "pydantic>=2.9" "httpx>=0.27" "rich>=13" "PyYAML>=6" "jsonschema>=4" \
-      "fastapi>=0.115" "uvicorn>=0.30" "prometheus-client>=0.20" "docker>=7" \
- && rm -f /tmp/base-constraints.txt \
+# bind mount of ./overlay over that path takes effect on restart without a rebuild. The
+# plugin entry point (vllm.general_plugins) is registered. No Ray: vLLM's multi-node `mp`
+# executor is the only one (vLLM no longer depends on Ray).
+RUN python3 -m pip install --no-deps -e . \
  && python3 -c "import vllm, sparkpair_overlay, sparkpair_health, sparkpair_cli.main; print('sparkpair: vLLM', vllm.__version__)" \
  && python3 -c "import sparkpair_overlay as m; assert m.__file__.startswith('/opt/sparkpair/src/overlay/'), m.__file__"
 
@@ -89,6 +93,9 @@ RUN if [ -n "${SPARKPAIR_KERNEL_ARCHS}" ]; then \
       echo "sparkpair: SPARKPAIR_KERNEL_ARCHS empty: no AOT kernel cache (test builds only)"; \
       mkdir -p /opt/sparkpair/triton-cache; \
     fi
+
+# Profiles last: editing one rebuilds only this layer (compose also bind-mounts ./configs).
+COPY configs/ configs/
 
 WORKDIR /vllm-workspace
 ENTRYPOINT ["sparkpair"]

@@ -26,7 +26,7 @@ def docker_engine() -> None:
 
 @pytest.fixture(scope="session")
 def standin_image(docker_engine: None) -> str:
-    """vllm/vllm-openai:sparkpair-standin-cpu, built here on first use."""
+    """vllm/vllm-openai:sparkpair-standin-cpu-<hash>, built here on first use."""
     sh(
         "bash",
         str(REPO / "tests" / "docker" / "standin" / "build-standin.sh"),

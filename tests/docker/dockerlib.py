@@ -3,11 +3,24 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-STANDIN_TAG = "sparkpair-standin-cpu"
+
+
+def _standin_tag() -> str:
+    """``sparkpair-standin-cpu-<hash of tests/docker/standin/>``: an edited stand-in gets a new
+    tag, so build-standin.sh (which reuses an existing tag) never serves a stale one."""
+    h = hashlib.sha256()
+    for f in sorted((REPO / "tests" / "docker" / "standin").iterdir()):
+        if f.is_file():
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return f"sparkpair-standin-cpu-{h.hexdigest()[:10]}"
+
+
+STANDIN_TAG = _standin_tag()
 
 
 def sh(*argv: str, timeout: float = 1800, check: bool = True, **kw) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]

@@ -221,6 +221,11 @@ def test_mp_pair_serves_tp2_across_two_containers_and_health_turns_healthy_after
     (check,) = [c for c in report["checks"] if c["id"] == "overlay_plan"]
     assert check["status"] == "pass", check
     assert report["overlay_plan"] == head_plan
+    # The head's server output is on the same volume, for the health service to read.
+    head_log_copy = sh(
+        "docker", "exec", sim.name("health"), "cat", "/var/lib/sparkpair/state/head.log"
+    ).stdout
+    assert "sparkpair overlay plan:" in head_log_copy and "Application startup complete" in head_log_copy
     # Read-only for the health service: the plan is the head's to write.
     r = sh("docker", "exec", sim.name("health"), "touch", "/var/lib/sparkpair/state/x", check=False)
     assert r.returncode != 0 and "Read-only file system" in r.stderr, r.stderr

@@ -100,6 +100,29 @@ def test_the_child_env_carries_fabric_names_and_the_resolved_gid() -> None:
     assert "NCCL_IB_GID_INDEX" not in plan(BASE, "head", gid=None).env  # never pass 'auto' to NCCL
 
 
+def test_the_head_also_writes_its_server_output_to_the_state_volume_log() -> None:
+    base = {"PATH": "/usr/bin", launch.HEAD_LOG_ENV: "/var/lib/sparkpair/state/head.log"}
+    head = launch.plan(load_node_env(BASE), load_profile("deepseek-v4-flash"), "head", base_env=base,
+                       gid_index=3, python="py")  # fmt: skip
+    worker = launch.plan(load_node_env(WORKER), load_profile("deepseek-v4-flash"), "worker", base_env=base,
+                         gid_index=3, python="py")  # fmt: skip
+    assert head.serve[:2] == ["bash", "-c"] and head.serve[4] == "/var/lib/sparkpair/state/head.log"
+    assert head.serve[5:] == plan(BASE, "head").serve
+    assert worker.serve == plan(WORKER, "worker").serve
+
+
+def test_tee_argv_copies_stdout_and_stderr_to_the_log_and_keeps_the_exit_code(tmp_path: Path) -> None:
+    log = tmp_path / "head.log"
+    log.write_text("a previous start\n")
+    code = "import sys; print('to stdout', flush=True); print('to stderr', file=sys.stderr); sys.exit(3)"
+    r = subprocess.run(
+        launch.tee_argv([sys.executable, "-c", code], str(log)), capture_output=True, text=True
+    )
+    assert r.returncode == 3
+    assert "to stdout" in r.stdout and "to stderr" in r.stdout
+    assert log.read_text().splitlines() == ["to stdout", "to stderr"]
+
+
 def test_the_wrong_service_for_the_rank_is_refused() -> None:
     with pytest.raises(
         launch.LaunchError, match=r"compose service 'worker' started with SPARKPAIR_NODE_RANK=0"

