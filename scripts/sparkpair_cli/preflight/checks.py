@@ -20,7 +20,7 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.table import Table
 
-from ..deploy.nodeenv import NodeEnv
+from ..deploy.nodeenv import NodeEnv, parse_hca_list
 from .host import CommandUnavailable, Host
 
 Status = Literal["pass", "warn", "fail"]
@@ -115,8 +115,13 @@ def hca_netdevs(host: Host, dev: str) -> list[str]:
 
 
 def check_rdma(c: Ctx) -> None:
-    """RDMA devices listed in NCCL_IB_HCA exist, are ACTIVE/LinkUp over Ethernet (RoCE),
-    and both halves of the QSFP port are listed (B05)."""
+    """The RDMA devices NCCL will use under NCCL_IB_HCA exist, are ACTIVE/LinkUp over
+    Ethernet (RoCE), and include both halves of the QSFP port (B05).
+
+    NCCL_IB_HCA is read as NCCL reads it (docs/reference/nccl-env.md): an include list keeps
+    the devices matching an entry (a name prefix, or the exact name after ``=``), an exclude
+    list (``^``) keeps every other device; NCCL skips ports that are not ACTIVE.
+    """
     devs = c.host.listdir("sys/class/infiniband")
     c.report.facts["rdma_devices"] = devs
     if not devs:
@@ -128,8 +133,10 @@ def check_rdma(c: Ctx) -> None:
             "the ConnectX-7 RoCE devices (is /dev/infiniband passed in and the mlx5 driver loaded?)",
         )
         return
-    missing = [h for h in c.env.hcas if h not in devs]
-    if missing:
+    exclude, exact, entries = parse_hca_list(c.env.NCCL_IB_HCA)
+    names = [n for n, _p in entries]
+    missing = [n for n in names if not any(d == n if exact else d.startswith(n) for d in devs)]
+    if missing and not exclude:
         c.add(
             "rdma-devices",
             "fail",
@@ -139,16 +146,35 @@ def check_rdma(c: Ctx) -> None:
             f"{missing} not found",
         )
         return
+    use = c.env.nccl_hcas(devs)
+    if not use:
+        c.add(
+            "rdma-devices",
+            "fail",
+            "NCCL_IB_HCA",
+            c.env.NCCL_IB_HCA,
+            f"a list that leaves NCCL at least one of the devices present here: {devs}",
+            "the exclude list (^) removes every device",
+        )
+        return
     bad = []
-    for h in c.env.hcas:
+    up = []
+    for h in use:
         port = _ib_port(c.host, h)
         state = c.host.read(f"sys/class/infiniband/{h}/ports/{port}/state") or "?"
         phys = c.host.read(f"sys/class/infiniband/{h}/ports/{port}/phys_state") or "?"
         layer = c.host.read(f"sys/class/infiniband/{h}/ports/{port}/link_layer") or "?"
         if "ACTIVE" not in state or "LinkUp" not in phys:
-            bad.append(f"{h} port {port}: state {state!r}, phys_state {phys!r}")
+            # NCCL skips a port that is not ACTIVE; a device the list names exactly is meant
+            # to carry traffic, so it being down is a failure, a prefix or exclude match is not.
+            if not exclude and h in names:
+                bad.append(f"{h} port {port}: state {state!r}, phys_state {phys!r}")
         elif layer != "Ethernet":
             bad.append(f"{h} port {port}: link_layer {layer!r}")
+        else:
+            up.append(h)
+    if not bad and not up:
+        bad.append(f"none of {use} is ACTIVE/LinkUp")
     if bad:
         c.add(
             "rdma-link",
@@ -159,7 +185,7 @@ def check_rdma(c: Ctx) -> None:
             "check the QSFP cable and `ibdev2netdev`",
         )
     else:
-        c.add("rdma-link", "pass", "RDMA port state", f"{c.env.hcas} ACTIVE/LinkUp", "ACTIVE/LinkUp")
+        c.add("rdma-link", "pass", "RDMA port state", f"{up} ACTIVE/LinkUp", "ACTIVE/LinkUp")
     # Both halves of the port: the devices whose netdevs share the fabric port's PCI
     # function index (on a Spark: rocep1s0f1 + roceP2p1s0f1).
     active = []
@@ -167,20 +193,22 @@ def check_rdma(c: Ctx) -> None:
         port = _ib_port(c.host, d)
         if "ACTIVE" in (c.host.read(f"sys/class/infiniband/{d}/ports/{port}/state") or ""):
             active.append(d)
-    unlisted = [d for d in active if d not in c.env.hcas]
-    if len(c.env.hcas) < 2 and len(active) >= 2:
+    used = [d for d in up if d in active]
+    unused = [d for d in active if d not in used]
+    seen = f"{c.env.NCCL_IB_HCA} (NCCL uses {used})"
+    if len(used) < 2 and len(active) >= 2:
         c.add(
             "rdma-both-halves",
             "fail",
             "NCCL_IB_HCA",
-            c.env.NCCL_IB_HCA,
-            f"both halves of the QSFP port: {active}",
-            "one cable is two PCIe x4 endpoints; with one listed NCCL gets about half the link (B05)",
+            seen,
+            f"both halves of the QSFP port in use: {active}",
+            "one cable is two PCIe x4 endpoints; with one in use NCCL gets about half the link (B05)",
         )
-    elif unlisted and len(c.env.hcas) < 2:
-        c.add("rdma-both-halves", "warn", "NCCL_IB_HCA", c.env.NCCL_IB_HCA, f"also {unlisted}")
+    elif unused and len(used) < 2:
+        c.add("rdma-both-halves", "warn", "NCCL_IB_HCA", seen, f"also {unused}")
     else:
-        c.add("rdma-both-halves", "pass", "NCCL_IB_HCA", c.env.NCCL_IB_HCA, "both halves listed")
+        c.add("rdma-both-halves", "pass", "NCCL_IB_HCA", seen, "both halves in use")
 
 
 def check_netdev(c: Ctx) -> None:
@@ -333,8 +361,9 @@ def check_gid(c: Ctx) -> None:
             )
         else:
             c.add("gid-index", "pass", "NCCL_IB_GID_INDEX", seen, f"{want}")
-    for other in c.env.hcas:
-        if other == dev:
+    for other in c.env.nccl_hcas(c.host.listdir("sys/class/infiniband")):
+        state = c.host.read(f"sys/class/infiniband/{other}/ports/{_ib_port(c.host, other)}/state") or ""
+        if other == dev or "ACTIVE" not in state:  # NCCL skips ports that are not ACTIVE
             continue
         alt = roce_v2_ipv4_index(c.host, other)
         if alt != want:
