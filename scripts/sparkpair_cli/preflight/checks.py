@@ -329,7 +329,11 @@ def check_gid(c: Ctx) -> None:
         return
     want = roce_v2_ipv4_index(c.host, dev, str(c.env.VLLM_HOST_IP))
     table = gid_table(c.host, dev)
-    c.report.facts["gid_index"] = want
+    # Facts for `preflight --compare`: the index NCCL will use on this node and the type of
+    # that GID entry (None: no entry there).
+    used = want if c.env.NCCL_IB_GID_INDEX == "auto" else int(c.env.NCCL_IB_GID_INDEX)
+    c.report.facts["gid_index"] = used
+    c.report.facts["gid_type"] = next((t.strip() for i, t, _n, _v in table if i == used), None)
     if want is None:
         c.add(
             "gid-index",
@@ -619,9 +623,7 @@ def check_ptxas(c: Ctx, arch: str = "sm_121a") -> None:
     try:
         r = c.host.run("ptxas-sm_121a", [exe, f"--gpu-name={arch}", str(probe), "-o", os.devnull])
     except CommandUnavailable as e:
-        c.add(
-            "ptxas", "fail", setting, exe, f"a ptxas that accepts {arch} (CUDA >= 12.9)", str(e)
-        )
+        c.add("ptxas", "fail", setting, exe, f"a ptxas that accepts {arch} (CUDA >= 12.9)", str(e))
         return
     if r.rc != 0:
         first = (r.stdout.strip().splitlines() or ["(no output)"])[0]
@@ -778,6 +780,9 @@ CHECK_IDS = {
     "same-kernel": "kernel release equal on every node",
     "same-driver": "driver version equal on every node",
     "same-mtu": "fabric MTU equal on every node",
+    "same-gid-index": "NCCL_IB_GID_INDEX (as resolved) equal on every node (preflight --compare)",
+    "same-gid-type": "the GID entry NCCL uses has the same type (RoCE v2) on every node",
+    "reports-pass": "no check failed inside any report given to preflight --compare",
     "probe": "sparkpair probe: on-device kernel self-test before the server starts (node run)",
     "nccl-allreduce": "two-rank NCCL all-reduce over NET/IB with busbw above the floor (B05)",
 }
@@ -855,6 +860,15 @@ def load_report(path: Path) -> dict[str, Any]:
         raise PreflightInputError(
             f"{path}: not a preflight report (facts is a {type(facts).__name__}, wanted an object); {wanted}"
         )
+    results = obj.get("results", [])
+    if not isinstance(results, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("id"), str) and r.get("status") in ("pass", "warn", "fail")
+        for r in results
+    ):
+        raise PreflightInputError(
+            f"{path}: not a preflight report (results is not a list of objects with an id and a "
+            f"status pass/warn/fail); {wanted}"
+        )
     return obj
 
 
@@ -879,20 +893,56 @@ def check_facts_out(path: Path) -> None:
         raise PreflightInputError(f"--facts-out {path}: folder {parent} is not writable; {wanted}")
 
 
+COMPARED_FACTS: tuple[tuple[str, str, str, Status], ...] = (
+    ("kernel", "same-kernel", "kernel release", "warn"),
+    ("driver", "same-driver", "NVIDIA driver", "warn"),
+    ("fabric_mtu", "same-mtu", "fabric MTU", "fail"),
+    ("gid_index", "same-gid-index", "NCCL_IB_GID_INDEX (resolved)", "fail"),
+    ("gid_type", "same-gid-type", "type of the GID entry NCCL uses", "fail"),
+)
+"""``(fact, result id, what, status when the nodes differ)`` compared by ``--compare``."""
+
+
 def compare(reports: list[dict[str, Any]]) -> list[Result]:
-    """Cross-node comparisons on the facts of each node's report (``--facts-out`` JSON)."""
+    """Cross-node comparisons of the nodes' reports (``--facts-out`` JSON, :func:`load_report`).
+
+    Every fact of :data:`COMPARED_FACTS` must be equal on every node (a difference is a
+    ``fail`` or ``warn`` as listed there; a fact recorded by some nodes only counts as a
+    difference), and every ``fail`` result inside a report is a ``fail`` here too, naming
+    its node and check: a comparison of failed reports is not a passed comparison.
+    """
     out: list[Result] = []
-    for key, cid, what in (
-        ("kernel", "same-kernel", "kernel release"),
-        ("driver", "same-driver", "NVIDIA driver"),
-        ("fabric_mtu", "same-mtu", "fabric MTU"),
-    ):
+    for key, cid, what, differ in COMPARED_FACTS:
         seen = {r["node"]: r.get("facts", {}).get(key) for r in reports}
         values = set(map(str, seen.values()))
-        status: Status = "pass" if len(values) == 1 else ("fail" if key == "fabric_mtu" else "warn")
+        status: Status = "pass" if len(values) == 1 else differ
+        if all(v is None for v in seen.values()):
+            status = "warn"  # recorded by no node: nothing was compared
         for node, v in seen.items():
             others = {n: x for n, x in seen.items() if n != node}
-            out.append(Result(cid, node, status, what, str(v), f"equal on every node (others: {others})"))
+            note = "" if v is not None else "not in this node's report (run the check group that records it)"
+            out.append(
+                Result(cid, node, status, what, str(v), f"equal on every node (others: {others})", note)
+            )
+    for r in reports:
+        failed = [x for x in r.get("results", []) if x.get("status") == "fail"]
+        for x in failed:
+            out.append(
+                Result(
+                    "reports-pass",
+                    r["node"],
+                    "fail",
+                    f"check {x['id']} in {r['node']}'s report",
+                    "fail",
+                    "pass or warn on every node",
+                    str(x.get("setting", ""))[:80]
+                    + (f": {str(x.get('seen', ''))[:120]}" if x.get("seen") else ""),
+                )
+            )
+        if not failed:
+            out.append(
+                Result("reports-pass", r["node"], "pass", "failed checks in the report", "none", "none")
+            )
     return out
 
 
