@@ -132,7 +132,11 @@ def register(app: typer.Typer) -> None:
     @node.command("validate")
     def validate(
         env_file: Path = typer.Option(Path("configs/node.env"), help="the node env file"),
-        host_paths: bool = typer.Option(True, help="also check host paths (SPARKPAIR_MODEL_CACHE) exist"),
+        host_paths: bool = typer.Option(
+            True,
+            help="also check this host: SPARKPAIR_MODEL_CACHE exists; on the head, the API key file "
+            "is readable and SPARKPAIR_API_HOST can be bound",
+        ),
     ) -> None:
         """Validate a node env file and the profile it names; exit 2 with every problem listed."""
         env = _load_env(env_file)
@@ -143,8 +147,15 @@ def register(app: typer.Typer) -> None:
             launch.executor_of(env, profile)
         except launch.LaunchError as e:
             problems.append(str(e))
-        if host_paths and env.role == "head" and (why := bind_problem(env)):
-            problems.append(why)
+        if host_paths and env.role == "head":
+            from sparkpair_health.apikey import ApiKeyError
+
+            if why := bind_problem(env):
+                problems.append(why)
+            try:
+                api_key_env(env)  # the host file compose will mount as the secret
+            except ApiKeyError as e:
+                problems.append(f"node {env.SPARKPAIR_NODE_NAME}: {e}")
         if host_paths:
             cache = env.SPARKPAIR_MODEL_CACHE
             if not cache:
