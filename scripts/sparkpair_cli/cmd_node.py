@@ -56,7 +56,7 @@ def api_key_env(env: NodeEnv) -> dict[str, str]:
 
     The key comes from SPARKPAIR_API_KEY_FILE (a compose secret) or SPARKPAIR_API_KEY and
     is read by the same resolver the health client uses; it is handed to vLLM through the
-    environment variable vLLM reads (docs/reference/nccl-env.md, "vLLM's server API key"),
+    environment variable vLLM reads (docs/reference/node-env.md, "vLLM's server API key"),
     never on the command line.
 
     Raises:

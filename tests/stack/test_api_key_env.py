@@ -8,7 +8,7 @@ with no ``--api-key``, then ``init_entrypoints_middleware`` -- the function 0.33
 -- and requests through the app: 401 without the key, through with it, ``/health`` open.
 A real 0.33 server cannot start on a CPU machine (no CPU build), so the app runs in-process;
 tests/vllm_real/test_api_key_server.py starts the real 0.32 server through the node's path.
-Background: docs/reference/nccl-env.md, "vLLM's server API key".
+Background: docs/reference/node-env.md, "vLLM's server API key".
 """
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ def test_nodes_are_compared_on_kernel_driver_and_mtu() -> None:
     assert res[("same-kernel", "spark-b")].status == "warn"
 
 
-# NCCL_IB_HCA as NCCL reads it (docs/reference/nccl-env.md): '^' excludes, '=' is exact.
+# NCCL_IB_HCA as NCCL reads it (docs/reference/node-env.md): '^' excludes, '=' is exact.
 
 
 def test_an_exclude_list_that_drops_one_half_fails_both_halves() -> None:

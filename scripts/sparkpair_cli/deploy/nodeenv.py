@@ -31,10 +31,10 @@ IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 
 HCA_RE = re.compile(r"^[A-Za-z0-9_.-]+(:[0-9]{1,3})?$")
 """One NCCL_IB_HCA entry: an RDMA device name (or name prefix) with an optional port
-(``rocep1s0f1:1``). The list syntax is restated in docs/reference/nccl-env.md."""
+(``rocep1s0f1:1``). The list syntax is restated in docs/reference/node-env.md."""
 
 NCCL_MAX_HCAS = 32
-"""NCCL's fixed upper limit of HCA entries (docs/reference/nccl-env.md)."""
+"""NCCL's fixed upper limit of HCA entries (docs/reference/node-env.md)."""
 
 ASCII_INT_RE = re.compile(r"^[0-9]{1,12}$")
 """A number in the env file: ASCII digits only. Python's ``int()`` (and pydantic's lax mode
@@ -49,7 +49,7 @@ HF_REPO_ID_RE = re.compile(rf"^({_HF_PART}/)?{_HF_PART}$")
 """A Hugging Face repo id, ``name`` or ``namespace/name``: ASCII letters, digits, ``-``, ``_``
 and ``.``, at most 96 characters per part, not starting or ending with ``-`` or ``.``; ``--``
 and ``..`` are refused separately (the rules of ``huggingface_hub.utils.validate_repo_id``,
-restated in docs/reference/nccl-env.md, ASCII only)."""
+restated in docs/reference/node-env.md, ASCII only)."""
 
 PATH_MAX = 4096
 """Linux PATH_MAX (``<linux/limits.h>``): the longest path a model or profile setting may hold."""
@@ -170,7 +170,7 @@ def _printable(v: str) -> bool:
 
 
 def parse_hca_list(value: str) -> tuple[bool, bool, list[tuple[str, int | None]]]:
-    """Split an NCCL_IB_HCA value the way NCCL reads it (docs/reference/nccl-env.md).
+    """Split an NCCL_IB_HCA value the way NCCL reads it (docs/reference/node-env.md).
 
     Returns:
         ``(exclude, exact, entries)``: ``exclude`` for a leading ``^`` (the list names devices
@@ -445,7 +445,7 @@ class NodeEnv(BaseModel):
         """The devices of ``present`` (``/sys/class/infiniband`` names) NCCL uses under
         NCCL_IB_HCA: include lists keep the devices matching an entry, exclude lists (``^``)
         drop them; entries match exactly after ``=``, else as name prefixes
-        (docs/reference/nccl-env.md)."""
+        (docs/reference/node-env.md)."""
         exclude, exact, entries = parse_hca_list(self.NCCL_IB_HCA)
         names = [d for d, _p in entries]
 

@@ -1,7 +1,7 @@
 """Run the node's vLLM process as a child and turn "stopped serving" into a failed exit.
 
 vLLM returns exit status 0 when its engine fails, for example after the other node of the
-pair died (docs/reference/nccl-env.md, "vLLM's exit status when a peer dies"), the same
+pair died (docs/reference/node-env.md, "vLLM's exit status when a peer dies"), the same
 status as a requested stop. Compose's ``restart: on-failure`` then never restarts the node.
 ``sparkpair node run`` therefore does not ``exec`` vLLM: it starts it as a child, forwards
 SIGTERM/SIGINT to it, and when the child ends without having been asked to stop it exits

@@ -118,7 +118,7 @@ def check_rdma(c: Ctx) -> None:
     """The RDMA devices NCCL will use under NCCL_IB_HCA exist, are ACTIVE/LinkUp over
     Ethernet (RoCE), and include both halves of the QSFP port (B05).
 
-    NCCL_IB_HCA is read as NCCL reads it (docs/reference/nccl-env.md): an include list keeps
+    NCCL_IB_HCA is read as NCCL reads it (docs/reference/node-env.md): an include list keeps
     the devices matching an entry (a name prefix, or the exact name after ``=``), an exclude
     list (``^``) keeps every other device; NCCL skips ports that are not ACTIVE.
     """
