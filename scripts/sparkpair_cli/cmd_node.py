@@ -5,13 +5,15 @@ and validation of the node env file.
 ``sparkpair node run --role head|worker`` validates the node env (configs/node.env, passed
 by compose), runs ``sparkpair preflight --local``, then the kernel probe where this build
 has it, resolves the RoCEv2 GID index, and starts vLLM (its multi-node `mp` executor) with the
-profile's arguments.
+profile's arguments. vLLM runs as a supervised child (``deploy/supervise.py``): when it stops
+serving without a stop request (a peer died) the node exits non-zero, so compose restarts it.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +22,14 @@ from typing import Literal
 import typer
 from rich.console import Console
 
-from .deploy import launch, liveness
-from .deploy.nodeenv import NodeEnv, NodeEnvError, load_node_env_file, load_node_env_from_environ
+from .deploy import launch, liveness, supervise
+from .deploy.nodeenv import (
+    SECRET_KEYS,
+    NodeEnv,
+    NodeEnvError,
+    load_node_env_file,
+    load_node_env_from_environ,
+)
 
 err = Console(stderr=True)
 out = Console()
@@ -32,6 +40,54 @@ AOT_TRITON_CACHE = Path(os.environ.get("SPARKPAIR_AOT_TRITON_CACHE", "/opt/spark
 EXIT_CONFIG = 2
 EXIT_PREFLIGHT = 3
 EXIT_CLUSTER = 4
+EXIT_PEER_LOST = supervise.EXIT_PEER_LOST  # 5: vLLM stopped serving on its own (a peer died)
+
+
+def child_base_env(environ: dict[str, str]) -> dict[str, str]:
+    """The environment children start from: ``environ`` without the API key settings'
+    secrets (the key reaches vLLM only as VLLM_API_KEY, see :func:`api_key_env`), so no plan,
+    log line or child that does not serve the API ever holds it."""
+    return {k: v for k, v in environ.items() if k not in SECRET_KEYS}
+
+
+def api_key_env(env: NodeEnv) -> dict[str, str]:
+    """``{"VLLM_API_KEY": key}`` for the head's vLLM, ``{}`` when no key is set.
+
+    The key comes from SPARKPAIR_API_KEY_FILE (a compose secret) or SPARKPAIR_API_KEY and
+    is read by the same resolver the health client uses; it is handed to vLLM through the
+    environment variable vLLM reads (docs/reference/node-env.md, "vLLM's server API key"),
+    never on the command line.
+
+    Raises:
+        sparkpair_health.apikey.ApiKeyError: the key file is unreadable, empty, binary or
+            holds more than one line (the message names the setting and path, never content).
+    """
+    from sparkpair_health.apikey import resolve_api_key
+
+    key = resolve_api_key(env=env.api_key_source())
+    return {"VLLM_API_KEY": key.get_secret_value()} if key is not None else {}
+
+
+def bind_problem(env: NodeEnv) -> str | None:
+    """Why the head's API server could not bind SPARKPAIR_API_HOST here, or ``None``.
+
+    A wildcard (0.0.0.0, ::) always binds; any other address must belong to this host
+    (containers use the host's network), which a test bind to port 0 shows.
+    """
+    host = env.SPARKPAIR_API_HOST
+    if host.is_unspecified:
+        return None
+    fam = socket.AF_INET6 if host.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(fam, socket.SOCK_STREAM) as s:
+            s.bind((str(host), 0))
+    except OSError as e:
+        return (
+            f"node {env.SPARKPAIR_NODE_NAME}: SPARKPAIR_API_HOST={host} cannot be bound on this host "
+            f"({e.strerror or e}); wanted 0.0.0.0, ::, 127.0.0.1 or an address this host has "
+            "(`ip -br addr`)"
+        )
+    return None
 
 
 def _load_env(env_file: Path | None) -> NodeEnv:
@@ -75,7 +131,11 @@ def register(app: typer.Typer) -> None:
     @node.command("validate")
     def validate(
         env_file: Path = typer.Option(Path("configs/node.env"), help="the node env file"),
-        host_paths: bool = typer.Option(True, help="also check host paths (SPARKPAIR_MODEL_CACHE) exist"),
+        host_paths: bool = typer.Option(
+            True,
+            help="also check this host: SPARKPAIR_MODEL_CACHE exists; on the head, the API key file "
+            "is readable and SPARKPAIR_API_HOST can be bound",
+        ),
     ) -> None:
         """Validate a node env file and the profile it names; exit 2 with every problem listed."""
         env = _load_env(env_file)
@@ -86,6 +146,15 @@ def register(app: typer.Typer) -> None:
             launch.executor_of(env, profile)
         except launch.LaunchError as e:
             problems.append(str(e))
+        if host_paths and env.role == "head":
+            from sparkpair_health.apikey import ApiKeyError
+
+            if why := bind_problem(env):
+                problems.append(why)
+            try:
+                api_key_env(env)  # the host file compose will mount as the secret
+            except ApiKeyError as e:
+                problems.append(f"node {env.SPARKPAIR_NODE_NAME}: {e}")
         if host_paths:
             cache = env.SPARKPAIR_MODEL_CACHE
             if not cache:
@@ -116,7 +185,9 @@ def register(app: typer.Typer) -> None:
         env = _load_env(env_file)
         profile = _load_profile(env)
         try:
-            p = launch.plan(env, profile, _role(role), base_env=dict(os.environ), gid_index=None)
+            p = launch.plan(
+                env, profile, _role(role), base_env=child_base_env(dict(os.environ)), gid_index=None
+            )
         except launch.LaunchError as e:
             err.print(str(e), highlight=False)
             raise typer.Exit(EXIT_CONFIG) from None
@@ -150,7 +221,30 @@ def register(app: typer.Typer) -> None:
             _say(env, f"[red]preflight failed ({len(report.failed)} checks); not starting[/red]")
             raise typer.Exit(EXIT_PREFLIGHT)
 
-        base_env = dict(os.environ)
+        secret_env: dict[str, str] = {}
+        if r == "head":
+            from sparkpair_health.apikey import ApiKeyError
+
+            why = bind_problem(env)
+            if why:
+                err.print(why, highlight=False)
+                raise typer.Exit(EXIT_CONFIG)
+            try:
+                secret_env = api_key_env(env)
+            except ApiKeyError as e:
+                err.print(f"node {env.SPARKPAIR_NODE_NAME}: {e}", highlight=False)
+                raise typer.Exit(EXIT_CONFIG) from None
+            if secret_env:
+                _say(env, f"API key set: /v1 requests need it (bind {env.SPARKPAIR_API_HOST})")
+            elif env.SPARKPAIR_API_HOST.is_unspecified:
+                _say(
+                    env,
+                    f"[yellow]no API key and SPARKPAIR_API_HOST={env.SPARKPAIR_API_HOST}: the OpenAI API "
+                    "is open to every interface of this host; set SPARKPAIR_API_KEY_FILE, or "
+                    "SPARKPAIR_API_HOST=127.0.0.1 / one address of this host[/yellow]",
+                )
+
+        base_env = child_base_env(dict(os.environ))
         if _has_command("cmd_probe"):
             out_path = Path(
                 os.environ.get("SPARKPAIR_PROBE_OUT", "/var/cache/sparkpair/vllm/sparkpair-probe.json")
@@ -198,7 +292,7 @@ def register(app: typer.Typer) -> None:
             err.print(str(e), highlight=False)
             raise typer.Exit(EXIT_CONFIG) from None
         _say(env, f"executor {p.executor}; plan:\n{launch.describe(p)}")
-        _start(env, p)
+        _start(env, p, secret_env)
 
     @node.command("check")
     def check(
@@ -267,7 +361,47 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _start(env: NodeEnv, p: launch.LaunchPlan) -> None:
+def _peers(env: NodeEnv, seen: set[str]) -> str:
+    """The other node(s), as this node knows them, for the last log line."""
+    head, port = env.SPARKPAIR_HEAD_ADDR, env.SPARKPAIR_MASTER_PORT
+    if env.SPARKPAIR_NNODES == 1:
+        return "none (SPARKPAIR_NNODES=1: the engine itself stopped)"
+    if env.role == "worker":
+        try:
+            socket.create_connection((str(head), port), timeout=2).close()
+            state = "still accepts connections"
+        except OSError as e:
+            state = f"does not accept connections ({e.strerror or e})"
+        return f"the head (rank 0) at {head}:{port}, which {state}"
+    ranks = f"rank 1..{env.SPARKPAIR_NNODES - 1}" if env.SPARKPAIR_NNODES > 2 else "rank 1"
+    if seen:
+        return f"worker(s) ({ranks}) last seen connected to {head}:{port} from {', '.join(sorted(seen))}"
+    return f"worker(s) ({ranks}); none was seen connected to {head}:{port}"
+
+
+def _serve(env: NodeEnv, p: launch.LaunchPlan, secret_env: dict[str, str]) -> None:
+    """Run this node's vLLM as a supervised child and exit with :func:`supervise.exit_status`."""
+    assert p.serve is not None
+    _say(env, "start " + " ".join(p.serve))
+    seen: set[str] = set()
+    me = {str(env.VLLM_HOST_IP)}
+
+    def sample(_elapsed: float) -> None:
+        # The head's workers hold a connection to its rendezvous port; remember who did.
+        if env.role == "head" and env.SPARKPAIR_NNODES > 1:
+            ips = set(liveness.clients_of_port(env.SPARKPAIR_MASTER_PORT)) - me
+            if ips:
+                seen.clear()
+                seen.update(ips)
+
+    child = supervise.run_child(p.serve, {**p.env, **secret_env}, on_tick=sample)
+    code = supervise.exit_status(child)
+    line = supervise.last_line(child, node=env.SPARKPAIR_NODE_NAME, role=env.role, peers=_peers(env, seen))
+    err.print(line, highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _start(env: NodeEnv, p: launch.LaunchPlan, secret_env: dict[str, str] | None = None) -> None:
     timeout = float(env.SPARKPAIR_JOIN_TIMEOUT_S)
     head, port = str(env.SPARKPAIR_HEAD_ADDR), env.SPARKPAIR_MASTER_PORT
 
@@ -277,8 +411,7 @@ def _start(env: NodeEnv, p: launch.LaunchPlan) -> None:
 
     if p.role == "worker":
         _wait_head(env, head, port, timeout, tick)
-    _say(env, "exec " + " ".join(p.serve))
-    launch.exec_argv(p.serve, p.env)
+    _serve(env, p, secret_env or {})
 
 
 def _wait_head(env: NodeEnv, head: str, port: int, timeout: float, tick) -> None:  # type: ignore[no-untyped-def]

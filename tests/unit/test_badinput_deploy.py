@@ -163,3 +163,33 @@ def test_inspect_missing_path_still_says_not_a_folder(tmp_path: Path) -> None:
     code, out = cli("inspect", str(tmp_path / "gone"), "--hf-home", str(tmp_path / "hf"))
     assert code == 1, out
     assert "is not a folder" in out
+
+
+# 7. node env values issue 14 found slipping through: refused by every command that reads
+# the env file, exit 2, naming node, key, value (cut, never a file's content) and wanted.
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        ("SPARKPAIR_MODEL", "--trust-remote-code", "starts with '-'"),
+        ("SPARKPAIR_MODEL", "../../etc", "neither a Hugging Face repo id nor an absolute path"),
+        ("SPARKPAIR_PROFILE", "../../../../etc/passwd", "neither a profile name nor an absolute .yaml path"),
+        ("SPARKPAIR_FABRIC_CIDR", "0.0.0.0/0", "a /0 is not a fabric subnet"),
+        ("SPARKPAIR_PREFLIGHT_WAIVE", "all", "unknown check ids ['all']"),
+        ("SPARKPAIR_NNODES", "\u0662", "ASCII digits"),
+        ("NCCL_IB_HCA", "=^rocep1s0f1", "'=^' is not NCCL syntax"),
+    ],
+)
+@pytest.mark.parametrize("command", [["node", "validate"], ["node", "plan", "--role", "head"], ["preflight"]])
+def test_node_env_holes_are_refused_by_every_command(
+    tmp_path: Path, command: list[str], key: str, value: str, fragment: str
+) -> None:
+    lines = GOOD_ENV.read_text().splitlines()
+    lines = [x for x in lines if not x.startswith(f"{key}=")] + [f"{key}={value}"]
+    f = tmp_path / "node.env"
+    f.write_text("\n".join(lines) + "\n")
+    code, out = cli(*command, "--env-file", str(f))
+    assert code == 2, out
+    assert f"{key}=" in out and fragment in out and "wanted" in out, out
+    assert "root:" not in out and "Traceback" not in out

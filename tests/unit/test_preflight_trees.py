@@ -155,3 +155,37 @@ def test_nodes_are_compared_on_kernel_driver_and_mtu() -> None:
     reports[1]["facts"]["kernel"] = "7.0.0-1019-nvidia"
     res = {(r.id, r.node): r for r in pf.compare(reports)}
     assert res[("same-kernel", "spark-b")].status == "warn"
+
+
+# NCCL_IB_HCA as NCCL reads it (docs/reference/node-env.md): '^' excludes, '=' is exact.
+
+
+def test_an_exclude_list_that_drops_one_half_fails_both_halves() -> None:
+    r = run("spark-head-good", NCCL_IB_HCA="^=roceP2p1s0f1")["rdma-both-halves"]
+    assert r.status == "fail", r.message
+    assert "NCCL uses ['rocep1s0f1']" in r.message and "roceP2p1s0f1" in r.message, r.message
+    assert "both halves listed" not in r.message
+
+
+def test_an_exclude_list_of_the_down_ports_passes() -> None:
+    got = run("spark-head-good", NCCL_IB_HCA="^=rocep1s0f0,roceP2p1s0f0")
+    assert got["rdma-link"].status == "pass", got["rdma-link"].message
+    r = got["rdma-both-halves"]
+    assert r.status == "pass" and "NCCL uses ['roceP2p1s0f1', 'rocep1s0f1']" in r.message, r.message
+
+
+def test_an_exclude_list_of_every_device_fails_naming_it() -> None:
+    r = run("spark-head-good", NCCL_IB_HCA="^roce")["rdma-devices"]
+    assert r.status == "fail" and "removes every device" in r.message, r.message
+
+
+def test_an_exact_name_that_is_missing_fails() -> None:
+    r = run("spark-head-good", NCCL_IB_HCA="=rocep1s0f1,rocep1s0f")["rdma-devices"]
+    assert r.status == "fail" and "['rocep1s0f'] not found" in r.message, r.message
+
+
+def test_excluding_both_halves_is_not_reported_as_both_halves_listed() -> None:
+    got = run("spark-head-good", NCCL_IB_HCA="^=rocep1s0f1,roceP2p1s0f1")
+    assert got["rdma-both-halves"].status == "fail", got["rdma-both-halves"].message
+    assert "NCCL uses []" in got["rdma-both-halves"].message
+    assert got["rdma-link"].status == "fail" and "is ACTIVE/LinkUp" in got["rdma-link"].message

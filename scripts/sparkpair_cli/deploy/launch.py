@@ -61,7 +61,7 @@ class LaunchPlan:
         role: ``head`` or ``worker``.
         executor: ``mp`` (vLLM's multi-node multiprocessing executor; the only one).
         env: environment for every child (node env + profile env + derived NCCL/Gloo keys).
-        serve: argv of the vLLM process this node ends in (``exec``): the API server on the
+        serve: argv of the vLLM process this node runs as its supervised child: the API server on the
             head, the headless engine on a worker.
     """
 
@@ -191,8 +191,9 @@ HEAD_LOG_ENV = "SPARKPAIR_HEAD_LOG"
 def tee_argv(argv: list[str], log_path: str) -> list[str]:
     """``argv`` run so that its stdout and stderr also go to ``log_path`` (truncated at start).
 
-    bash ``exec``s the command, so it keeps the process's place under tini (signals reach vLLM
-    directly, its exit code is the container's); only the copying ``tee`` is a second process.
+    bash ``exec``s the command, so the supervised child is vLLM itself (signals forwarded by
+    ``sparkpair node`` reach it directly, its exit status is the child's); only the copying
+    ``tee`` is a second process.
     """
     script = 'log=$1; shift; exec "$@" > >(exec tee -- "$log") 2>&1'
     return ["bash", "-c", script, "sparkpair-head-log", log_path, *argv]

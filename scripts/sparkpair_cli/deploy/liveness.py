@@ -52,9 +52,10 @@ def _decode_addr(hexaddr: str) -> tuple[str, int]:
     return (str(mapped) if mapped else str(ip6)), int(port, 16)
 
 
-def established_peers(root: Path = Path("/")) -> list[tuple[str, int]]:
-    """Remote ``(ip, port)`` of every ESTABLISHED TCP socket in this network namespace."""
-    out: list[tuple[str, int]] = []
+def established(root: Path = Path("/")) -> list[tuple[tuple[str, int], tuple[str, int]]]:
+    """``(local, remote)`` ``(ip, port)`` pairs of every ESTABLISHED TCP socket in this
+    network namespace (``/proc/net/tcp`` and ``tcp6``)."""
+    out: list[tuple[tuple[str, int], tuple[str, int]]] = []
     for name in ("tcp", "tcp6"):
         p = root / "proc" / "net" / name
         try:
@@ -64,8 +65,20 @@ def established_peers(root: Path = Path("/")) -> list[tuple[str, int]]:
         for line in lines:
             f = line.split()
             if len(f) > 3 and f[3] == TCP_ESTABLISHED:
-                out.append(_decode_addr(f[2]))
+                out.append((_decode_addr(f[1]), _decode_addr(f[2])))
     return out
+
+
+def established_peers(root: Path = Path("/")) -> list[tuple[str, int]]:
+    """Remote ``(ip, port)`` of every ESTABLISHED TCP socket in this network namespace."""
+    return [remote for _local, remote in established(root)]
+
+
+def clients_of_port(port: int, root: Path = Path("/")) -> list[str]:
+    """Remote IPs connected to local TCP ``port`` (the head's rendezvous port: its workers),
+    without loopback."""
+    ips = {rip for (_lip, lport), (rip, _rport) in established(root) if lport == port}
+    return sorted(ip for ip in ips if not ipaddress.ip_address(ip).is_loopback)
 
 
 def processes(root: Path = Path("/")) -> list[tuple[int, str]]:

@@ -16,13 +16,66 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 """Linux interface names: at most 15 bytes (IFNAMSIZ - 1)."""
 
-HCA_RE = re.compile(r"^[A-Za-z0-9_]+(:\d+)?$")
-"""An RDMA device name with an optional port, as NCCL_IB_HCA takes it (``rocep1s0f1:1``)."""
+HCA_RE = re.compile(r"^[A-Za-z0-9_.-]+(:[0-9]{1,3})?$")
+"""One NCCL_IB_HCA entry: an RDMA device name (or name prefix) with an optional port
+(``rocep1s0f1:1``). The list syntax is restated in docs/reference/node-env.md."""
+
+NCCL_MAX_HCAS = 32
+"""NCCL's fixed upper limit of HCA entries (docs/reference/node-env.md)."""
+
+ASCII_INT_RE = re.compile(r"^[0-9]{1,12}$")
+"""A number in the env file: ASCII digits only. Python's ``int()`` (and pydantic's lax mode
+around it) also takes ``'\u0661\u0662'`` (Arabic-Indic digits), ``'1_0'``, ``' 12'``,
+``'+5'`` and ``'12.0'``; none of those is what an operator means to write."""
+
+PROFILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}(\.[A-Za-z0-9_-]{1,16})?$")
+"""A profile name: the stem of a file in configs/profiles/ (no path separator, no ``..``)."""
+
+_HF_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+HF_REPO_ID_RE = re.compile(rf"^({_HF_PART}/)?{_HF_PART}$")
+"""A Hugging Face repo id, ``name`` or ``namespace/name``: ASCII letters, digits, ``-``, ``_``
+and ``.``, at most 96 characters per part, not starting or ending with ``-`` or ``.``; ``--``
+and ``..`` are refused separately (the rules of ``huggingface_hub.utils.validate_repo_id``,
+restated in docs/reference/node-env.md, ASCII only)."""
+
+PATH_MAX = 4096
+"""Linux PATH_MAX (``<linux/limits.h>``): the longest path a model or profile setting may hold."""
+
+FABRIC_PREFIX_MIN, FABRIC_PREFIX_MAX = 8, 31
+"""Fabric subnets: at least a /31 (RFC 3021 point-to-point: the two ends of one cable) and
+at most a /8. A shorter prefix (/0 to /7) is not a fabric, it is "everything"."""
+
+SECRET_KEYS = frozenset({"SPARKPAIR_API_KEY", "VLLM_API_KEY"})
+"""Keys whose values are never shown, only their length."""
+
+SHOWN_MAX = 64
+"""Longest value (characters) an error message repeats in full."""
+
+
+def shown(key: str, value: object) -> str:
+    """``value`` as an error message may show it: secrets as ``<hidden, N characters>``,
+    long strings cut to :data:`SHOWN_MAX` characters with their length, control and
+    non-ASCII characters escaped (``repr``)."""
+    if key in SECRET_KEYS:
+        n = len(str(value))
+        return f"<hidden, {n} characters>" if n else "''"
+    if isinstance(value, str) and len(value) > SHOWN_MAX:
+        return f"{ascii(value[:SHOWN_MAX])}... ({len(value)} characters)"
+    return ascii(value)
+
 
 DERIVED_KEYS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 """Keys ``sparkpair node`` derives from SPARKPAIR_FABRIC_IFNAME / VLLM_HOST_IP; setting them
@@ -43,22 +96,111 @@ WANTED: dict[str, str] = {
     "SPARKPAIR_MASTER_PORT": "a TCP port 1024-65535 for the cluster rendezvous (torch's store)",
     "SPARKPAIR_EXECUTOR": "empty or 'mp' (vLLM's multi-node multiprocessing executor, the only one; Ray was "
     "removed: vLLM no longer depends on it and its images ship without it)",
-    "SPARKPAIR_PROFILE": "a profile name in configs/profiles/ or a path to a profile YAML",
-    "SPARKPAIR_MODEL": "empty (use the profile's model) or a model path/hub id",
-    "SPARKPAIR_API_HOST": "the address the API server binds: 0.0.0.0, :: or an IP of this node",
+    "SPARKPAIR_PROFILE": (
+        "a profile name from configs/profiles/ (e.g. deepseek-v4-flash) or an absolute path to a "
+        ".yaml/.yml profile file with no '..' component"
+    ),
+    "SPARKPAIR_MODEL": (
+        "empty (the profile's model), a Hugging Face repo id (namespace/name) or an absolute path "
+        "with no '..' component, at most 4096 characters"
+    ),
+    "SPARKPAIR_API_HOST": (
+        "the address the API server binds: 0.0.0.0 or :: (every interface), 127.0.0.1 (this host "
+        "only) or one address of this node"
+    ),
+    "SPARKPAIR_API_KEY_FILE": (
+        "empty (no key), or an absolute path to a file whose one line is the server API key "
+        "(compose mounts it as the secret sparkpair_api_key)"
+    ),
+    "SPARKPAIR_API_KEY": (
+        "empty, or the server API key itself: 1-4096 printable ASCII characters, no spaces "
+        "(prefer SPARKPAIR_API_KEY_FILE)"
+    ),
     "SPARKPAIR_API_PORT": "a TCP port 1024-65535",
     "SPARKPAIR_GATEWAY_PORT": "a TCP port 1024-65535, different from SPARKPAIR_API_PORT",
-    "SPARKPAIR_FABRIC_CIDR": "the fabric (RoCE) subnet in CIDR form, e.g. 192.168.177.0/24",
+    "SPARKPAIR_FABRIC_CIDR": (
+        "the fabric (RoCE) subnet in CIDR form, e.g. 192.168.177.0/24: an IPv4 network of /8 to /31, "
+        "not 0.0.0.0/N, loopback, link-local (169.254/16), multicast or reserved"
+    ),
     "SPARKPAIR_FABRIC_IFNAME": "the netdev on the fabric subnet, e.g. enp1s0f1np1 (at most 15 characters)",
     "VLLM_HOST_IP": "this node's IPv4 address on the fabric subnet",
-    "NCCL_IB_HCA": "a comma list of RDMA devices, both halves of the QSFP port, e.g. rocep1s0f1,roceP2p1s0f1",
+    "NCCL_IB_HCA": (
+        "a comma list of RDMA devices, both halves of the QSFP port, e.g. rocep1s0f1,roceP2p1s0f1, "
+        "with NCCL's optional prefixes: '^' (exclude the listed devices), then '=' (exact names)"
+    ),
     "NCCL_IB_GID_INDEX": "'auto' (resolved per node from sysfs at start) or an integer 0-255",
     "SPARKPAIR_JOIN_TIMEOUT_S": "seconds to wait for the other nodes, an integer 10-86400",
-    "SPARKPAIR_PREFLIGHT_WAIVE": "empty or a comma list of preflight check ids to report as warnings",
+    "SPARKPAIR_PREFLIGHT_WAIVE": (
+        "empty or a comma list of preflight check ids (`sparkpair preflight --list`) to report as warnings"
+    ),
     "SPARKPAIR_HOST_USER": "the host user that owns the Docker engine: root (default) or the rootless user",
     "SPARKPAIR_IMAGE": "an image reference, e.g. sparkpair:0.1.0 (the same image on every node)",
     "SPARKPAIR_MODEL_CACHE": "an absolute host path holding the Hugging Face cache",
 }
+
+
+NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+"""SPARKPAIR_NODE_NAME: the name every message about this node starts with."""
+
+INT_KEYS = (
+    "SPARKPAIR_NNODES",
+    "SPARKPAIR_NODE_RANK",
+    "SPARKPAIR_GPUS_PER_NODE",
+    "SPARKPAIR_MASTER_PORT",
+    "SPARKPAIR_API_PORT",
+    "SPARKPAIR_GATEWAY_PORT",
+    "SPARKPAIR_JOIN_TIMEOUT_S",
+)
+"""Integer keys: written with ASCII digits only (:data:`ASCII_INT_RE`)."""
+
+
+def _ascii_int(v: object) -> object:
+    if isinstance(v, str) and not ASCII_INT_RE.match(v):
+        raise ValueError("not a plain decimal integer (ASCII digits 0-9 only)")
+    return v
+
+
+def _no_dotdot(path: str) -> bool:
+    return ".." not in path.split("/")
+
+
+def _printable(v: str) -> bool:
+    return all(" " <= ch <= "~" for ch in v)
+
+
+def parse_hca_list(value: str) -> tuple[bool, bool, list[tuple[str, int | None]]]:
+    """Split an NCCL_IB_HCA value the way NCCL reads it (docs/reference/node-env.md).
+
+    Returns:
+        ``(exclude, exact, entries)``: ``exclude`` for a leading ``^`` (the list names devices
+        NCCL must *not* use), ``exact`` for a following ``=`` (names match exactly, otherwise
+        each entry is a name prefix), and ``(device, port or None)`` per comma entry.
+
+    Raises:
+        ValueError: ``=^`` (NCCL reads ``^`` only first), an empty list or entry, more than
+            :data:`NCCL_MAX_HCAS` entries, or an entry that is not ``name[:port]``.
+    """
+    body = value
+    exclude = body.startswith("^")
+    if exclude:
+        body = body[1:]
+    exact = body.startswith("=")
+    if exact:
+        body = body[1:]
+    if body.startswith("^"):
+        raise ValueError("'=^' is not NCCL syntax: the exclude mark '^' comes first ('^=')")
+    names = [x.strip() for x in body.split(",")]
+    if not body.strip() or any(not n for n in names):
+        raise ValueError("an empty device list or entry")
+    if len(names) > NCCL_MAX_HCAS:
+        raise ValueError(f"{len(names)} entries; NCCL takes at most {NCCL_MAX_HCAS}")
+    entries: list[tuple[str, int | None]] = []
+    for n in names:
+        if not HCA_RE.match(n):
+            raise ValueError("not a comma list of RDMA device names (name or name:port)")
+        dev, _, port = n.partition(":")
+        entries.append((dev, int(port) if port else None))
+    return exclude, exact, entries
 
 
 def _port(v: int) -> int:
@@ -72,7 +214,7 @@ class NodeEnv(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    SPARKPAIR_NODE_NAME: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+    SPARKPAIR_NODE_NAME: str = Field(pattern=NODE_NAME_RE.pattern)
     SPARKPAIR_NNODES: int = Field(ge=1, le=64)
     SPARKPAIR_NODE_RANK: int = Field(ge=0)
     SPARKPAIR_GPUS_PER_NODE: int = Field(1, ge=1, le=8)
@@ -82,6 +224,8 @@ class NodeEnv(BaseModel):
     SPARKPAIR_PROFILE: str = Field("deepseek-v4-flash", min_length=1)
     SPARKPAIR_MODEL: str = ""
     SPARKPAIR_API_HOST: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.IPv4Address("0.0.0.0")
+    SPARKPAIR_API_KEY_FILE: str = ""
+    SPARKPAIR_API_KEY: SecretStr = SecretStr("")
     SPARKPAIR_API_PORT: int = 8000
     SPARKPAIR_GATEWAY_PORT: int = 8080
     SPARKPAIR_FABRIC_CIDR: ipaddress.IPv4Network
@@ -98,6 +242,7 @@ class NodeEnv(BaseModel):
     _port_check = field_validator("SPARKPAIR_MASTER_PORT", "SPARKPAIR_API_PORT", "SPARKPAIR_GATEWAY_PORT")(
         _port
     )
+    _int_check = field_validator(*INT_KEYS, mode="before")(_ascii_int)
 
     @field_validator("SPARKPAIR_FABRIC_CIDR", mode="before")
     @classmethod
@@ -106,13 +251,27 @@ class NodeEnv(BaseModel):
             raise ValueError("no prefix length")
         return v
 
+    @field_validator("SPARKPAIR_FABRIC_CIDR")
+    @classmethod
+    def _fabric_like(cls, v: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+        if not FABRIC_PREFIX_MIN <= v.prefixlen <= FABRIC_PREFIX_MAX:
+            raise ValueError(f"a /{v.prefixlen} is not a fabric subnet")
+        a = v.network_address
+        for bad, what in (
+            (a in ipaddress.IPv4Network("0.0.0.0/8"), "the 'this network' block 0.0.0.0/8"),
+            (a.is_loopback, "loopback"),
+            (a.is_link_local, "link-local (169.254.0.0/16: autoconfigured, changes on reboot)"),
+            (a.is_multicast, "multicast"),
+            (a.is_reserved, "reserved (240.0.0.0/4)"),
+        ):
+            if bad:
+                raise ValueError(f"{v} is {what}")
+        return v
+
     @field_validator("NCCL_IB_HCA")
     @classmethod
     def _hca(cls, v: str) -> str:
-        body = v[1:] if v[:1] in "^=" else v
-        names = [x.strip() for x in body.split(",")]
-        if not names or any(not HCA_RE.match(n) for n in names):
-            raise ValueError("not a comma list of RDMA device names")
+        parse_hca_list(v)
         return v
 
     @field_validator("NCCL_IB_GID_INDEX")
@@ -120,8 +279,70 @@ class NodeEnv(BaseModel):
     def _gid(cls, v: str) -> str:
         if v == "auto":
             return v
-        if not v.isdigit() or int(v) > 255:
-            raise ValueError("not 'auto' or an integer 0-255")
+        if not re.fullmatch(r"[0-9]{1,3}", v) or int(v) > 255:
+            raise ValueError("not 'auto' or an integer 0-255 (ASCII digits)")
+        return v
+
+    @field_validator("SPARKPAIR_PROFILE")
+    @classmethod
+    def _profile(cls, v: str) -> str:
+        if PROFILE_NAME_RE.match(v) and ".." not in v:
+            return v
+        if v.startswith("/"):
+            if len(v) > PATH_MAX or not _printable(v):
+                raise ValueError("a path longer than 4096 characters or with control characters")
+            if not _no_dotdot(v):
+                raise ValueError("a path with a '..' component")
+            if not v.endswith((".yaml", ".yml")):
+                raise ValueError("a path that does not end in .yaml or .yml (no other file is read)")
+            return v
+        raise ValueError("neither a profile name nor an absolute .yaml path")
+
+    @field_validator("SPARKPAIR_MODEL")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        if not v:
+            return v
+        if len(v) > PATH_MAX:
+            raise ValueError(f"{len(v)} characters; at most {PATH_MAX}")
+        if v.startswith("-"):
+            raise ValueError("starts with '-': vLLM would read it as an option")
+        if not _printable(v):
+            raise ValueError("control or non-ASCII characters")
+        if v.startswith("/"):
+            if not _no_dotdot(v):
+                raise ValueError("a path with a '..' component")
+            return v
+        if HF_REPO_ID_RE.match(v) and "--" not in v and ".." not in v and not v.endswith(".git"):
+            return v
+        raise ValueError("neither a Hugging Face repo id nor an absolute path")
+
+    @field_validator("SPARKPAIR_API_KEY_FILE")
+    @classmethod
+    def _key_file(cls, v: str) -> str:
+        if v and (not v.startswith("/") or len(v) > PATH_MAX or not _printable(v) or not _no_dotdot(v)):
+            raise ValueError("not an absolute path (no '..' component, at most 4096 characters)")
+        return v
+
+    @field_validator("SPARKPAIR_API_KEY")
+    @classmethod
+    def _key(cls, v: SecretStr) -> SecretStr:
+        k = v.get_secret_value()
+        if k and (len(k) > 4096 or not all("!" <= ch <= "~" for ch in k)):
+            # The message names the rule, never the key.
+            raise ValueError("longer than 4096 characters, or holds spaces, control or non-ASCII characters")
+        return v
+
+    @field_validator("SPARKPAIR_PREFLIGHT_WAIVE")
+    @classmethod
+    def _waive(cls, v: str) -> str:
+        from ..preflight.checks import CHECK_IDS  # noqa: PLC0415  (checks imports this module)
+
+        ids = [x.strip() for x in v.split(",") if x.strip()]
+        unknown = [x for x in ids if x not in CHECK_IDS]
+        if unknown:
+            cut = [x if len(x) <= 40 else x[:40] + "..." for x in unknown[:5]]
+            raise ValueError(f"unknown check ids {cut}; known: {','.join(CHECK_IDS)}")
         return v
 
     @model_validator(mode="after")
@@ -165,12 +386,21 @@ class NodeEnv(BaseModel):
                 )
             )
         api = self.SPARKPAIR_API_HOST
-        if not api.is_unspecified and api != self.VLLM_HOST_IP and not api.is_loopback:
+        if not api.is_unspecified and (api.is_multicast or api.is_reserved or api.is_link_local):
             problems.append(
                 (
                     "SPARKPAIR_API_HOST",
                     str(api),
-                    f"0.0.0.0, ::, 127.0.0.1 or VLLM_HOST_IP={self.VLLM_HOST_IP}",
+                    "0.0.0.0, ::, 127.0.0.1 or one unicast address of this node",
+                )
+            )
+        if self.SPARKPAIR_API_KEY_FILE and self.SPARKPAIR_API_KEY.get_secret_value():
+            problems.append(
+                (
+                    "SPARKPAIR_API_KEY",
+                    "<set>",
+                    f"unset while SPARKPAIR_API_KEY_FILE={self.SPARKPAIR_API_KEY_FILE} names the key "
+                    "(one source for the key)",
                 )
             )
         if self.SPARKPAIR_GATEWAY_PORT == self.SPARKPAIR_API_PORT:
@@ -197,10 +427,30 @@ class NodeEnv(BaseModel):
         return "head" if self.SPARKPAIR_NODE_RANK == 0 else "worker"
 
     @property
+    def hca_excludes(self) -> bool:
+        """Whether NCCL_IB_HCA is NCCL's exclude list (leading ``^``)."""
+        return parse_hca_list(self.NCCL_IB_HCA)[0]
+
+    @property
     def hcas(self) -> list[str]:
-        """RDMA device names from NCCL_IB_HCA, without the ``^``/``=`` prefix and ports."""
-        body = self.NCCL_IB_HCA[1:] if self.NCCL_IB_HCA[:1] in "^=" else self.NCCL_IB_HCA
-        return [x.strip().split(":")[0] for x in body.split(",")]
+        """RDMA devices NCCL_IB_HCA names for NCCL to use (ports dropped); ``[]`` for an
+        exclude list (``^...``), which names only what NCCL must not use: see
+        :meth:`nccl_hcas` for the devices NCCL then picks from those present."""
+        exclude, _exact, entries = parse_hca_list(self.NCCL_IB_HCA)
+        return [] if exclude else [d for d, _p in entries]
+
+    def nccl_hcas(self, present: list[str]) -> list[str]:
+        """The devices of ``present`` (``/sys/class/infiniband`` names) NCCL uses under
+        NCCL_IB_HCA: include lists keep the devices matching an entry, exclude lists (``^``)
+        drop them; entries match exactly after ``=``, else as name prefixes
+        (docs/reference/node-env.md)."""
+        exclude, exact, entries = parse_hca_list(self.NCCL_IB_HCA)
+        names = [d for d, _p in entries]
+
+        def hit(dev: str) -> bool:
+            return any(dev == n if exact else dev.startswith(n) for n in names)
+
+        return [d for d in present if hit(d) != exclude]
 
     @property
     def waived(self) -> set[str]:
@@ -227,6 +477,14 @@ class NodeEnv(BaseModel):
             "GLOO_SOCKET_IFNAME": ifname,
             "TP_SOCKET_IFNAME": ifname,
             "NCCL_IB_HCA": self.NCCL_IB_HCA,
+        }
+
+    def api_key_source(self) -> dict[str, str]:
+        """The two API-key settings, as :func:`sparkpair_health.apikey.resolve_api_key` reads
+        them (contract: the key from a file or the env, never argv)."""
+        return {
+            "SPARKPAIR_API_KEY": self.SPARKPAIR_API_KEY.get_secret_value(),
+            "SPARKPAIR_API_KEY_FILE": self.SPARKPAIR_API_KEY_FILE,
         }
 
 
@@ -279,17 +537,26 @@ def load_node_env(values: Mapping[str, str], *, source: str = "environment") -> 
     Raises:
         NodeEnvError: one line per problem, each naming node, key, value seen and value wanted.
     """
-    node = values.get("SPARKPAIR_NODE_NAME") or socket.gethostname()
+    node = values.get("SPARKPAIR_NODE_NAME") or ""
+    if not NODE_NAME_RE.match(node):
+        # An invalid name is reported on its own line; messages name the host instead.
+        node = socket.gethostname()
     data = {k: v for k, v in values.items() if k in NodeEnv.model_fields}
     # An empty value in an env file means "use the default", as in compose interpolation.
     data = {k: v for k, v in data.items() if v != "" or k in ("SPARKPAIR_MODEL", "SPARKPAIR_PREFLIGHT_WAIVE")}
     lines: list[str] = []
+    if values.get("VLLM_API_KEY"):
+        lines.append(
+            f"node {node} ({source}): VLLM_API_KEY={shown('VLLM_API_KEY', values['VLLM_API_KEY'])}; "
+            "wanted it unset (sparkpair node hands vLLM the key from SPARKPAIR_API_KEY_FILE or "
+            "SPARKPAIR_API_KEY)"
+        )
     for key in DERIVED_KEYS:
         if key in values and values[key] != "":
             want = values.get("SPARKPAIR_FABRIC_IFNAME", "")
             if values[key] != want:
                 lines.append(
-                    f"node {node} ({source}): {key}={values[key]!r}; wanted it unset or equal to "
+                    f"node {node} ({source}): {key}={shown(key, values[key])}; wanted it unset or equal to "
                     f"{want!r} (sparkpair node derives it from "
                     "SPARKPAIR_FABRIC_IFNAME)"
                 )
@@ -304,9 +571,9 @@ def load_node_env(values: Mapping[str, str], *, source: str = "environment") -> 
                     lines.append(f"node {node} ({source}): {key}={seen}; wanted {want}")
                 continue
             key = str(err["loc"][0]) if err["loc"] else "?"
-            seen = values.get(key, "<unset>") if key in values else "<unset>"
+            seen = shown(key, values[key]) if key in values else "'<unset>'"
             lines.append(
-                f"node {node} ({source}): {key}={seen!r}; wanted {WANTED.get(key, msg)} "
+                f"node {node} ({source}): {key}={seen}; wanted {WANTED.get(key, msg)} "
                 f"({msg.removeprefix('Value error, ')})"
             )
     if lines:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.table import Table
 
-from ..deploy.nodeenv import NodeEnv
+from ..deploy.nodeenv import NodeEnv, parse_hca_list
 from .host import CommandUnavailable, Host
 
 Status = Literal["pass", "warn", "fail"]
@@ -117,8 +117,13 @@ def hca_netdevs(host: Host, dev: str) -> list[str]:
 
 
 def check_rdma(c: Ctx) -> None:
-    """RDMA devices listed in NCCL_IB_HCA exist, are ACTIVE/LinkUp over Ethernet (RoCE),
-    and both halves of the QSFP port are listed (B05)."""
+    """The RDMA devices NCCL will use under NCCL_IB_HCA exist, are ACTIVE/LinkUp over
+    Ethernet (RoCE), and include both halves of the QSFP port (B05).
+
+    NCCL_IB_HCA is read as NCCL reads it (docs/reference/node-env.md): an include list keeps
+    the devices matching an entry (a name prefix, or the exact name after ``=``), an exclude
+    list (``^``) keeps every other device; NCCL skips ports that are not ACTIVE.
+    """
     devs = c.host.listdir("sys/class/infiniband")
     c.report.facts["rdma_devices"] = devs
     if not devs:
@@ -130,8 +135,10 @@ def check_rdma(c: Ctx) -> None:
             "the ConnectX-7 RoCE devices (is /dev/infiniband passed in and the mlx5 driver loaded?)",
         )
         return
-    missing = [h for h in c.env.hcas if h not in devs]
-    if missing:
+    exclude, exact, entries = parse_hca_list(c.env.NCCL_IB_HCA)
+    names = [n for n, _p in entries]
+    missing = [n for n in names if not any(d == n if exact else d.startswith(n) for d in devs)]
+    if missing and not exclude:
         c.add(
             "rdma-devices",
             "fail",
@@ -141,16 +148,35 @@ def check_rdma(c: Ctx) -> None:
             f"{missing} not found",
         )
         return
+    use = c.env.nccl_hcas(devs)
+    if not use:
+        c.add(
+            "rdma-devices",
+            "fail",
+            "NCCL_IB_HCA",
+            c.env.NCCL_IB_HCA,
+            f"a list that leaves NCCL at least one of the devices present here: {devs}",
+            "the exclude list (^) removes every device",
+        )
+        return
     bad = []
-    for h in c.env.hcas:
+    up = []
+    for h in use:
         port = _ib_port(c.host, h)
         state = c.host.read(f"sys/class/infiniband/{h}/ports/{port}/state") or "?"
         phys = c.host.read(f"sys/class/infiniband/{h}/ports/{port}/phys_state") or "?"
         layer = c.host.read(f"sys/class/infiniband/{h}/ports/{port}/link_layer") or "?"
         if "ACTIVE" not in state or "LinkUp" not in phys:
-            bad.append(f"{h} port {port}: state {state!r}, phys_state {phys!r}")
+            # NCCL skips a port that is not ACTIVE; a device the list names exactly is meant
+            # to carry traffic, so it being down is a failure, a prefix or exclude match is not.
+            if not exclude and h in names:
+                bad.append(f"{h} port {port}: state {state!r}, phys_state {phys!r}")
         elif layer != "Ethernet":
             bad.append(f"{h} port {port}: link_layer {layer!r}")
+        else:
+            up.append(h)
+    if not bad and not up:
+        bad.append(f"none of {use} is ACTIVE/LinkUp")
     if bad:
         c.add(
             "rdma-link",
@@ -161,7 +187,7 @@ def check_rdma(c: Ctx) -> None:
             "check the QSFP cable and `ibdev2netdev`",
         )
     else:
-        c.add("rdma-link", "pass", "RDMA port state", f"{c.env.hcas} ACTIVE/LinkUp", "ACTIVE/LinkUp")
+        c.add("rdma-link", "pass", "RDMA port state", f"{up} ACTIVE/LinkUp", "ACTIVE/LinkUp")
     # Both halves of the port: the devices whose netdevs share the fabric port's PCI
     # function index (on a Spark: rocep1s0f1 + roceP2p1s0f1).
     active = []
@@ -169,20 +195,22 @@ def check_rdma(c: Ctx) -> None:
         port = _ib_port(c.host, d)
         if "ACTIVE" in (c.host.read(f"sys/class/infiniband/{d}/ports/{port}/state") or ""):
             active.append(d)
-    unlisted = [d for d in active if d not in c.env.hcas]
-    if len(c.env.hcas) < 2 and len(active) >= 2:
+    used = [d for d in up if d in active]
+    unused = [d for d in active if d not in used]
+    seen = f"{c.env.NCCL_IB_HCA} (NCCL uses {used})"
+    if len(used) < 2 and len(active) >= 2:
         c.add(
             "rdma-both-halves",
             "fail",
             "NCCL_IB_HCA",
-            c.env.NCCL_IB_HCA,
-            f"both halves of the QSFP port: {active}",
-            "one cable is two PCIe x4 endpoints; with one listed NCCL gets about half the link (B05)",
+            seen,
+            f"both halves of the QSFP port in use: {active}",
+            "one cable is two PCIe x4 endpoints; with one in use NCCL gets about half the link (B05)",
         )
-    elif unlisted and len(c.env.hcas) < 2:
-        c.add("rdma-both-halves", "warn", "NCCL_IB_HCA", c.env.NCCL_IB_HCA, f"also {unlisted}")
+    elif unused and len(used) < 2:
+        c.add("rdma-both-halves", "warn", "NCCL_IB_HCA", seen, f"also {unused}")
     else:
-        c.add("rdma-both-halves", "pass", "NCCL_IB_HCA", c.env.NCCL_IB_HCA, "both halves listed")
+        c.add("rdma-both-halves", "pass", "NCCL_IB_HCA", seen, "both halves in use")
 
 
 def check_netdev(c: Ctx) -> None:
@@ -303,7 +331,11 @@ def check_gid(c: Ctx) -> None:
         return
     want = roce_v2_ipv4_index(c.host, dev, str(c.env.VLLM_HOST_IP))
     table = gid_table(c.host, dev)
-    c.report.facts["gid_index"] = want
+    # Facts for `preflight --compare`: the index NCCL will use on this node and the type of
+    # that GID entry (None: no entry there).
+    used = want if c.env.NCCL_IB_GID_INDEX == "auto" else int(c.env.NCCL_IB_GID_INDEX)
+    c.report.facts["gid_index"] = used
+    c.report.facts["gid_type"] = next((t.strip() for i, t, _n, _v in table if i == used), None)
     if want is None:
         c.add(
             "gid-index",
@@ -335,8 +367,9 @@ def check_gid(c: Ctx) -> None:
             )
         else:
             c.add("gid-index", "pass", "NCCL_IB_GID_INDEX", seen, f"{want}")
-    for other in c.env.hcas:
-        if other == dev:
+    for other in c.env.nccl_hcas(c.host.listdir("sys/class/infiniband")):
+        state = c.host.read(f"sys/class/infiniband/{other}/ports/{_ib_port(c.host, other)}/state") or ""
+        if other == dev or "ACTIVE" not in state:  # NCCL skips ports that are not ACTIVE
             continue
         alt = roce_v2_ipv4_index(c.host, other)
         if alt != want:
@@ -591,9 +624,7 @@ def check_ptxas(c: Ctx, arch: str = "sm_121a") -> None:
     try:
         r = c.host.run("ptxas-sm_121a", [exe, f"--gpu-name={arch}", str(probe), "-o", os.devnull])
     except CommandUnavailable as e:
-        c.add(
-            "ptxas", "fail", setting, exe, f"a ptxas that accepts {arch} (CUDA >= 12.9)", str(e)
-        )
+        c.add("ptxas", "fail", setting, exe, f"a ptxas that accepts {arch} (CUDA >= 12.9)", str(e))
         return
     if r.rc != 0:
         first = (r.stdout.strip().splitlines() or ["(no output)"])[0]
@@ -804,6 +835,9 @@ CHECK_IDS = {
     "same-kernel": "kernel release equal on every node",
     "same-driver": "driver version equal on every node",
     "same-mtu": "fabric MTU equal on every node",
+    "same-gid-index": "NCCL_IB_GID_INDEX (as resolved) equal on every node (preflight --compare)",
+    "same-gid-type": "the GID entry NCCL uses has the same type (RoCE v2) on every node",
+    "reports-pass": "no check failed inside any report given to preflight --compare",
     "probe": "sparkpair probe: on-device kernel self-test before the server starts (node run)",
     "nccl-allreduce": "two-rank NCCL all-reduce over NET/IB with busbw above the floor (B05)",
 }
@@ -881,6 +915,15 @@ def load_report(path: Path) -> dict[str, Any]:
         raise PreflightInputError(
             f"{path}: not a preflight report (facts is a {type(facts).__name__}, wanted an object); {wanted}"
         )
+    results = obj.get("results", [])
+    if not isinstance(results, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("id"), str) and r.get("status") in ("pass", "warn", "fail")
+        for r in results
+    ):
+        raise PreflightInputError(
+            f"{path}: not a preflight report (results is not a list of objects with an id and a "
+            f"status pass/warn/fail); {wanted}"
+        )
     return obj
 
 
@@ -905,20 +948,56 @@ def check_facts_out(path: Path) -> None:
         raise PreflightInputError(f"--facts-out {path}: folder {parent} is not writable; {wanted}")
 
 
+COMPARED_FACTS: tuple[tuple[str, str, str, Status], ...] = (
+    ("kernel", "same-kernel", "kernel release", "warn"),
+    ("driver", "same-driver", "NVIDIA driver", "warn"),
+    ("fabric_mtu", "same-mtu", "fabric MTU", "fail"),
+    ("gid_index", "same-gid-index", "NCCL_IB_GID_INDEX (resolved)", "fail"),
+    ("gid_type", "same-gid-type", "type of the GID entry NCCL uses", "fail"),
+)
+"""``(fact, result id, what, status when the nodes differ)`` compared by ``--compare``."""
+
+
 def compare(reports: list[dict[str, Any]]) -> list[Result]:
-    """Cross-node comparisons on the facts of each node's report (``--facts-out`` JSON)."""
+    """Cross-node comparisons of the nodes' reports (``--facts-out`` JSON, :func:`load_report`).
+
+    Every fact of :data:`COMPARED_FACTS` must be equal on every node (a difference is a
+    ``fail`` or ``warn`` as listed there; a fact recorded by some nodes only counts as a
+    difference), and every ``fail`` result inside a report is a ``fail`` here too, naming
+    its node and check: a comparison of failed reports is not a passed comparison.
+    """
     out: list[Result] = []
-    for key, cid, what in (
-        ("kernel", "same-kernel", "kernel release"),
-        ("driver", "same-driver", "NVIDIA driver"),
-        ("fabric_mtu", "same-mtu", "fabric MTU"),
-    ):
+    for key, cid, what, differ in COMPARED_FACTS:
         seen = {r["node"]: r.get("facts", {}).get(key) for r in reports}
         values = set(map(str, seen.values()))
-        status: Status = "pass" if len(values) == 1 else ("fail" if key == "fabric_mtu" else "warn")
+        status: Status = "pass" if len(values) == 1 else differ
+        if all(v is None for v in seen.values()):
+            status = "warn"  # recorded by no node: nothing was compared
         for node, v in seen.items():
             others = {n: x for n, x in seen.items() if n != node}
-            out.append(Result(cid, node, status, what, str(v), f"equal on every node (others: {others})"))
+            note = "" if v is not None else "not in this node's report (run the check group that records it)"
+            out.append(
+                Result(cid, node, status, what, str(v), f"equal on every node (others: {others})", note)
+            )
+    for r in reports:
+        failed = [x for x in r.get("results", []) if x.get("status") == "fail"]
+        for x in failed:
+            out.append(
+                Result(
+                    "reports-pass",
+                    r["node"],
+                    "fail",
+                    f"check {x['id']} in {r['node']}'s report",
+                    "fail",
+                    "pass or warn on every node",
+                    str(x.get("setting", ""))[:80]
+                    + (f": {str(x.get('seen', ''))[:120]}" if x.get("seen") else ""),
+                )
+            )
+        if not failed:
+            out.append(
+                Result("reports-pass", r["node"], "pass", "failed checks in the report", "none", "none")
+            )
     return out
 
 
