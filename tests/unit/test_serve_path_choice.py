@@ -149,3 +149,15 @@ def test_the_choice_round_trips_through_json() -> None:
     assert ServeChoice.from_json(got.to_json()) == got
     with pytest.raises(ServePathError, match="schema"):
         ServeChoice.from_json({**got.to_json(), "schema": "x"})
+
+
+@pytest.mark.parametrize("raw", ["moe-mxfp4", "moe-mxfp4=", "=marlin", "a=b=c"])
+def test_the_override_variable_refuses_a_malformed_value_naming_it(raw: str) -> None:
+    from sparkpair_overlay import envs
+
+    with pytest.raises(envs.EnvError, match=r"SPARKPAIR_SERVE_PATHS=.*wanted empty or path=candidate"):
+        envs.read("SPARKPAIR_SERVE_PATHS", {"SPARKPAIR_SERVE_PATHS": raw})
+    assert (
+        envs.read("SPARKPAIR_SERVE_PATHS", {"SPARKPAIR_SERVE_PATHS": " moe-mxfp4=marlin , "})
+        == "moe-mxfp4=marlin"
+    )

@@ -28,6 +28,7 @@ from .choice import (
     ProbeProgress,
     ServeChoice,
     ServePath,
+    ServePathError,
     ServeRow,
     choose,
     parse_overrides,
@@ -165,12 +166,16 @@ def run_probe(
             ``timer``) and there is no CUDA device; nothing is written.
         ServePathError: ``SPARKPAIR_SERVE_PATHS`` is malformed.
     """
+    from .. import envs
     from ..deepgemm import locate_deepgemm
     from .serve_paths import serve_paths
 
-    env = os.environ if environ is None else environ
     paths = tuple(registry) if registry is not None else serve_paths(tp)
-    overrides = parse_overrides(env.get("SPARKPAIR_SERVE_PATHS", ""), paths)
+    try:
+        forced = envs.read("SPARKPAIR_SERVE_PATHS", environ)
+    except envs.EnvError as exc:
+        raise ServePathError(str(exc)) from None
+    overrides = parse_overrides(forced, paths)
     t0 = time.monotonic()
     facts: dict[str, Any] = {"capability": None, "device": "cpu"}
     sync: Callable[[], None] = lambda: None  # noqa: E731
