@@ -410,3 +410,10 @@ def test_candidate_objects_stay_small() -> None:
         "switch",
         "uses_deepgemm",
     ]
+
+
+def test_off_family_120_the_serve_paths_are_not_probed_and_cannot_stop_the_node(tmp_path: Path) -> None:
+    # No device capability here (a CPU); on an H200 (9.0) or a B200 (10.0) the same holds.
+    data = run_probe(tmp_path / "probe.json", 2, kernels=False, timer=timer_of({}), environ={})
+    assert data["serve_paths"] == [] and data["serve_choice"]["verdict"] is None
+    assert data["serve_paths_skipped"].startswith("serve paths not probed: cap None is not family 120")

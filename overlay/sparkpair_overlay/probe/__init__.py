@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..plan import PROBE_SCHEMA
+from ..plan import PROBE_SCHEMA, capability_family
 from .choice import (
     ProbeProgress,
     ServeChoice,
@@ -159,7 +159,8 @@ def run_probe(
         The JSON object written: ``schema``, device facts, ``deepgemm`` (which DeepGEMM vLLM
         uses), ``router``, ``o_proj``, ``serve_paths`` (rows) and ``serve_choice``
         (:class:`ServeChoice`: per path the candidate, switch, reason and evidence, the env
-        and args for vLLM, and the stop verdict or null).
+        and args for vLLM, and the stop verdict or null). The default registry is probed only
+        on capability family 120 (``serve_paths_skipped`` says why not elsewhere).
 
     Raises:
         ProbeUnavailable: the real probe was asked for (``kernels`` or no injected
@@ -209,6 +210,13 @@ def run_probe(
         from .kernels import graph_us
 
         timer = graph_us
+    skipped_why = None
+    cap = facts["capability"]
+    if registry is None and (cap is None or capability_family((cap[0], cap[1])) != 120):
+        # The serve paths are family 120's; elsewhere vLLM's DeepGEMM use is upstream's business
+        # and the overlay is a no-op (DESIGN.md), so nothing here may stop the node.
+        skipped_why = f"serve paths not probed: cap {cap} is not family 120"
+        paths = ()
     rows = measure_serve_paths(paths, timer, on_progress, sync)
     choice: ServeChoice = choose(paths, rows, overrides)
     data = {
@@ -221,6 +229,7 @@ def run_probe(
         "o_proj": o_proj,
         "serve_paths": [r.to_json() for r in rows],
         "serve_choice": choice.to_json(),
+        "serve_paths_skipped": skipped_why,
     }
     write_probe_json(out_path, data)
     return data
