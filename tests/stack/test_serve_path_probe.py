@@ -133,6 +133,23 @@ def test_the_runners_call_vllms_entry_points_with_their_real_signatures() -> Non
         "cu_seqlen_ke",
         "max_seqlen_k",
     ]
+    assert params("vllm.utils.deep_gemm", "fp8_fp4_paged_mqa_logits") == [
+        "q",
+        "kv_cache",
+        "weights",
+        "context_lens",
+        "block_tables",
+        "schedule_metadata",
+        "max_model_len",
+        "indices",
+    ]
+    assert params("vllm.utils.deep_gemm", "get_paged_mqa_logits_metadata") == [
+        "context_lens",
+        "block_size",
+        "num_sms",
+        "indices",
+    ]
+    assert params("vllm.utils.deep_gemm", "get_paged_mqa_page_sizes") == []  # 64 on family 120 (read there)
     assert params("vllm.utils.deep_gemm", "tf32_hc_prenorm_gemm") == ["x", "fn", "out", "sqrsum", "num_split"]
     for name in (
         "fp8_gemm_nt",

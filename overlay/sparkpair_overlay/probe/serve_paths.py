@@ -269,14 +269,24 @@ def serve_paths(tp: int = 2) -> tuple[ServePath, ...]:
             ),
         ),
     )
-    # The indexer's heads are not split by TP (every rank scores all 64).
+    # The indexer's heads are not split by TP (every rank scores all 64). Decode scores against
+    # the paged KV cache (fp8_fp4_paged_mqa_logits), prefill against gathered keys (fp8_fp4_mqa_logits).
     idx_shapes = tuple(
-        Shape(f"logits {label}", t, (("heads", HEADS_IDX), ("d", HEAD_DIM_IDX), ("kv", max(t, 4096))))
+        Shape(
+            f"logits {label}",
+            t,
+            (
+                ("heads", HEADS_IDX),
+                ("d", HEAD_DIM_IDX),
+                ("kv", max(t, 4096)),
+                ("paged", int(label != "prefill")),
+            ),
+        )
         for label, t in toks
     )
     indexer = ServePath(
         "indexer-mqa-logits",
-        "DSv4 sparse indexer MQA logits (fp8_fp4_mqa_logits); vLLM 0.33 has no other CUDA kernel for it",
+        "DSv4 sparse indexer MQA logits, paged decode and prefill forms (vLLM 0.33: no other CUDA kernel)",
         idx_shapes,
         5e-3,
         "none inside vLLM 0.33 (the CUDA indexer requires DeepGEMM; VLLM_USE_DEEP_GEMM=0 does not change "

@@ -289,6 +289,52 @@ def mhc_tilelang(shape: Shape) -> Trial:
 
 
 def indexer_deep_gemm(shape: Shape) -> Trial:
+    """The indexer's logits at ``shape``: the paged decode form when ``shape.dim("paged")``, else
+    the prefill form (:func:`indexer_paged_deep_gemm`, :func:`indexer_dense_deep_gemm`)."""
+    return indexer_paged_deep_gemm(shape) if shape.dim("paged") else indexer_dense_deep_gemm(shape)
+
+
+def indexer_paged_deep_gemm(shape: Shape) -> Trial:
+    """vLLM's ``get_paged_mqa_logits_metadata`` + ``fp8_fp4_paged_mqa_logits`` for ``T`` decode
+    requests (one query row each) over ``kv`` cached tokens each, in vLLM's paged FP8 indexer
+    cache: pages of 64 tokens (``get_paged_mqa_page_sizes`` on family 120), each page holding its
+    64 x D e4m3 values and then their 64 fp32 scales (``[pages, 64, 1, D + 4]`` uint8), pages
+    placed through a shuffled block table. Reference: ``sum_h w[b,h] * relu(s[n] * q[b,h]·k[n])``."""
+    from vllm.utils.deep_gemm import fp8_fp4_paged_mqa_logits, get_num_sms, get_paged_mqa_logits_metadata
+
+    b, h, d, ctx, page = shape.tokens, shape.dim("heads"), shape.dim("d"), shape.dim("kv"), 64
+    gen = _gen(16)
+    per_req = ctx // page
+    pages = b * per_req
+    vals = (
+        (torch.randn(pages, page, d, device="cuda", generator=gen) * 2)
+        .clamp(-448, 448)
+        .to(torch.float8_e4m3fn)
+    )
+    scale = _decode_e(torch.randint(120, 124, (pages, page), device="cuda", generator=gen, dtype=torch.int32))
+    cache = torch.empty(pages, page * (d + 4), dtype=torch.uint8, device="cuda")
+    cache[:, : page * d] = vals.view(torch.uint8).reshape(pages, page * d)
+    cache[:, page * d :] = scale.view(torch.uint8).reshape(pages, page * 4)
+    cache = cache.view(pages, page, 1, d + 4)
+    order = torch.randperm(pages, device="cuda", generator=gen).to(torch.int32)
+    block_table = order.view(b, per_req).contiguous()
+    q = (torch.randn(b, 1, h, d, device="cuda", generator=gen) * 2).clamp(-448, 448).to(torch.float8_e4m3fn)
+    weights = torch.randn(b, h, device="cuda", generator=gen) * h**-0.5
+    ctx_lens = torch.full((b, 1), ctx, dtype=torch.int32, device="cuda")
+    keys = vals.float()[block_table.long()].reshape(b, ctx, d)  # logical order per request
+    k_scale = scale[block_table.long()].reshape(b, ctx)
+    scores = torch.einsum("bhd,bnd->bhn", q[:, 0].float(), keys) * k_scale.unsqueeze(1)
+    ref = (scores.relu() * weights.unsqueeze(-1)).sum(1)  # [b, ctx]
+    meta = get_paged_mqa_logits_metadata(ctx_lens, page, get_num_sms())
+    h_ = _holder()
+
+    def call() -> None:
+        h_["out"] = fp8_fp4_paged_mqa_logits((q, None), cache, weights, ctx_lens, block_table, meta, ctx)
+
+    return Trial(call, lambda: rel_fro(h_["out"].float()[:, :ctx], ref))
+
+
+def indexer_dense_deep_gemm(shape: Shape) -> Trial:
     """vLLM's ``fp8_fp4_mqa_logits`` (FP8 Q with ``q_scale=None``, FP8 K with fp32 per-token
     scales, fp32 head weights; SM120 form), each query row seeing a causal prefix of the keys.
     Reference: ``sum_h w[t,h] * relu(k_scale[n] * q[t,h]·k[n])`` over the row's key range."""
