@@ -36,8 +36,14 @@ def _env(extra_path: Path | None = None, **over: str) -> dict[str, str]:
 
 def _run(code: str, extra_path: Path | None = None, **over: str) -> dict:
     """Run ``code`` (which prints one JSON line last) in a fresh stack-venv process."""
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                       env=_env(extra_path, **over), timeout=300, cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=_env(extra_path, **over),
+        timeout=300,
+        cwd=REPO,
+    )
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
     assert r.returncode == 0 and lines, f"rc={r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
     return {**json.loads(lines[-1]), "_stderr": r.stderr}
@@ -93,11 +99,14 @@ def test_the_locator_finds_the_vendored_deepgemm_and_agrees_with_vllm() -> None:
 
 
 def test_a_top_level_replacement_build_wins_as_vllm_prefers_it(tmp_path: Path) -> None:
-    root = _fake_deep_gemm(tmp_path, """
+    root = _fake_deep_gemm(
+        tmp_path,
+        """
         __version__ = "2.9.0+gb10"
         def fp8_gemm_nt(*a, **k): raise RuntimeError("fake")
         def m_grouped_fp8_fp4_gemm_nt_contiguous(*a, **k): raise RuntimeError("fake")
-    """)
+    """,
+    )
     got = _run(ASK_BOTH, root)
     ours, vllm = got["ours"], got["vllm"]
     assert ours["module"] == "deep_gemm" and ours["source"] == "external" and ours["importable"]
@@ -106,7 +115,9 @@ def test_a_top_level_replacement_build_wins_as_vllm_prefers_it(tmp_path: Path) -
     assert vllm["module"] == "deep_gemm" and vllm["has_deep_gemm"] is True
 
 
-def test_a_replacement_whose_import_raises_importerror_falls_back_to_the_vendored_copy(tmp_path: Path) -> None:
+def test_a_replacement_whose_import_raises_importerror_falls_back_to_the_vendored_copy(
+    tmp_path: Path,
+) -> None:
     root = _fake_deep_gemm(tmp_path, 'raise ImportError("built for another torch")\n')
     got = _run(ASK_BOTH, root)
     ours = got["ours"]
@@ -114,7 +125,10 @@ def test_a_replacement_whose_import_raises_importerror_falls_back_to_the_vendore
     assert any("ImportError: built for another torch" in s for s in ours["skipped"])
     # vLLM took the same path: it went on to the vendored copy (which on a CPU then fails to load).
     vllm = got["vllm"]
-    assert vllm["module"] == "vllm.third_party.deep_gemm" or "Failed to import vendored deep_gemm" in got["_stderr"]
+    assert (
+        vllm["module"] == "vllm.third_party.deep_gemm"
+        or "Failed to import vendored deep_gemm" in got["_stderr"]
+    )
 
 
 def test_a_replacement_that_crashes_on_import_is_reported_as_vllm_will_fail(tmp_path: Path) -> None:
