@@ -241,6 +241,64 @@ CATALOGUE: tuple[Pattern, ...] = (
         "a tool-call parser could not decode one request's arguments (model misbehaviour, per request)",
         "not a server fault by itself; the health suite's tool checks judge the server",
     ),
+    # DeepGEMM on family 120 (docs/reference/deepgemm-sm120.md "Log signatures"): the texts are
+    # those of the DeepGEMM vLLM 0.33 vendors and of vLLM's wrappers (tests/stack shows each exists).
+    Pattern(
+        "deepgemm_sf_transform",
+        r"Unknown SF transformation",
+        "fatal",
+        "general",
+        "DeepGEMM's scale-factor layout transform has no case for these scales on this GPU (MXFP4 MoE / FP8 weights)",
+        "run `sparkpair probe`; use the backend it picks for the path, or a GB10-capable DeepGEMM (docs/kernels.md)",
+    ),
+    Pattern(
+        "deepgemm_arch",
+        r"Unsupported architecture or scaling factor types|Assertion error \(csrc/[^()]*\): Unsupported architecture",
+        "fatal",
+        "general",
+        "DeepGEMM has no kernel for this GPU architecture and scale type",
+        "run `sparkpair probe` and use the backend it picks for the path (docs/kernels.md)",
+    ),
+    Pattern(
+        "deepgemm_host_assert",
+        r"Assertion error \(csrc/[^():]+:\d+\): (?!Unknown SF transformation|Unsupported architecture)",
+        "fatal",
+        "general",
+        "a DeepGEMM host-side check failed (operand shape, dtype, stride or scale layout it does not accept)",
+        "run `sparkpair probe`: it names the path and picks another backend or stops with the way around",
+    ),
+    Pattern(
+        "deepgemm_device_assert",
+        r"Assertion failed: \S+\.cuh?:\d+, condition: ",
+        "fatal",
+        "general",
+        "a DeepGEMM kernel's device-side assert fired (the kernel trapped; the CUDA context is lost)",
+        "run `sparkpair probe`; use the backend it picks for the path, or a GB10-capable DeepGEMM",
+    ),
+    Pattern(
+        "deepgemm_scale_dtype",
+        r"Expected tensor scales dtype to be torch\.float32 or torch\.float8_e8m0fnu or torch\.uint8",
+        "fatal",
+        "general",
+        "vLLM's DeepGEMM weight post-processing got block scales of a dtype it does not take",
+        "check the checkpoint's scale dtype (`sparkpair inspect`); run `sparkpair probe`",
+    ),
+    Pattern(
+        "deepgemm_unavailable",
+        r"DeepGEMM backend is unavailable in the current vLLM environment|Sparse Attention Indexer CUDA op requires DeepGEMM",
+        "fatal",
+        "general",
+        "a path that needs DeepGEMM ran without a usable one (DeepSeek-V4's indexer has no other CUDA kernel)",
+        "run `sparkpair preflight` (deepgemm check): it names which DeepGEMM vLLM finds and why it does not import",
+    ),
+    Pattern(
+        "deepgemm_import_failed",
+        r"Failed to import vendored deep_gemm",
+        "warning",
+        "general",
+        "vLLM's vendored DeepGEMM did not import; vLLM continues without DeepGEMM",
+        "run `sparkpair preflight` (deepgemm check) for the reason; DeepSeek-V4 cannot serve without it",
+    ),
 )
 """The catalogue (field-bugs.md §4 candidate list, plus vLLM 0.32's own wording of engine death)."""
 

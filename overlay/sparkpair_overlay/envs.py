@@ -88,6 +88,14 @@ def _recipe(raw: str) -> tuple[int, int, int] | None:
     return parts  # type: ignore[return-value]
 
 
+def _serve_paths(raw: str) -> str:
+    """``path=candidate[,path=candidate]`` (syntax only; the probe checks the names)."""
+    items = [x.strip() for x in raw.split(",") if x.strip()]
+    if any(x.count("=") != 1 or not all(p.strip() for p in x.split("=")) for x in items):
+        raise ValueError(raw)
+    return ",".join(items)
+
+
 def _capability(raw: str) -> tuple[int, int] | None | str:
     """``""`` = not faked; ``cpu``/``none`` = no CUDA device; ``MAJOR.MINOR`` = that capability."""
     value = raw.strip().lower()
@@ -129,6 +137,11 @@ _VARS: tuple[EnvVar, ...] = (
     # Probe results JSON (written by `sparkpair probe` on the real GPU) that the plan reads.
     # Empty or missing file = no probe results; the plan then uses its built-in defaults.
     EnvVar("SPARKPAIR_PROBE_PLAN", "", "a file path, or empty", _path, "probe results JSON input path"),
+    # Serve paths forced to a candidate without (or against) probe evidence, the documented way
+    # past a probe verdict: path=candidate[,path=candidate], e.g. moe-mxfp4=marlin (names in
+    # sparkpair_overlay.probe.serve_paths; docs/kernels.md "Probe"). Empty = the probe decides.
+    EnvVar("SPARKPAIR_SERVE_PATHS", "", "empty or path=candidate[,path=candidate]", _serve_paths,
+           "serve-path candidates forced over the probe's choice"),
     # 1 = patch even on a vLLM version not in VERIFIED_VLLM_VERSIONS (an error is still logged).
     EnvVar("SPARKPAIR_ALLOW_UNVERIFIED_VLLM", "0", "0 or 1", _bool,
            "override the vLLM version guard"),

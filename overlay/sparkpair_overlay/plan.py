@@ -168,12 +168,18 @@ class ProbeResults:
          "router": [{"path": "triton-bf16-lowM", "weight_dtype": "bfloat16", "m": 8,
                      "ok": true, "us": 9.1, "shape": [256, 4096]}, ...],
          "o_proj": [{"backend": "triton", "recipe": [1, 1, 128], "t": 1,
-                     "ok": true, "us": 20.5}, ...]}
+                     "ok": true, "us": 20.5}, ...],
+         "serve_paths": [...], "serve_choice": {"schema": "sparkpair-serve-paths/1", ...}}
+
+    ``serve_paths``/``serve_choice`` (optional) are the DeepGEMM serve-path rows and choice of
+    :mod:`sparkpair_overlay.probe.choice`.
     """
 
     capability: Capability
     router: tuple[RouterProbe, ...] = ()
     o_proj: tuple[OProjProbe, ...] = ()
+    #: ``serve_choice`` (:class:`sparkpair_overlay.probe.choice.ServeChoice`), or ``None``.
+    serve_choice: Any = None
 
     @classmethod
     def from_json(cls, data: Any, source: str = "probe JSON") -> ProbeResults:
@@ -210,12 +216,17 @@ class ProbeResults:
                 )
                 for o in data.get("o_proj", [])
             )
+            serve = data.get("serve_choice")
+            if serve is not None:
+                from .probe.choice import ServeChoice
+
+                serve = ServeChoice.from_json(serve)
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(
                 f"{source}: malformed entry ({type(exc).__name__}: {exc}); wanted the layout in "
                 "sparkpair_overlay.plan.ProbeResults"
             ) from None
-        return cls(capability=(major, minor), router=router, o_proj=o_proj)
+        return cls(capability=(major, minor), router=router, o_proj=o_proj, serve_choice=serve)
 
 
 # --------------------------------------------------------------------------- decisions
@@ -540,6 +551,8 @@ class KernelPlan:
                        "recipe": list(self.o_proj.recipe) if self.o_proj.recipe else None,
                        "label": self.o_proj.label},
             "settings": dict(self.settings),
+            "serve_paths": (self.probe.serve_choice.to_json()
+                            if self.probe is not None and self.probe.serve_choice is not None else None),
             "notes": list(self.notes),
             "line": self.line(),
         }

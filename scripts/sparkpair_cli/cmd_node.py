@@ -123,6 +123,46 @@ def _has_command(module: str) -> bool:
     return name in main.COMMAND_MODULES and importlib.util.find_spec(name) is not None
 
 
+def _apply_probe(env: NodeEnv, profile, out_path: Path, base_env: dict[str, str]):  # type: ignore[no-untyped-def]
+    """The probe step's result: the serve-path switches go to vLLM, or a verdict stops the node.
+
+    Reads the probe JSON (``sparkpair probe`` exit 0 or 3), sets ``SPARKPAIR_PROBE_PLAN`` and the
+    chosen switches' environment, and appends their ``vllm serve`` flags to the profile's args
+    (:func:`sparkpair_overlay.probe.choice.launch_switches`). A verdict (no correct candidate on
+    a serve path) stops the node with :data:`EXIT_PREFLIGHT`; SPARKPAIR_PREFLIGHT_WAIVE does not
+    waive it (the way around is named in the verdict).
+    """
+    import json
+
+    from sparkpair_overlay.probe.choice import ServeChoice, ServePathError, launch_switches
+
+    try:
+        data = json.loads(out_path.read_text())
+        choice = ServeChoice.from_json(data["serve_choice"]) if data.get("serve_choice") else None
+    except (OSError, ValueError, KeyError) as e:
+        _say(env, f"[red]probe JSON {out_path} unreadable ({e}); wanted the probe output; not starting[/red]")
+        raise typer.Exit(EXIT_PREFLIGHT) from None
+    base_env = {**base_env, "SPARKPAIR_PROBE_PLAN": str(out_path)}
+    if choice is None:
+        return base_env, profile
+    if choice.stop:
+        _say(env, f"[red]sparkpair probe: {choice.verdict}; not starting[/red]")
+        raise typer.Exit(EXIT_PREFLIGHT)
+    try:
+        new_env, extra, notes = launch_switches(choice, profile.server.args, base_env)
+    except ServePathError as e:
+        _say(env, f"[red]{e}; not starting[/red]")
+        raise typer.Exit(EXIT_PREFLIGHT) from None
+    for c in choice.choices:
+        _say(env, f"serve path {c.path}: {c.candidate} via {c.switch.describe()} ({c.reason})")
+    for n in notes:
+        _say(env, f"[yellow]{n}[/yellow]")
+    if extra:
+        server = profile.server.model_copy(update={"args": [*profile.server.args, *extra]})
+        profile = profile.model_copy(update={"server": server})
+    return new_env, profile
+
+
 def register(app: typer.Typer) -> None:
     """Add ``sparkpair node`` (run, check, health, validate, plan) to ``app``."""
     node = typer.Typer(help="Run this node (container entrypoint), check its health, validate its env file.")
@@ -254,8 +294,8 @@ def register(app: typer.Typer) -> None:
             rc = subprocess.call(
                 [sys.executable, "-m", "sparkpair_cli.main", "probe", "--out", str(out_path), "--tp", tp]
             )
-            if rc == 0:
-                base_env["SPARKPAIR_PROBE_PLAN"] = str(out_path)
+            if rc in (0, 3):
+                base_env, profile = _apply_probe(env, profile, out_path, base_env)
             elif "probe" in env.waived:
                 _say(
                     env,

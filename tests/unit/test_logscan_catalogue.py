@@ -39,6 +39,23 @@ SAMPLES = {
     "jit_during_inference": "WARNING jit_monitor.py:88 Triton kernel JIT compilation during inference: _fwd_kernel",
     "tool_args_decode": "(APIServer pid=8579) ERROR 11-29 22:53:26 [hermes_tool_parser.py:190] Error in extracting "
     "tool call from response.",
+    # DeepGEMM lines: its DGException text is "<name> error (<file>:<line>): <message>"
+    # (tests/unit/test_logscan_deepgemm.py has the near misses; tests/stack shows the texts exist).
+    "deepgemm_sf_transform": "(EngineCore_DP0 pid=52) RuntimeError: Assertion error (csrc/apis/layout.hpp:118): "
+    "Unknown SF transformation",
+    "deepgemm_arch": "RuntimeError: Assertion error (csrc/apis/gemm.hpp:201): Unsupported architecture or scaling "
+    "factor types",
+    "deepgemm_host_assert": "(Worker_TP1 pid=77) RuntimeError: Assertion error (csrc/apis/layout.hpp:64): "
+    "sf.stride(-1) % 4 == 0",
+    "deepgemm_device_assert": "Assertion failed: /root/.cache/vllm/deep_gemm/cache/kernel.sm120_fp8_fp4_gemm_1d1d/"
+    "kernel.cu:212, condition: num_former_iters >= 0",
+    "deepgemm_scale_dtype": "AssertionError: Expected tensor scales dtype to be torch.float32 or "
+    "torch.float8_e8m0fnu or torch.uint8, got torch.bfloat16 instead",
+    "deepgemm_unavailable": "RuntimeError: DeepGEMM backend is unavailable in the current vLLM environment, or the "
+    "available DeepGEMM package does not provide the required APIs for these kernels.",
+    "deepgemm_import_failed": "(EngineCore_DP0 pid=52) WARNING 12-01 17:02:11 [deep_gemm.py:215] Failed to import "
+    "vendored deep_gemm: Could not load this library: /usr/local/lib/python3.12/dist-packages/vllm/third_party/"
+    "deep_gemm/_C_extension.abi3.so",
 }
 
 HEALTHY = [

@@ -37,6 +37,7 @@ EXPECTED = {
             "driver",
             "ptxas",
             "flashinfer-dsv4",
+            "deepgemm",
             "checkpoint",
         )
     },
@@ -58,6 +59,7 @@ EXPECTED = {
         "driver": "warn",
         "ptxas": "fail",
         "flashinfer-dsv4": "fail",
+        "deepgemm": "fail",
         "gid-index": "pass",
     },
     "spark-head-bad-memory": {
@@ -73,6 +75,7 @@ EXPECTED = {
         "driver": "fail",
         "ptxas": "fail",
         "flashinfer-dsv4": "fail",
+        "deepgemm": "fail",
         "checkpoint": "fail",
     },
 }

@@ -799,6 +799,57 @@ def check_checkpoint(c: Ctx) -> None:
         )
 
 
+DEEPGEMM_LOCATE_ARGV = ["-m", "sparkpair_overlay.deepgemm"]
+"""Run with this node's Python: prints :func:`sparkpair_overlay.deepgemm.locate_deepgemm` as JSON."""
+
+
+def check_deepgemm(c: Ctx) -> None:
+    """The DeepGEMM vLLM will use is found, imports, and has the version vLLM vendors.
+
+    Asks :func:`sparkpair_overlay.deepgemm.locate_deepgemm` (vLLM 0.33's own precedence: a
+    top-level ``deep_gemm`` first, then the vendored ``vllm.third_party.deep_gemm``) in a child
+    Python, as the probe does. DeepSeek-V4's sparse indexer has no CUDA path without DeepGEMM,
+    so for a DSv4 profile a missing or non-importing DeepGEMM fails; elsewhere it warns. A
+    replacement build (top-level ``deep_gemm``) or ``VLLM_USE_DEEP_GEMM=0`` is reported as a
+    warning naming what vLLM will do (docs/reference/deepgemm-sm120.md).
+    """
+    from sparkpair_overlay.deepgemm import VLLM_033_VENDORED_VERSION
+
+    setting = "DeepGEMM (vLLM's)"
+    dsv4 = is_dsv4(c.profile)
+    bad: Status = "fail" if dsv4 else "warn"
+    why_needed = "DeepSeek-V4's indexer needs it" if dsv4 else "vLLM falls back without it"
+    try:
+        r = c.host.run("deepgemm-locate", [sys.executable, *DEEPGEMM_LOCATE_ARGV])
+    except CommandUnavailable as e:
+        c.add("deepgemm", bad, setting, str(e), "vllm.third_party.deep_gemm found and importable", why_needed)
+        return
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    try:
+        loc = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        tail = (r.stdout.strip().splitlines() or ["(no output)"])[-1]
+        c.add("deepgemm", bad, setting, f"locator exited {r.rc}: {tail}", "its JSON answer", why_needed)
+        return
+    if "setting_error" in loc:
+        c.add("deepgemm", "fail", "VLLM_USE_DEEP_GEMM", loc["setting_error"], "0 or 1")
+        return
+    c.report.facts["deepgemm"] = {k: loc.get(k) for k in ("module", "source", "version", "file")}
+    want = f"vllm.third_party.deep_gemm {VLLM_033_VENDORED_VERSION} (vendored) or a replacement, importable"
+    seen = f"{loc.get('module')} {loc.get('version')} ({loc.get('file')})"
+    if loc.get("module") is None or not loc.get("importable"):
+        note = f"{loc['reason']}; {why_needed}"
+        c.add("deepgemm", bad, setting, seen if loc.get("module") else "none", want, note)
+    elif not loc.get("enabled"):
+        c.add("deepgemm", "warn", "VLLM_USE_DEEP_GEMM", "0", "1 unless the probe chose 0", loc["reason"])
+    elif loc.get("source") == "external":
+        c.add("deepgemm", "warn", setting, seen, want, f"a replacement DeepGEMM: {loc['reason']}")
+    elif loc.get("version") != VLLM_033_VENDORED_VERSION:
+        c.add("deepgemm", "warn", setting, seen, want, "vendored version differs from vLLM 0.33.0's")
+    else:
+        c.add("deepgemm", "pass", setting, seen, want)
+
+
 LOCAL_CHECKS: dict[str, Callable[[Ctx], None]] = {
     "rdma": check_rdma,
     "netdev": check_netdev,
@@ -810,6 +861,7 @@ LOCAL_CHECKS: dict[str, Callable[[Ctx], None]] = {
     "driver": check_driver,
     "ptxas": check_ptxas,
     "flashinfer": check_flashinfer_table,
+    "deepgemm": check_deepgemm,
     "checkpoint": check_checkpoint,
 }
 """Check groups of ``preflight --local``, in order. Result ids (what SPARKPAIR_PREFLIGHT_WAIVE
@@ -831,6 +883,7 @@ CHECK_IDS = {
     "driver": "NVIDIA driver present, branch not known bad",
     "ptxas": "ptxas accepts sm_121a (B01)",
     "flashinfer-dsv4": "FlashInfer DSv4 decode table answers (heads, top_k) in table as vLLM asks",
+    "deepgemm": "the DeepGEMM vLLM uses is found, imports, and has the vendored version",
     "checkpoint": "checkpoint complete, gate dtype as assumed (sparkpair inspect)",
     "same-kernel": "kernel release equal on every node",
     "same-driver": "driver version equal on every node",

@@ -1,0 +1,163 @@
+"""The serve-path choice (pure): the o_proj evidence rule, switch conflicts, overrides, launch flags."""
+
+from __future__ import annotations
+
+import pytest
+from sparkpair_overlay.probe.choice import (
+    Candidate,
+    ServeChoice,
+    ServePath,
+    ServePathError,
+    ServeRow,
+    Shape,
+    Switch,
+    choose,
+    launch_switches,
+    parse_overrides,
+)
+
+DG_ON = (("VLLM_USE_DEEP_GEMM", "1"),)
+SHAPES = (Shape("decode", 1), Shape("prefill", 2048))
+
+
+def _never(_shape: Shape):  # the choice never runs candidates
+    raise AssertionError("choose() must not run a candidate")
+
+
+def cand(path: str, name: str, switch: Switch) -> Candidate:
+    return Candidate(path, name, lambda: None, _never, switch)
+
+
+LINEAR = ServePath(
+    "linear",
+    "FP8 linears",
+    SHAPES,
+    5e-3,
+    "pick another --linear-backend",
+    (
+        cand("linear", "deep_gemm", Switch(args=("--linear-backend", "deep_gemm"), needs_env=DG_ON)),
+        cand("linear", "triton", Switch(args=("--linear-backend", "triton"))),
+    ),
+)
+MHC = ServePath(
+    "mhc",
+    "mHC prenorm",
+    SHAPES,
+    2e-3,
+    "VLLM_USE_DEEP_GEMM=0",
+    (
+        cand("mhc", "deep_gemm", Switch(needs_env=DG_ON)),
+        cand("mhc", "tilelang", Switch(env=(("VLLM_USE_DEEP_GEMM", "0"),))),
+    ),
+)
+INDEXER = ServePath(
+    "indexer",
+    "MQA logits",
+    SHAPES,
+    5e-3,
+    "install a GB10-capable DeepGEMM",
+    (cand("indexer", "deep_gemm", Switch()),),
+)
+
+
+def rows(
+    path: str, name: str, us: float | None = 10.0, ok: bool = True, error: str | None = None
+) -> list[ServeRow]:
+    return [
+        ServeRow(
+            path, name, s.label, s.tokens, ok, us if ok else None, 1e-4 if ok else None, None if ok else error
+        )
+        for s in SHAPES
+    ]
+
+
+def test_the_fastest_correct_candidate_wins_and_its_flag_goes_to_vllm() -> None:
+    got = choose([LINEAR], rows("linear", "deep_gemm", 5.0) + rows("linear", "triton", 9.0))
+    assert got.choices[0].candidate == "deep_gemm" and not got.stop
+    assert got.args == ("--linear-backend", "deep_gemm")
+    assert "fastest correct of 2" in got.choices[0].reason
+
+
+def test_a_wrong_or_crashing_deepgemm_is_never_chosen_and_the_plan_says_why() -> None:
+    wrong = rows("linear", "deep_gemm", ok=False, error="wrong numbers: error 0.7 > tolerance 0.005")
+    got = choose([LINEAR], wrong + rows("linear", "triton", 50.0))
+    c = got.choices[0]
+    assert c.candidate == "triton" and got.args == ("--linear-backend", "triton")
+    assert any("deep_gemm: wrong numbers" in e for e in c.evidence)
+
+
+def test_a_candidate_missing_one_shape_does_not_qualify() -> None:
+    partial = rows("linear", "deep_gemm", 1.0)[:1]
+    got = choose([LINEAR], partial + rows("linear", "triton", 50.0))
+    assert got.choices[0].candidate == "triton"
+    assert any("probed at 1 of 2 shapes" in e for e in got.choices[0].evidence)
+
+
+def test_no_correct_candidate_stops_with_a_verdict_naming_path_errors_and_way_around() -> None:
+    err = "RuntimeError: Assertion error (csrc/apis/layout.hpp:118): Unknown SF transformation"
+    got = choose(
+        [LINEAR, INDEXER], rows("linear", "triton") + rows("indexer", "deep_gemm", ok=False, error=err)
+    )
+    assert got.stop and got.choices[1].candidate is None
+    assert "serve path indexer (MQA logits)" in got.verdict and "Unknown SF transformation" in got.verdict
+    assert "install a GB10-capable DeepGEMM" in got.verdict
+    with pytest.raises(ServePathError, match="stop"):
+        launch_switches(got, [], {})
+
+
+def test_turning_deepgemm_off_for_one_path_takes_it_off_the_others() -> None:
+    # mHC: only TileLang is correct, and it needs VLLM_USE_DEEP_GEMM=0, which also turns off
+    # DeepGEMM's linears; so the linear path falls to Triton although DeepGEMM was faster.
+    r = (
+        rows("linear", "deep_gemm", 1.0)
+        + rows("linear", "triton", 9.0)
+        + rows("mhc", "deep_gemm", ok=False, error="wrong numbers")
+        + rows("mhc", "tilelang", 3.0)
+    )
+    got = choose([LINEAR, MHC], r)
+    assert [c.candidate for c in got.choices] == ["triton", "tilelang"]
+    assert dict(got.env) == {"VLLM_USE_DEEP_GEMM": "0"}
+    assert any("excluded" in e for e in got.choices[0].evidence)
+
+
+def test_an_override_forces_a_candidate_and_says_so() -> None:
+    over = parse_overrides("indexer=deep_gemm", [LINEAR, INDEXER])
+    got = choose([INDEXER], rows("indexer", "deep_gemm", ok=False, error="boom"), over)
+    assert not got.stop and got.choices[0].forced and "SPARKPAIR_SERVE_PATHS" in got.choices[0].reason
+
+
+@pytest.mark.parametrize("bad", ["linear", "linear=cublas", "nope=triton", "linear=triton,=x"])
+def test_a_bad_override_names_the_value_and_the_choices(bad: str) -> None:
+    with pytest.raises(ServePathError, match="SPARKPAIR_SERVE_PATHS item .*wanted path=candidate") as e:
+        parse_overrides(bad, [LINEAR, INDEXER])
+    assert "linear=deep_gemm|triton" in str(e.value)
+
+
+def test_the_profiles_own_flag_wins_over_the_probe_and_a_note_says_so() -> None:
+    got = choose([LINEAR, MHC], rows("linear", "triton") + rows("mhc", "tilelang"))
+    env, extra, notes = launch_switches(got, ["--linear-backend", "cutlass"], {"A": "1"})
+    assert extra == [] and env == {"A": "1", "VLLM_USE_DEEP_GEMM": "0"}
+    assert notes == [
+        "profile sets --linear-backend cutlass; the probe's choice --linear-backend triton is not applied"
+    ]
+    _, extra, notes = launch_switches(got, ["--max-num-seqs", "6"], {})
+    assert extra == ["--linear-backend", "triton"] and notes == []
+
+
+def test_the_choice_round_trips_through_json() -> None:
+    got = choose([LINEAR, MHC], rows("linear", "triton") + rows("mhc", "tilelang"))
+    assert ServeChoice.from_json(got.to_json()) == got
+    with pytest.raises(ServePathError, match="schema"):
+        ServeChoice.from_json({**got.to_json(), "schema": "x"})
+
+
+@pytest.mark.parametrize("raw", ["moe-mxfp4", "moe-mxfp4=", "=marlin", "a=b=c"])
+def test_the_override_variable_refuses_a_malformed_value_naming_it(raw: str) -> None:
+    from sparkpair_overlay import envs
+
+    with pytest.raises(envs.EnvError, match=r"SPARKPAIR_SERVE_PATHS=.*wanted empty or path=candidate"):
+        envs.read("SPARKPAIR_SERVE_PATHS", {"SPARKPAIR_SERVE_PATHS": raw})
+    assert (
+        envs.read("SPARKPAIR_SERVE_PATHS", {"SPARKPAIR_SERVE_PATHS": " moe-mxfp4=marlin , "})
+        == "moe-mxfp4=marlin"
+    )
