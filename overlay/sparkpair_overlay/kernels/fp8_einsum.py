@@ -50,8 +50,25 @@ The operand strides stay specialised: they are T-independent, or (``a``'s group 
 group-major layout) always a multiple of 16, so their specialisation never changes with T and
 keeps the 16-byte vector loads. Total elements per operand must stay below 2**31 (int32 offsets).
 
+Three paths in one jitted kernel (constexpr ``PATH``):
+
+* 0, the tile loop (prefill and mid T): a (T tile, D tile, K split) per CTA, a software-pipelined
+  loop over 128-wide K blocks; split configs sum their partials in the last CTA of each tile.
+* 1, decode (the plans use it for T <= 32): weight rows on the MMA's M side (the few tokens are
+  its N), KB_PER K blocks per CTA, every weight tile and its scales loaded at once, first, then
+  the activations, then KB_PER MMAs into one fp32 accumulator; each K split stores an fp32
+  partial. Launched with programmatic dependent launch (``USE_PDL``): the weight and its scales
+  are loaded before ``gdc_wait``, so the weight stream may start while the kernel before this one
+  on the stream finishes; ``a``, ``sa``, the workspace and ``out`` are touched only after it.
+  Caller contract (as the router's): no kernel right before this one writes ``w`` or ``sw``
+  (model parameters).
+* 2, the split sum of path 1: a second launch (PDL, so it is resident and waiting when the
+  partials land) adds ``0 + p0 + p1 + ...`` in split order and writes bf16 ``out``. Every path
+  adds in a fixed order: bitwise deterministic run to run.
+
 Public API: :func:`fp8_einsum`; torch custom op ``torch.ops.sparkpair.fp8_einsum`` (mutates
-``out``; fake implementation registered); :data:`FP8_EINSUM_CONFIGS`; :func:`fp8_einsum_with_config`.
+``out``; fake implementation registered); :data:`FP8_EINSUM_CONFIGS` (paths 0 and 1),
+:data:`FP8_EINSUM_SUM_CONFIGS` (path 2, for the AOT build); :func:`fp8_einsum_with_config`.
 """
 
 from __future__ import annotations
@@ -64,12 +81,15 @@ from ._common import HAS_TRITON, SEMAPHORES, KernelConfig, cdiv, make_config, re
 
 __all__ = [
     "FP8_EINSUM_CONFIGS",
+    "FP8_EINSUM_DECODE_CONFIGS",
     "FP8_EINSUM_PLAN",
+    "FP8_EINSUM_SUM_CONFIGS",
     "SUPPORTED_EQUATION",
     "decode_ue8m0",
     "fp8_einsum",
     "fp8_einsum_with_config",
     "select_fp8_einsum_config",
+    "split_sum_config",
     "unpack_ue8m0_int32",
 ]
 
@@ -719,9 +739,14 @@ def _dcfg(name: str, bt: int, bd: int, kb_per: int, warps: int, pdl: bool = True
 
 _SERVED_KB = 4096 // SCALE_BLOCK  # K blocks of the served o_proj (R = 4096, audit section 5)
 
-#: Decode configs (PATH 1). Names: dec_t<BLOCK_T>_d<BLOCK_D>_k<KB_PER>_w<warps>[_nopdl]; CTAs
-#: on the served TP=2 shape (G=4, D=1024, R=4096) and one T tile: 4 * (1024/BLOCK_D) *
-#: (32/KB_PER); weight bytes per CTA: BLOCK_D * KB_PER * 128.
+#: Decode configs (PATH 1). Names: dec_t<BLOCK_T>_d<BLOCK_D>_k<KB_PER>_w<warps>[_nopdl]. Grid on
+#: the served TP=2 shape (G=4, D=1024, R=4096, one T tile): (1024/BLOCK_D, 4, 32/KB_PER) CTAs
+#: (TP=1, G=8: twice as many), each holding BLOCK_D * KB_PER * 128 weight bytes in flight; then
+#: (1, 4, T) CTAs of the split sum. On GB10 (48 SMs; sm_121a build from the AOT gate: registers /
+#: shared bytes, packed-int32 scales): dec_t16_d64_k4_w4 512 CTAs of 32 KB, 138 regs x 128
+#: threads / 8,192 B, 3 resident per SM by registers, 3.6 waves; dec_t16_d128_k4_w8 and
+#: dec_t32_d128_k4_w8 256 CTAs of 64 KB, 140 and 165 regs x 256 threads / 16,384 B, 1 per SM,
+#: 5.3 waves. On the H200 (132 SMs, sm_90a, wgmma): 40,960 / 73,728 / 81,920 B of shared memory.
 FP8_EINSUM_DECODE_CONFIGS: tuple[KernelConfig, ...] = (
     _dcfg("dec_t16_d64_k4_w4", 16, 64, 4, 4),
     _dcfg("dec_t16_d128_k4_w8", 16, 128, 4, 8),
