@@ -28,6 +28,7 @@ FIELDS = [
     "gbps",
     "tflops",
     "roofline_us",
+    "roofline_frac",
     "max_rel_err",
     "rel_fro_err",
     "gpu",
@@ -106,11 +107,16 @@ def env_fields() -> dict[str, str]:
 
 
 def append_rows(path: Path, rows: list[dict]) -> None:
-    """Append rows (long format) to a CSV, writing the header when the file is new."""
+    """Append rows (long format) to a CSV, writing the header when the file is new; an existing
+    file keeps its own header's columns (so files made before a column was added stay aligned)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists()
+    fields = FIELDS
+    if not new:
+        with path.open(newline="") as f:
+            fields = next(csv.reader(f), FIELDS)
     with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         if new:
             w.writeheader()
         for r in rows:

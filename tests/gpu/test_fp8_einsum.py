@@ -188,3 +188,41 @@ def test_split_configs_reset_counters_and_repeat_bitwise() -> None:
     torch.cuda.synchronize()
     for arena in SEMAPHORES._arena.values():
         assert int(arena.abs().sum()) == 0
+
+
+@pytest.mark.parametrize("recipe,enc", (CASES[0], CASES[4]), ids=(IDS[0], IDS[4]))
+@pytest.mark.parametrize("t", (1, 16, 32))
+def test_decode_pdl_reads_activations_written_just_before(t, recipe, enc) -> None:
+    """The decode configs launch with PDL and load the weight before ``gdc_wait``: inside one
+    graph, each call must see the activations a copy kernel wrote just before it (not the previous
+    call's), and its split sum must read this call's partials."""
+    cfg = fe.select_fp8_einsum_config(t, fp32_scales=enc == "fp32")
+    assert cfg["PATH"] == 1 and cfg["USE_PDL"], cfg.name
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=21)
+    srcs = [make_fp8_operands(t, G, D, R, recipe, enc, seed=22 + k)[0] for k in range(3)]
+    outs = [torch.empty((t, G, D), dtype=torch.bfloat16, device="cuda") for _ in srcs]
+    fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), outs[0], recipe=recipe)  # warm-up outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for src, out in zip(srcs, outs, strict=True):
+            a.copy_(src)
+            fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
+    for out in outs:
+        out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    for k, (src, out) in enumerate(zip(srcs, outs, strict=True)):
+        err = rel_fro(out, fp8_einsum_reference(src, sa_f, w, sw_f))
+        assert err <= TOL, (cfg.name, k, err)
+
+
+def test_decode_pdl_and_plain_launch_give_the_same_bits() -> None:
+    for recipe, enc in (CASES[0], CASES[1]):
+        a, sa, w, sw, _, _ = make_fp8_operands(13, G, D, R, recipe, enc, seed=9)
+        outs = []
+        for name in ("dec_t16_d64_k4_w4", "dec_t16_d64_k4_w4_nopdl"):
+            out = torch.empty((13, G, D), dtype=torch.bfloat16, device="cuda")
+            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe, name)
+            outs.append(out)
+        assert torch.equal(outs[0], outs[1]), enc

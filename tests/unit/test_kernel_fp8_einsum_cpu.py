@@ -114,6 +114,17 @@ def test_block_scales_refuse_a_tile_wider_than_one_scale_block(monkeypatch) -> N
         fe._cfg("t16_d256", 16, 256, 4, 2)
 
 
+def test_split_sum_stage_is_not_a_config_to_call(monkeypatch) -> None:
+    """A split-sum config (PATH 2) only follows its decode config's launch; called on its own it
+    would write ``out`` from an uninitialised workspace, so the launcher refuses it."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    cfg = fe.FP8_EINSUM_SUM_CONFIGS[0]
+    a, sa, w, sw, out = _ops()
+    with pytest.raises(ValueError, match=rf"config {cfg.name} is a split-sum stage"):
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 1, 128), cfg)
+
+
 @pytest.mark.skipif(E8M0 is None, reason="torch has no float8_e8m0fnu")
 def test_e8m0_scales_are_viewed_as_uint8_not_passed_as_e8m0() -> None:
     kind, s = fe._scale_kind(torch.zeros(2, 4, dtype=torch.uint8).view(E8M0), "sa")
@@ -159,6 +170,24 @@ INTERPRET_SCRIPT = textwrap.dedent(
         err = float((out.double() - ref).norm() / ref.norm())
         assert err < 1e-2, (name, err)
     assert torch.equal(outs["fp32"], outs["int32"]) and torch.equal(outs["fp32"], outs["e8m0"])
+    # The decode path (PATH 1: weight rows on the MMA's M side, 4 K blocks per CTA) with its
+    # split sum (PATH 2): R = 1024 is two K splits. PDL is off under the interpreter.
+    R2 = 1024
+    a2 = (torch.randn(G, T, R2, generator=g) * 100).to(torch.float8_e4m3fn).transpose(0, 1)
+    w2 = (torch.randn(G, D, R2, generator=g) * 100).to(torch.float8_e4m3fn)
+    ea2 = torch.randint(118, 124, (T, G, R2 // 128), generator=g, dtype=torch.int32)
+    ew2 = torch.randint(114, 120, (G, D, R2 // 128), generator=g, dtype=torch.int32)
+    sa2, sw2 = fe.decode_ue8m0(ea2), fe.decode_ue8m0(ew2)
+    ref2 = torch.einsum("tgr,gdr->tgd", a2.double() * sa2.double().repeat_interleave(128, -1),
+                        w2.double() * sw2.double().repeat_interleave(128, -1))
+    dec = {}
+    for name, sa, sw in (("fp32", sa2, sw2), ("int32", pack(ea2), pack(ew2))):
+        out = torch.full((T, G, D), float("nan"), dtype=torch.bfloat16)
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a2, sa), (w2, sw), out, (1, 1, 128), "dec_t16_d64_k4_w4")
+        err = float((out.double() - ref2).norm() / ref2.norm())
+        assert err < 1e-2, ("decode", name, err)
+        dec[name] = out
+    assert torch.equal(dec["fp32"], dec["int32"]), "decode: fp32 and packed int32 scales differ"
     # recipe (1,128,128): one weight scale per 128x128 block
     swb = fe.decode_ue8m0(ew[:, ::128])
     out = torch.empty(T, G, D, dtype=torch.bfloat16)

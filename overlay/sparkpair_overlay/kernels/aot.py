@@ -289,7 +289,7 @@ def fp8_einsum_variants(layouts: Sequence[str] = ("fp32", "ue8m0-int32", "ue8m0-
             sw_strides = (d * kb, kb, 1)
         else:
             raise ValueError(f"unknown scale layout {layout!r}")
-        for cfg in fe.FP8_EINSUM_CONFIGS:
+        for cfg in fe.FP8_EINSUM_CONFIGS + fe.FP8_EINSUM_SUM_CONFIGS:
             split = cfg["SPLIT_R"] > 1
             args = (
                 _Mock(torch.bfloat16),
@@ -316,6 +316,8 @@ def fp8_einsum_variants(layouts: Sequence[str] = ("fp32", "ue8m0-int32", "ue8m0-
                 7,  # workspace split stride T*G*D (not specialised)
             )
             kwargs = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row, **cfg.constexprs()}
+            if cfg.constexprs().get("USE_PDL"):  # decode configs and their split sums
+                kwargs["launch_pdl"] = True
             out.append(AotVariant("fp8_einsum", cfg, layout, fe._fp8_einsum_kernel, args, kwargs))
     return out
 

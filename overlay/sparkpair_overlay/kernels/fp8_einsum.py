@@ -50,8 +50,25 @@ The operand strides stay specialised: they are T-independent, or (``a``'s group 
 group-major layout) always a multiple of 16, so their specialisation never changes with T and
 keeps the 16-byte vector loads. Total elements per operand must stay below 2**31 (int32 offsets).
 
+Three paths in one jitted kernel (constexpr ``PATH``):
+
+* 0, the tile loop (prefill and mid T): a (T tile, D tile, K split) per CTA, a software-pipelined
+  loop over 128-wide K blocks; split configs sum their partials in the last CTA of each tile.
+* 1, decode (the plans use it for T <= 32): weight rows on the MMA's M side (the few tokens are
+  its N), KB_PER K blocks per CTA, every weight tile and its scales loaded at once, first, then
+  the activations, then KB_PER MMAs into one fp32 accumulator; each K split stores an fp32
+  partial. Launched with programmatic dependent launch (``USE_PDL``): the weight and its scales
+  are loaded before ``gdc_wait``, so the weight stream may start while the kernel before this one
+  on the stream finishes; ``a``, ``sa``, the workspace and ``out`` are touched only after it.
+  Caller contract (as the router's): no kernel right before this one writes ``w`` or ``sw``
+  (model parameters).
+* 2, the split sum of path 1: a second launch (PDL, so it is resident and waiting when the
+  partials land) adds ``0 + p0 + p1 + ...`` in split order and writes bf16 ``out``. Every path
+  adds in a fixed order: bitwise deterministic run to run.
+
 Public API: :func:`fp8_einsum`; torch custom op ``torch.ops.sparkpair.fp8_einsum`` (mutates
-``out``; fake implementation registered); :data:`FP8_EINSUM_CONFIGS`; :func:`fp8_einsum_with_config`.
+``out``; fake implementation registered); :data:`FP8_EINSUM_CONFIGS` (paths 0 and 1),
+:data:`FP8_EINSUM_SUM_CONFIGS` (path 2, for the AOT build); :func:`fp8_einsum_with_config`.
 """
 
 from __future__ import annotations
@@ -64,12 +81,15 @@ from ._common import HAS_TRITON, SEMAPHORES, KernelConfig, cdiv, make_config, re
 
 __all__ = [
     "FP8_EINSUM_CONFIGS",
+    "FP8_EINSUM_DECODE_CONFIGS",
     "FP8_EINSUM_PLAN",
+    "FP8_EINSUM_SUM_CONFIGS",
     "SUPPORTED_EQUATION",
     "decode_ue8m0",
     "fp8_einsum",
     "fp8_einsum_with_config",
     "select_fp8_einsum_config",
+    "split_sum_config",
     "unpack_ue8m0_int32",
 ]
 
@@ -86,6 +106,7 @@ _SCALE_U8 = 2
 # ----------------------------------------------------------------------------------------------
 
 if HAS_TRITON:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
     @triton.jit
     def _exp_byte_to_f32(e):
@@ -167,6 +188,171 @@ if HAS_TRITON:
             differ |= tl.where(d_mask & (v != v0), 1, 0)
         return tl.max(differ, axis=0) == 0
 
+    @triton.jit
+    def _dec_w(w_ptrs, sw_ptr, sw_offs, sw_mask, kb, num_kb, d_mask, stride_swk, SW_KIND: tl.constexpr):
+        """PATH 1: K block ``kb``'s weight tile [BLOCK_D, 128] and its weight scale(s)."""
+        kb_ok = kb < num_kb
+        w = tl.load(w_ptrs, mask=d_mask[:, None] & kb_ok, other=0.0)
+        if SW_KIND == 1:
+            kw = kb // 4
+        else:
+            kw = kb
+        s_w = _load_scale(sw_ptr, sw_offs + kw * stride_swk, kb, sw_mask & kb_ok, SW_KIND)
+        return w, s_w
+
+    @triton.jit
+    def _dec_a(a_ptrs, sa_ptr, sa_base, kb, num_kb, t_mask, stride_sak, SA_KIND: tl.constexpr):
+        """PATH 1: K block ``kb``'s activation tile [BLOCK_T, 128] and its per-token scales."""
+        kb_ok = kb < num_kb
+        a = tl.load(a_ptrs, mask=t_mask[:, None] & kb_ok, other=0.0)
+        if SA_KIND == 1:
+            ka = kb // 4
+        else:
+            ka = kb
+        s_a = _load_scale(sa_ptr, sa_base + ka * stride_sak, kb, t_mask & kb_ok, SA_KIND)
+        return a, s_a
+
+    @triton.jit
+    def _dec_mma(acc, w, s_w, a, s_a, SW_VEC: tl.constexpr):
+        """PATH 1: ``acc[d, t] += dot(w, a.T)[d, t] * s_w * s_a[t]`` (weight rows on the MMA's M side)."""
+        part = tl.dot(w, tl.trans(a))
+        if SW_VEC:
+            acc += part * (s_w[:, None] * s_a[None, :])
+        else:
+            acc += part * (s_w * s_a)[None, :]
+        return acc
+
+    @triton.jit
+    def _decode_tile(
+        out_ptr,
+        ws_ptr,
+        a_ptr,
+        sa_ptr,
+        w_ptr,
+        sw_ptr,
+        T,
+        D,
+        R,
+        stride_ot,
+        stride_og,
+        stride_at,
+        stride_ag,
+        stride_wg,
+        stride_wd,
+        stride_sat,
+        stride_sag,
+        stride_sak,
+        stride_swg,
+        stride_swd,
+        stride_swk,
+        stride_wss,
+        SA_KIND: tl.constexpr,
+        SW_KIND: tl.constexpr,
+        SW_PER_ROW: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        BLOCK_R: tl.constexpr,
+        SPLIT_R: tl.constexpr,
+        KB_PER: tl.constexpr,
+        USE_PDL: tl.constexpr,
+    ):
+        """PATH 1, decode: one CTA per (D tile, T tile) x group x KB_PER K blocks (split-K over R).
+
+        Every weight tile of the CTA and its scales are loaded first, all at once (KB_PER
+        independent loads in flight; no software pipeline to fill), and under ``USE_PDL``
+        before ``gdc_wait``: the weight is a parameter that no earlier kernel writes. Then the
+        activations and their scales, then KB_PER MMAs with the weight rows on the M side
+        (wgmma's M = 64 from D; the few tokens are its N). One K split (SPLIT_R == 1) writes
+        ``out``; several write fp32 partials ``ws[s, t, g, d]``, summed by PATH 2 in split order.
+        """
+        tl.static_assert((KB_PER == 1) | (KB_PER == 2) | (KB_PER == 4), "KB_PER: 1, 2 or 4")
+        if USE_PDL:
+            gdc_launch_dependents()
+        pid = tl.program_id(0)
+        g = tl.program_id(1)
+        pid_s = tl.program_id(2)
+        num_d = tl.cdiv(D, BLOCK_D)
+        pid_d = pid % num_d
+        pid_t = pid // num_d
+        offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+        offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+        offs_r = tl.arange(0, BLOCK_R)
+        t_mask = offs_t < T
+        d_mask = offs_d < D
+        num_kb = R // BLOCK_R
+        kb0 = pid_s * KB_PER
+        w_ptrs = w_ptr + g * stride_wg + offs_d[:, None] * stride_wd + (kb0 * BLOCK_R + offs_r)[None, :]
+        if SW_PER_ROW:
+            sw_offs = g * stride_swg + offs_d * stride_swd
+            sw_mask = d_mask
+        else:
+            tl.static_assert(128 % BLOCK_D == 0, "block weight scales need BLOCK_D to divide 128")
+            sw_offs = g * stride_swg + ((pid_d * BLOCK_D) // 128) * stride_swd
+            sw_mask = pid_d * BLOCK_D < D
+        # The weight and its scales: every load issued before any is used.
+        sws = (sw_ptr, sw_offs, sw_mask)
+        w0, s_w0 = _dec_w(w_ptrs, *sws, kb0, num_kb, d_mask, stride_swk, SW_KIND)
+        if KB_PER >= 2:
+            w1, s_w1 = _dec_w(w_ptrs + BLOCK_R, *sws, kb0 + 1, num_kb, d_mask, stride_swk, SW_KIND)
+        if KB_PER >= 4:
+            w2, s_w2 = _dec_w(w_ptrs + 2 * BLOCK_R, *sws, kb0 + 2, num_kb, d_mask, stride_swk, SW_KIND)
+            w3, s_w3 = _dec_w(w_ptrs + 3 * BLOCK_R, *sws, kb0 + 3, num_kb, d_mask, stride_swk, SW_KIND)
+        if USE_PDL:
+            gdc_wait()  # a, sa (and the workspace, out) may be written by the kernels before this one
+        a_ptrs = a_ptr + offs_t[:, None] * stride_at + g * stride_ag + (kb0 * BLOCK_R + offs_r)[None, :]
+        sas = (sa_ptr, offs_t * stride_sat + g * stride_sag)
+        a0, s_a0 = _dec_a(a_ptrs, *sas, kb0, num_kb, t_mask, stride_sak, SA_KIND)
+        if KB_PER >= 2:
+            a1, s_a1 = _dec_a(a_ptrs + BLOCK_R, *sas, kb0 + 1, num_kb, t_mask, stride_sak, SA_KIND)
+        if KB_PER >= 4:
+            a2, s_a2 = _dec_a(a_ptrs + 2 * BLOCK_R, *sas, kb0 + 2, num_kb, t_mask, stride_sak, SA_KIND)
+            a3, s_a3 = _dec_a(a_ptrs + 3 * BLOCK_R, *sas, kb0 + 3, num_kb, t_mask, stride_sak, SA_KIND)
+        # K blocks in order from 0: the same additions on every run.
+        acc = tl.zeros((BLOCK_D, BLOCK_T), dtype=tl.float32)
+        acc = _dec_mma(acc, w0, s_w0, a0, s_a0, SW_PER_ROW)
+        if KB_PER >= 2:
+            acc = _dec_mma(acc, w1, s_w1, a1, s_a1, SW_PER_ROW)
+        if KB_PER >= 4:
+            acc = _dec_mma(acc, w2, s_w2, a2, s_a2, SW_PER_ROW)
+            acc = _dec_mma(acc, w3, s_w3, a3, s_a3, SW_PER_ROW)
+        td_mask = d_mask[:, None] & t_mask[None, :]
+        if SPLIT_R == 1:
+            o_ptrs = out_ptr + offs_t[None, :] * stride_ot + g * stride_og + offs_d[:, None]
+            tl.store(o_ptrs, acc.to(tl.bfloat16), mask=td_mask)
+        else:
+            G = tl.num_programs(1)
+            p_offs = pid_s * stride_wss + offs_t[None, :] * (G * D) + g * D + offs_d[:, None]
+            tl.store(ws_ptr + p_offs, acc, mask=td_mask)
+
+    @triton.jit
+    def _split_sum(
+        out_ptr,
+        ws_ptr,
+        D,
+        stride_ot,
+        stride_og,
+        stride_wss,
+        BLOCK: tl.constexpr,
+        SPLIT_R: tl.constexpr,
+        USE_PDL: tl.constexpr,
+    ):
+        """PATH 2: ``out[t, g, d] = bf16(0 + ws[0] + ws[1] + ...)`` in split order; program =
+        (BLOCK outputs along D, g, t). Under ``USE_PDL`` it is resident before the partials'
+        kernel ends and reads them only after ``gdc_wait``."""
+        if USE_PDL:
+            gdc_launch_dependents()
+            gdc_wait()
+        g = tl.program_id(1)
+        t = tl.program_id(2)
+        G = tl.num_programs(1)
+        offs_d = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs_d < D
+        p_offs = t * (G * D) + g * D + offs_d
+        tot = tl.zeros((BLOCK,), dtype=tl.float32)
+        for s in tl.static_range(SPLIT_R):  # split order: deterministic
+            tot += tl.load(ws_ptr + s * stride_wss + p_offs, mask=mask, other=0.0)
+        tl.store(out_ptr + t * stride_ot + g * stride_og + offs_d, tot.to(tl.bfloat16), mask=mask)
+
     @triton.jit(do_not_specialize=["T", "stride_sat", "stride_sag", "stride_sak", "stride_wss"])
     def _fp8_einsum_kernel(
         out_ptr,  # [T, G, D] bf16, unit stride along D
@@ -202,7 +388,120 @@ if HAS_TRITON:
         SPLIT_R: tl.constexpr = 1,  # K splits; >1: the last CTA of each tile sums them (one launch)
         SHARE_CHECK: tl.constexpr = False,  # per-row sw: tiles whose rows share it take the 1-scale loop
         ROW_STAGES: tl.constexpr = 2,  # SHARE_CHECK: pipeline depth of the per-row loop
+        PATH: tl.constexpr = 0,  # 0 pipelined tile loop, 1 decode tile, 2 split sum (see below)
+        KB_PER: tl.constexpr = 1,  # PATH 1: K blocks (of 128) per CTA, all loaded at once
+        USE_PDL: tl.constexpr = False,  # PATH 1/2: launched with programmatic dependent launch
     ):
+        if PATH == 1:
+            _decode_tile(
+                out_ptr,
+                ws_ptr,
+                a_ptr,
+                sa_ptr,
+                w_ptr,
+                sw_ptr,
+                T,
+                D,
+                R,
+                stride_ot,
+                stride_og,
+                stride_at,
+                stride_ag,
+                stride_wg,
+                stride_wd,
+                stride_sat,
+                stride_sag,
+                stride_sak,
+                stride_swg,
+                stride_swd,
+                stride_swk,
+                stride_wss,
+                SA_KIND,
+                SW_KIND,
+                SW_PER_ROW,
+                BLOCK_T,
+                BLOCK_D,
+                BLOCK_R,
+                SPLIT_R,
+                KB_PER,
+                USE_PDL,
+            )
+        elif PATH == 2:
+            _split_sum(out_ptr, ws_ptr, D, stride_ot, stride_og, stride_wss, BLOCK_D, SPLIT_R, USE_PDL)
+        else:
+            _tile_loop(
+                out_ptr,
+                ws_ptr,
+                sem_ptr,
+                a_ptr,
+                sa_ptr,
+                w_ptr,
+                sw_ptr,
+                T,
+                D,
+                R,
+                stride_ot,
+                stride_og,
+                stride_at,
+                stride_ag,
+                stride_wg,
+                stride_wd,
+                stride_sat,
+                stride_sag,
+                stride_sak,
+                stride_swg,
+                stride_swd,
+                stride_swk,
+                stride_wss,
+                SA_KIND,
+                SW_KIND,
+                SW_PER_ROW,
+                BLOCK_T,
+                BLOCK_D,
+                BLOCK_R,
+                GROUP_T,
+                SPLIT_R,
+                SHARE_CHECK,
+                ROW_STAGES,
+            )
+
+    @triton.jit
+    def _tile_loop(
+        out_ptr,
+        ws_ptr,
+        sem_ptr,
+        a_ptr,
+        sa_ptr,
+        w_ptr,
+        sw_ptr,
+        T,
+        D,
+        R,
+        stride_ot,
+        stride_og,
+        stride_at,
+        stride_ag,
+        stride_wg,
+        stride_wd,
+        stride_sat,
+        stride_sag,
+        stride_sak,
+        stride_swg,
+        stride_swd,
+        stride_swk,
+        stride_wss,
+        SA_KIND: tl.constexpr,
+        SW_KIND: tl.constexpr,
+        SW_PER_ROW: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        BLOCK_R: tl.constexpr,
+        GROUP_T: tl.constexpr,
+        SPLIT_R: tl.constexpr,
+        SHARE_CHECK: tl.constexpr,
+        ROW_STAGES: tl.constexpr,
+    ):
+        """PATH 0: (T tile, D tile, K split) per CTA, a software-pipelined loop over K blocks."""
         g = tl.program_id(1)
         pid = tl.program_id(0)
         pid_s = tl.program_id(2)
@@ -411,30 +710,117 @@ FP8_EINSUM_CONFIGS: tuple[KernelConfig, ...] = (
     _cfg("t64_d128_s4_bc", 64, 128, 4, 4, share_check=True),
 )
 
+
+def _dcfg(name: str, bt: int, bd: int, kb_per: int, warps: int, pdl: bool = True) -> KernelConfig:
+    """A decode config (PATH 1): a BLOCK_D x BLOCK_T tile over ``kb_per`` K blocks per CTA.
+
+    SPLIT_R is the K splits at the served R = 4096 (32 K blocks); the launcher recomputes it
+    from R, so the AOT build (served shapes) and the runtime use the same constexprs.
+    """
+    if SCALE_BLOCK % bd != 0:
+        raise ValueError(f"fp8_einsum config {name}: BLOCK_D={bd} must divide {SCALE_BLOCK}")
+    return make_config(
+        name,
+        "_fp8_einsum_kernel",
+        warps,
+        1,
+        BLOCK_T=bt,
+        BLOCK_D=bd,
+        BLOCK_R=SCALE_BLOCK,
+        GROUP_T=1,
+        SPLIT_R=cdiv(_SERVED_KB, kb_per),
+        ROW_STAGES=2,
+        SHARE_CHECK=False,
+        PATH=1,
+        KB_PER=kb_per,
+        USE_PDL=pdl,
+    )
+
+
+_SERVED_KB = 4096 // SCALE_BLOCK  # K blocks of the served o_proj (R = 4096, audit section 5)
+
+#: Decode configs (PATH 1). Names: dec_t<BLOCK_T>_d<BLOCK_D>_k<KB_PER>_w<warps>[_nopdl]. Grid on
+#: the served TP=2 shape (G=4, D=1024, R=4096, one T tile): (1024/BLOCK_D, 4, 32/KB_PER) CTAs
+#: (TP=1, G=8: twice as many), each holding BLOCK_D * KB_PER * 128 weight bytes in flight; then
+#: (1, 4, T) CTAs of the split sum. On GB10 (48 SMs; sm_121a build from the AOT gate: registers /
+#: shared bytes, packed-int32 scales): dec_t16_d64_k4_w4 512 CTAs of 32 KB, 138 regs x 128
+#: threads / 8,192 B, 3 resident per SM by registers, 3.6 waves; dec_t16_d128_k4_w8 and
+#: dec_t32_d128_k4_w8 256 CTAs of 64 KB, 140 and 165 regs x 256 threads / 16,384 B, 1 per SM,
+#: 5.3 waves. On the H200 (132 SMs, sm_90a, wgmma): 40,960 / 73,728 / 81,920 B of shared memory.
+FP8_EINSUM_DECODE_CONFIGS: tuple[KernelConfig, ...] = (
+    _dcfg("dec_t16_d64_k4_w4", 16, 64, 4, 4),
+    _dcfg("dec_t16_d128_k4_w8", 16, 128, 4, 8),
+    _dcfg("dec_t32_d128_k4_w8", 32, 128, 4, 8),
+    # Reference (no plan uses it): the same tile launched without PDL, split sum included.
+    _dcfg("dec_t16_d64_k4_w4_nopdl", 16, 64, 4, 4, pdl=False),
+)
+FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_DECODE_CONFIGS
+
+#: Elements of D per program of the split sum (PATH 2): 4 warps, 8 outputs per thread.
+SUM_BLOCK = 1024
+
+
+def split_sum_config(cfg: KernelConfig) -> KernelConfig:
+    """The PATH 2 config that sums ``cfg``'s SPLIT_R partials (launched with PDL iff ``cfg`` is)."""
+    split, pdl = cfg["SPLIT_R"], cfg["USE_PDL"]
+    return make_config(
+        f"reduce_fp8_s{split}{'_pdl' if pdl else ''}",
+        "_fp8_einsum_kernel",
+        4,
+        1,
+        BLOCK_T=16,
+        BLOCK_D=SUM_BLOCK,
+        BLOCK_R=SCALE_BLOCK,
+        GROUP_T=1,
+        SPLIT_R=split,
+        ROW_STAGES=2,
+        SHARE_CHECK=False,
+        PATH=2,
+        KB_PER=1,
+        USE_PDL=pdl,
+    )
+
+
+def _path(cfg: KernelConfig) -> int:
+    return cfg.constexprs().get("PATH", 0)
+
+
+#: The split-sum configs of every decode config that splits K (compiled by the AOT gate).
+FP8_EINSUM_SUM_CONFIGS: tuple[KernelConfig, ...] = tuple(
+    {
+        (sc := split_sum_config(c)).name: sc for c in FP8_EINSUM_CONFIGS if _path(c) == 1 and c["SPLIT_R"] > 1
+    }.values()
+)
+
 _CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
 
 #: Dispatch by scale encoding: ``(max_T, config name)`` in increasing max_T; beyond the last
-#: entry, the last config. Source: H200 sweep at 14999a3 (benchmarks/bench_fp8_einsum.py, TP=2
-#: shapes, CUDA-graph replay p50, 2026-11-29, rows in benchmarks/results/fp8_einsum.csv). Packed
-#: UE8M0 (GB10's recipe (1,1,128)): T=1/4/16 t16_d64_r4_s4 7.7/7.9/8.8 us; T=32 t32_d64_r4_s4
-#: 11.3; T=64/128 t64_d64_r2_s4 14.4/18.7; T>=512 then t64_d128_s4 (512: 30.9, 8192: 470 us). fp32
-#: scales (recipe (1,128,128)): T=1/4 t16_d64_r4_s4 7.1/7.3; T=16 t16_d32_r4_s4 8.1; T=32/64
-#: t64_d64_r2_s4 10.6/11.9; T=128 t64_d64_s4 14.8. From T=512, run ed664df (2026-11-30, same
-#: file; p50 of each config's own rows): fp32 scales t128_d64_s3_w8 (T=512/2048/8192: 22.0/91.9/
-#: 361 us; the previous kernel's best at 8192, same process in the A/B runs: 433); per-row UE8M0
-#: t64_d128_s4_bc, measured on block scales copied to every row (GB10's layout, see the kernel):
-#: 22.6/89.5/352 us vs t64_d128_s4 30.7/120/471. On per-row scales that differ row to row that
-#: config takes its per-row loop: 52.4/205/808 us (t64_d128_s4: 30.9/121/469).
+#: entry, the last config. T <= 32: the decode configs (PATH 1), from the H200 sweeps of issue 17
+#: (2026-12-01, benchmarks/results/explore-2026-12-01-k17/, CUDA-graph replay p50, TP=2 shapes):
+#: each is faster than e0d50ad's plan at T = 1, 4, 16, 32 warm, cold (weights rotated through
+#: 8 copies, 134 MB) and cold with a kernel rewriting the activations before each call. Per-row
+#: UE8M0 holding block scales, cold, T = 1/4/16/32: dec_t16_d64_k4_w4 6.6/6.8/7.6, then
+#: dec_t32_d128_k4_w8 10.4 us (e0d50ad 9.5/9.7/10.5/12.8); fp32 scales dec_t16_d128_k4_w8
+#: 5.9/6.4/7.7, dec_t32_d128_k4_w8 10.2 (e0d50ad 9.2/9.4/9.7/13.3). T = 36 and 64: no decode
+#: config beat e0d50ad's in every mode, so its configs stay. T > 32, from the sweep at 14999a3
+#: (2026-11-29, rows in benchmarks/results/fp8_einsum.csv): packed UE8M0 T=64/128 t64_d64_r2_s4
+#: 14.4/18.7 us; fp32 scales T=64 t64_d64_r2_s4 11.9, T=128 t64_d64_s4 14.8. From T=512, run
+#: ed664df (2026-11-30, same file; p50 of each config's own rows): fp32 scales t128_d64_s3_w8
+#: (T=512/2048/8192: 22.0/91.9/361 us; the previous kernel's best at 8192, same process in the
+#: A/B runs: 433); per-row UE8M0 t64_d128_s4_bc, measured on block scales copied to every row
+#: (GB10's layout, see the kernel): 22.6/89.5/352 us vs t64_d128_s4 30.7/120/471. On per-row
+#: scales that differ row to row that config takes its per-row loop: 52.4/205/808 us
+#: (t64_d128_s4: 30.9/121/469).
 FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
-    (16, "t16_d64_r4_s4"),
-    (32, "t32_d64_r4_s4"),
+    (16, "dec_t16_d64_k4_w4"),
+    (32, "dec_t32_d128_k4_w8"),
     (128, "t64_d64_r2_s4"),
     (256, "t64_d64_s4"),
     (1 << 62, "t64_d128_s4_bc"),
 )
 FP8_EINSUM_PLAN_FP32: tuple[tuple[int, str], ...] = (
-    (4, "t16_d64_r4_s4"),
-    (16, "t16_d32_r4_s4"),
+    (16, "dec_t16_d128_k4_w8"),
+    (32, "dec_t32_d128_k4_w8"),
     (64, "t64_d64_r2_s4"),
     (256, "t64_d64_s4"),
     (1 << 62, "t128_d64_s3_w8"),
@@ -582,6 +968,13 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def _kernels_interpreted() -> bool:
+    """True when Triton's interpreter built the kernel (TRITON_INTERPRET=1 at import)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(_fp8_einsum_kernel, InterpretedFunction)
+
+
 def fp8_einsum_with_config(
     equation: str,
     a: tuple[torch.Tensor, torch.Tensor],
@@ -608,12 +1001,19 @@ def fp8_einsum_with_config(
     else:
         cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
     meta = cfg.constexprs()
+    if meta.get("PATH", 0) == 2:
+        raise ValueError(
+            f"fp8_einsum: config {cfg.name} is a split-sum stage; pass the decode config it follows"
+        )
     if not per_row and SCALE_BLOCK % meta["BLOCK_D"] != 0:
         raise ValueError(
             f"fp8_einsum: config {cfg.name} has BLOCK_D={meta['BLOCK_D']}; with 128x128 block weight "
             f"scales BLOCK_D must divide {SCALE_BLOCK} (one scale per tile and K block)"
         )
     n_tiles = cdiv(t, meta["BLOCK_T"]) * cdiv(d, meta["BLOCK_D"])
+    if meta.get("PATH", 0) == 1:
+        _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
+        return
     split = meta["SPLIT_R"]
     sem = SEMAPHORES.get(x.device, n_tiles * g) if split > 1 else None
     if sem is None:  # no counters (first call inside a graph capture, or too many tiles): no split
@@ -651,6 +1051,68 @@ def fp8_einsum_with_config(
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
+
+
+def _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
+    """PATH 1 (and its PATH 2 split sum when R is split): see ``_decode_tile``."""
+    t, g, r = x.shape
+    d = w.shape[1]
+    if _kernels_interpreted():  # Triton's interpreter has no griddepcontrol
+        meta["USE_PDL"] = False
+        cfg = make_config(cfg.name, cfg.kernel, cfg.num_warps, cfg.num_stages, **meta)
+    split = cdiv(r // SCALE_BLOCK, meta["KB_PER"])
+    meta["SPLIT_R"] = split
+    if split > 1:
+        ws = torch.empty((split, t, g, d), device=x.device, dtype=torch.float32)
+        sem = ws.view(torch.int32)  # unused; an int32 pointer, as the AOT build declares it
+    else:
+        ws = sem = out
+    pdl = {"launch_pdl": True} if meta["USE_PDL"] else {}
+    args = (
+        x,
+        sa,
+        w,
+        sw,
+        t,
+        d,
+        r,
+        out.stride(0),
+        out.stride(1),
+        x.stride(0),
+        x.stride(1),
+        w.stride(0),
+        w.stride(1),
+        sa.stride(0),
+        sa.stride(1),
+        sa.stride(2),
+        sw.stride(0),
+        sw.stride(1),
+        sw.stride(2),
+        t * g * d,
+    )
+    kinds = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row}
+    _fp8_einsum_kernel[(n_tiles, g, split)](
+        out, ws, sem, *args, **kinds, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl
+    )
+    if split > 1:
+        scfg = split_sum_config(cfg if cfg["SPLIT_R"] == split else _with_split(cfg, split))
+        _fp8_einsum_kernel[(cdiv(d, SUM_BLOCK), g, t)](
+            out,
+            ws,
+            sem,
+            *args,
+            **kinds,
+            **scfg.constexprs(),
+            num_warps=scfg.num_warps,
+            num_stages=scfg.num_stages,
+            **pdl,
+        )
+
+
+def _with_split(cfg: KernelConfig, split: int) -> KernelConfig:
+    meta = cfg.constexprs()
+    meta["SPLIT_R"] = split
+    return make_config(cfg.name, cfg.kernel, cfg.num_warps, cfg.num_stages, **meta)
 
 
 @torch.library.custom_op("sparkpair::fp8_einsum", mutates_args=("out",))
