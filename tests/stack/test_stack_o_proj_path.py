@@ -11,10 +11,10 @@ What runs, per case, at DeepSeek-V4-Flash TP=2 shapes (G=4 ``wo_a`` groups x 8 h
    ``wo_a`` (e4m3 ``[G*D, R]``, UE8M0 ``float8_e8m0fnu`` 128x128 block scales, as
    DeepSeek-V4-Flash ships them): it reshapes the weight to ``[G, D, R]`` and the scales to
    ``[G, D/128, R/128]``, upcasts them to fp32 and hands them to DeepGEMM's
-   ``transform_sf_into_required_layout``, which needs CUDA. That is as far as it runs here: the test records what vLLM hands DeepGEMM and
-   stands in for that one call with the layout the GPU tier documents
-   (``tests/gpu/test_vllm_o_proj_path.py`` ``postprocess_wo_a``): per-row packed int32 (arch
-   10/12) or fp32 blocks (SM90).
+   ``transform_sf_into_required_layout``, which needs CUDA. That is as far as it runs here: the
+   test records what vLLM hands DeepGEMM and stands in for that one call with the layout the
+   GPU tier documents (``tests/gpu/test_vllm_o_proj_path.py`` ``postprocess_wo_a``): per-row
+   packed int32 (arch 10/12) or fp32 blocks (SM90).
 3. The ``fp8_einsum`` dispatcher the plugin bound in vLLM's o_proj module (loaded by vLLM's own
    ``load_general_plugins``, plan ``SPARKPAIR_O_PROJ=triton`` with the case's recipe on a faked
    12.1): its Triton kernel runs on those operands (the dispatcher itself sends CPU tensors to
