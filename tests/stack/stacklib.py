@@ -1,0 +1,77 @@
+"""Helpers of the ``stack`` tier: run Python in a fresh process of the stack venv, with this
+checkout's packages first on the path and the sparkpair plugin visible to vLLM's loader.
+
+A process per case keeps patched vLLM globals (and vLLM's one-shot ``plugins_loaded`` guard)
+from leaking between cases, exactly as vLLM starts each of its own processes.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+#: The vLLM version this tier runs (the image's; ``Dockerfile`` ``VLLM_IMAGE_TAG``).
+STACK_VLLM_VERSION = "0.33.0"
+#: This checkout's import roots (one package per folder, DESIGN.md).
+SOURCE_ROOTS = (REPO / "overlay", REPO / "healthchecks", REPO / "scripts")
+
+
+def plugin_entry_point() -> tuple[str, str]:
+    """``(name, value)`` of the ``vllm.general_plugins`` entry point pyproject.toml declares."""
+    import tomllib  # Python 3.11+, as the stack venv (this module is also imported by .venv's run)
+
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())
+    eps = data["project"]["entry-points"]["vllm.general_plugins"]
+    assert len(eps) == 1, f"pyproject.toml declares {eps}; wanted one vllm.general_plugins entry point"
+    return next(iter(eps.items()))
+
+
+def entry_point_dir(cache: Path) -> Path | None:
+    """A folder holding a ``sparkpair`` dist-info with pyproject's plugin entry point, or ``None``
+    when the ``sparkpair`` distribution is installed in this venv (scripts/setup-stack.sh does
+    that). Lets the tier run in a venv made without sparkpair; vLLM's loader finds plugins only
+    through distribution metadata, never through ``PYTHONPATH`` alone.
+    """
+    try:
+        importlib.metadata.distribution("sparkpair")
+        return None
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    name, value = plugin_entry_point()
+    info = cache / "sparkpair-0.0.0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sparkpair\nVersion: 0.0.0\n")
+    (info / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{name} = {value}\n")
+    return cache
+
+
+def clean_env(extra_path: Path | None = None, **env: str) -> dict[str, str]:
+    """The environment of a stack subprocess: no ``SPARKPAIR_*``/``VLLM_PLUGINS`` leaking in from
+    the caller, this checkout's packages first on ``PYTHONPATH``, then ``env`` on top."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("SPARKPAIR_") and k != "VLLM_PLUGINS"}
+    roots = [str(p) for p in SOURCE_ROOTS] + ([str(extra_path)] if extra_path else [])
+    if full.get("PYTHONPATH"):
+        roots.append(full["PYTHONPATH"])
+    full["PYTHONPATH"] = os.pathsep.join(roots)
+    full["VLLM_CONFIGURE_LOGGING"] = "1"
+    full.update(env)
+    return full
+
+
+def run_report(code: str, env: dict[str, str], *args: str, timeout: float = 300) -> tuple[dict, str]:
+    """Run ``code`` with this interpreter; return the JSON after its ``REPORT `` line, and stderr.
+
+    Raises:
+        AssertionError: the process failed or printed no report (its stderr tail is shown).
+    """
+    proc = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, f"driver failed (rc {proc.returncode}):\n{proc.stderr[-6000:]}"
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    assert lines, f"driver printed no REPORT line:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return json.loads(lines[-1][len("REPORT "):]), proc.stderr
