@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import random
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,7 +45,7 @@ CHAT_MODES = (
     "partial",  # 200, content-length promises more than is sent, then the connection closes
     "drip",  # 200 headers, then one byte every drip_s seconds, never finishing
     "other_text",  # a well-formed answer with other text than the greedy one
-    "finish_length",  # a well-formed answer that ran out of tokens
+    "finish_flipped",  # a well-formed answer with the other finish_reason (stop <-> length)
     "hang",  # no answer for hang_s
 )
 """Non-streamed chat behaviours the gateway fault walk drives through (``FaultServer.chat_mode``)."""
@@ -58,6 +59,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:  # quiet
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.owner.lock:
+            self.server.owner.connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.owner.lock:
+            self.server.owner.connections.discard(self.connection)
+        super().finish()
 
     # ---------------------------------------------------------------- plumbing
     def _send(self, code: int, obj: Any) -> None:
@@ -307,8 +318,8 @@ class _Handler(BaseHTTPRequestHandler):
                 msg["reasoning"] = "let me think"
             if o.chat_mode == "other_text":
                 msg["content"] = "something else entirely"
-            if o.chat_mode == "finish_length":
-                fr = "length"
+            if o.chat_mode == "finish_flipped":
+                fr = "stop" if fr == "length" else "length"
             unspecified = not any(k in kw for k in ("thinking", "enable_thinking")) and (
                 "reasoning_effort" not in body
             )
@@ -471,6 +482,7 @@ class FaultServer:
         self.hang_s = hang_s
         self.chat_count = 0
         self.lock = threading.Lock()
+        self.connections: set[socket.socket] = set()
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.owner = self
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -494,3 +506,10 @@ class FaultServer:
         self.closing = True
         self._httpd.shutdown()
         self._httpd.server_close()
+        with self.lock:
+            live = list(self.connections)
+        for c in live:  # keep-alive connections too: a vanished server answers nothing
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
