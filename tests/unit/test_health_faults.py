@@ -161,3 +161,60 @@ def test_a_wedged_engine_that_still_answers_health_stops_the_run_instead_of_craw
     assert "wedged" in report.aborted and suite_exit_code(report) == 2
     timed_out = [c for c in report.checks if c.status == "error" and c.message.startswith("timeout")]
     assert len(timed_out) == 2 and took < 15
+
+
+def thinking_profile() -> object:
+    """tiny-demo as a DeepSeek-V4-like profile: thinking on/off modes, the protocol checks send
+    thinking off, the server defaults to off. Only ``thinking_modes`` leaves thinking unspecified."""
+    p = load_profile("tiny-demo").model_copy(deep=True)
+    p.checks.thinking.enabled = True
+    p.checks.request_extra = {"chat_template_kwargs": {"thinking": False, "enable_thinking": False}}
+    p.server.args = [*p.server.args, "--default-chat-template-kwargs", '{"thinking": false}']
+    return p
+
+
+@pytest.mark.parametrize(
+    ("faults", "fragment"),
+    [
+        (
+            {"unspecified_think_tag"},
+            "[thinking unspecified, non-streamed] think tag '<think>' leaked into content",
+        ),
+        ({"unspecified_eos"}, "[thinking unspecified, non-streamed] special token '<|im_end|>' leaked"),
+        ({"unspecified_reasoning"}, "[thinking unspecified, non-streamed] reasoning came back in a mode"),
+        (
+            {"unspecified_think_tag", "unspecified_stream_only"},
+            "[thinking unspecified, streamed] think tag '<think>' leaked into content",
+        ),
+        (
+            {"unspecified_eos", "unspecified_stream_only"},
+            "[thinking unspecified, streamed] special token '<|im_end|>' leaked",
+        ),
+        (
+            {"unspecified_reasoning", "unspecified_stream_only"},
+            "[thinking unspecified, streamed] reasoning came back in a mode that does not think",
+        ),
+    ],
+)
+def test_a_leak_only_when_thinking_is_unspecified_fails_only_thinking_modes(
+    faults: set[str], fragment: str
+) -> None:
+    with FaultServer(faults) as srv:
+        report = run_suite(settings(srv.base_url, profile=thinking_profile(), skip_ready=True))
+    res = report.check("thinking_modes")
+    assert res.status == "fail" and fragment in res.message, res.message
+    others = {c.id: c.status for c in report.checks if c.id != "thinking_modes"}
+    assert set(others.values()) <= {"pass", "skip"}, (
+        f"the leak must show only where thinking is unspecified: {others}"
+    )
+
+
+def test_every_thinking_mode_passes_on_a_correct_server_and_on_the_tiny_profile() -> None:
+    seen = []
+    with FaultServer() as srv:
+        for prof in (thinking_profile(), "tiny-demo"):
+            report = run_suite(settings(srv.base_url, profile=prof, only=["thinking_modes"], skip_ready=True))
+            res = report.check("thinking_modes")
+            assert res.status == "pass", res.message
+            seen.append(res.message.split(":")[0])
+    assert seen == ["thinking modes unspecified, on, off", "thinking modes unspecified"]
