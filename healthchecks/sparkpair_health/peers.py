@@ -9,7 +9,7 @@ tick (docs/health-verdict.md, "A dead peer is named"):
    written by the head node; the health service mounts the volume read-only). New lines are
    read from where the previous look stopped and matched against
    :data:`PEER_DEATH_PATTERNS`: the lines the head writes when a remote rank goes away
-   (docs/reference/vllm-peer-death.md). Works in a real two-box deployment and in
+   (docs/health-verdict.md, "A dead peer is named"). Works in a real two-box deployment and in
    the simulation.
 2. **The peer's container** through the Docker SDK, where the peer names a ``container``
    (and, for another machine's engine, a ``docker_url``): not running, missing, or an engine
@@ -55,7 +55,7 @@ PEER_DEATH_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 """Head-log lines that say a remote rank is gone: (what it means, pattern with the peer's
 address in group ``addr``). Only lines read in a real log are listed: the head log of a
 two-node ``mp`` run on vLLM 0.32 CPU whose worker was killed (the test log named above;
-docs/reference/vllm-peer-death.md). NCCL's wording on the GPU pair has not been captured
+docs/health-verdict.md, "A dead peer is named"). NCCL's wording on the GPU pair has not been captured
 yet; there the Docker and TCP evidence name the peer."""
 
 
