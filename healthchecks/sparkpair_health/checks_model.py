@@ -90,8 +90,9 @@ class DSV4CheckSettings(BaseModel):
     long_context_depths: list[float] = Field(default_factory=lambda: [0.1, 0.5, 0.9])
     long_context_shifts: list[int] = Field(
         default_factory=lambda: [0, 1, 2],
-        description="neighbouring prompt lengths: this many extra filler words before the haystack "
-        "(about one token each), so the needle meets different token boundaries",
+        description="neighbouring prompt lengths: this many extra filler words ('so ') before the "
+        "haystack (a few tokens each: 3 on the tiny demo's tokenizer), so the needle meets "
+        "different token boundaries",
     )
     long_context_tolerance: float = Field(
         0.05, gt=0, lt=1, description="allowed |usage.prompt_tokens - target| / target"
@@ -806,7 +807,8 @@ def needle_code(rng: random.Random) -> str:
 
 def build_haystack(n_lines: int, depth: float | None, code: str, shift: int = 0) -> str:
     """``n_lines`` filler lines with ``The secret code is <code>.`` at fraction ``depth`` of them,
-    after ``shift`` extra words (``"so "`` each, about one token) that move every later token
+    after ``shift`` extra words (``"so "`` each: a few tokens; 3 on the tiny demo's tokenizer,
+    where the real server gave 1800, 1803, 1806 tokens) that move every later token
     boundary: neighbouring prompt lengths."""
     lines = [_FILLER.format(i=i) for i in range(n_lines)]
     if depth is not None:

@@ -32,7 +32,8 @@ def test_long_context_prompt_length_verified_from_usage(vllm_server, tiny_profil
     for depth in (0.1, 0.9):
         lengths = [p["prompt_tokens"] for p in probes if p["depth"] == depth]
         assert lengths == sorted(lengths) and len(set(lengths)) == 3, f"not neighbouring lengths: {lengths}"
-        assert lengths[-1] - lengths[0] <= 4, lengths
+        # The tiny demo's tokenizer splits each "so " in 3 tokens (1800, 1803, 1806 seen).
+        assert lengths[-1] - lengths[0] <= 3 * 2, lengths
     assert "3 neighbouring lengths" in r.message and "needle retrieval not judged" in r.message
 
 
