@@ -439,6 +439,8 @@ class Gateway:
         self.stability_failing: dict[str, str] | None = None
         self.peers = PeerWatch(settings.peer_settings()) if settings.peers else None
         self._client: HealthClient | None = None
+        self._prof: Any = None
+        self._suite_settings: Any = None
         self.app = self._make_app()
 
     # ---------------------------------------------------------------- state
@@ -512,7 +514,6 @@ class Gateway:
                 ready_s=self.s.ready_timeout_s,
                 request_s=self.s.request_timeout_s,
                 long_prompt_s=self.s.long_prompt_timeout_s,
-                decode_probe_s=self.s.canary_timeout_s,
             ),
             report_json=self.s.report_json,
             junit_xml=self.s.junit_xml,
@@ -581,9 +582,11 @@ class Gateway:
     # ---------------------------------------------------------------- canary
 
     def _profile(self) -> Any:
-        from .profile import load_profile
+        if self._prof is None:
+            from .profile import load_profile
 
-        return load_profile(self.s.profile)
+            self._prof = load_profile(self.s.profile)
+        return self._prof
 
     def canary_request(self) -> tuple[str, int, str | None, str | None]:
         """(prompt, max_tokens, expected substring, expected finish_reason) of the canary.
@@ -604,10 +607,12 @@ class Gateway:
 
         if self._client is None:
             self._client = HealthClient(self.s.base_url, self.key, request_timeout_s=self.s.canary_timeout_s)
+        if self._suite_settings is None:  # the profile loaded once, not on every canary
+            self._suite_settings = self.suite_settings().model_copy(update={"profile": self._profile()})
         prompt, max_tokens, _, _ = self.canary_request()
         return decode_probe(
             self._client,
-            self.suite_settings(),
+            self._suite_settings,
             prompt=prompt,
             max_tokens=max_tokens,
             timeout_s=self.s.canary_timeout_s,
