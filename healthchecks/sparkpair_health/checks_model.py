@@ -270,12 +270,26 @@ class Client:
                 f"{what}: HTTP {r.status_code}, wanted 200: {body[:300]}", http_status=r.status_code
             )
 
+    def _send(self, method: str, path: str, what: str, timeout: float, **kw: Any) -> httpx.Response:
+        """One request within ``timeout`` seconds overall (:func:`sparkpair_health.client.within`:
+        not per read, so a dripping server is cut at the deadline)."""
+        from .client import within
+
+        def send() -> httpx.Response:
+            try:
+                return self.http.request(method, path, timeout=timeout, **kw)
+            except httpx.HTTPError as e:
+                raise self._err(e, what, timeout) from None
+
+        return within(
+            timeout,
+            send,
+            lambda: RequestTimeout(f"{what}: no whole answer within {timeout:.1f} s (overall deadline)"),
+        )
+
     def get_models(self) -> dict[str, Any]:
         timeout = self._timeout(None, "GET /v1/models")
-        try:
-            r = self.http.get("/v1/models", timeout=timeout)
-        except httpx.HTTPError as e:
-            raise self._err(e, "GET /v1/models", timeout) from None
+        r = self._send("GET", "/v1/models", "GET /v1/models", timeout)
         self._check_status(r, "GET /v1/models")
         return dict(r.json())
 
@@ -290,10 +304,7 @@ class Client:
         timeout = self._timeout(timeout_s, what)
         self.requests += 1
         t0 = time.monotonic()
-        try:
-            r = self.http.post("/v1/chat/completions", json=self._body(body), timeout=timeout)
-        except httpx.HTTPError as e:
-            raise self._err(e, what, timeout) from None
+        r = self._send("POST", "/v1/chat/completions", what, timeout, json=self._body(body))
         self._check_status(r, what)
         try:
             data = r.json()
@@ -318,10 +329,17 @@ class Client:
                     r.read()
                     self._check_status(r, what)
                 t_end = t0 + timeout
-                for line in r.iter_lines():
-                    lines.append(line)
+                buf = ""
+                # Chunks, not lines: a server dripping bytes without a newline is still cut.
+                for chunk in r.iter_text():
                     if time.monotonic() > t_end:
                         raise httpx.ReadTimeout("stream exceeded its total timeout")
+                    buf += chunk
+                    parts = buf.split("\n")
+                    buf = parts.pop()
+                    lines += [p.rstrip("\r") for p in parts]
+                if buf:
+                    lines.append(buf)
         except httpx.HTTPError as e:
             raise self._err(e, what, timeout) from None
         return parse_openai_stream(lines), time.monotonic() - t0
