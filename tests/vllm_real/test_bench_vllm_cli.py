@@ -29,9 +29,7 @@ def test_every_cells_argv_parses_with_vllms_own_bench_serve_parser(tmp_path: Pat
             serve.add_cli_args(parser)
             args = parser.parse_args(argv)
             assert args.backend == "openai-chat" and args.endpoint == "/v1/chat/completions"
-            assert (
-                args.dataset_name == "random" and float(args.random_range_ratio) == 0.0
-            )  # parsed later by vLLM
+            assert args.dataset_name == "random" and float(args.random_range_ratio) == 0.0  # parsed later by vLLM
             assert (
                 args.random_input_len == cell.context_tokens and args.random_output_len == cell.output_tokens
             )

@@ -22,7 +22,7 @@ import pytest
 
 pytestmark = pytest.mark.vllm_real
 
-DRIVER = r"""
+DRIVER = r'''
 import importlib, json, os, sys, types
 setup = json.loads(sys.argv[1])
 report = {}
@@ -167,7 +167,7 @@ if setup.get("fork"):
 path = os.environ.get("SPARKPAIR_PLAN_PATH")
 report["plan_file"] = json.loads(open(path).read()) if path and os.path.exists(path) else None
 print("REPORT " + json.dumps(report, default=str))
-"""
+'''
 
 
 def run_case(tmp_path: Path, env: dict[str, str], **setup: object) -> tuple[dict, str]:
@@ -178,14 +178,11 @@ def run_case(tmp_path: Path, env: dict[str, str], **setup: object) -> tuple[dict
     full.update(env)
     proc = subprocess.run(
         [sys.executable, "-c", DRIVER, json.dumps(setup)],
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        env=full, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, f"driver failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT "))
-    return json.loads(line[len("REPORT ") :]), proc.stderr
+    return json.loads(line[len("REPORT "):]), proc.stderr
 
 
 def plan_lines(stderr: str) -> list[str]:
@@ -251,13 +248,8 @@ def test_gb10_12_1_patches_land_even_when_dsv4_modules_were_imported_first(tmp_p
         assert r["kernels_import_error"].split(":")[0] in r["plan"]["o_proj"]["reason"]
         return
     assert_patched(r, recipe=None)
-    assert_plan(
-        r,
-        err,
-        router=FAMILY_120_PATCHED_ROUTER,
-        o_proj="triton(1,1,128)",
-        cap="12.1 via SPARKPAIR_FAKE_CAPABILITY",
-    )
+    assert_plan(r, err, router=FAMILY_120_PATCHED_ROUTER, o_proj="triton(1,1,128)",
+                cap="12.1 via SPARKPAIR_FAKE_CAPABILITY")
     # The dispatcher warned (once) that a call the plan wanted on Triton went to DeepGEMM.
     assert "activation is not on a CUDA device" in err
 
@@ -268,13 +260,8 @@ def test_rtx_12_0_with_sm90_recipe_patches_compute_fp8_einsum_recipe_everywhere(
         assert_untouched(r)
         return
     assert_patched(r, recipe=[1, 128, 128])
-    assert_plan(
-        r,
-        err,
-        router=FAMILY_120_PATCHED_ROUTER,
-        o_proj="triton(1,128,128)",
-        cap="12.0 via SPARKPAIR_FAKE_CAPABILITY",
-    )
+    assert_plan(r, err, router=FAMILY_120_PATCHED_ROUTER, o_proj="triton(1,128,128)",
+                cap="12.0 via SPARKPAIR_FAKE_CAPABILITY")
     assert r["plan"]["o_proj"]["patch_recipe"] is True
 
 
@@ -303,19 +290,11 @@ def test_other_devices_leave_vllm_untouched(tmp_path, cap):
 
 
 def test_upstream_overrides_leave_vllm_untouched_on_gb10(tmp_path):
-    r, err = run_case(
-        tmp_path,
-        {"SPARKPAIR_FAKE_CAPABILITY": "12.1", "SPARKPAIR_ROUTER": "upstream", "SPARKPAIR_O_PROJ": "upstream"},
-        preimport=True,
-    )
+    r, err = run_case(tmp_path, {"SPARKPAIR_FAKE_CAPABILITY": "12.1", "SPARKPAIR_ROUTER": "upstream",
+                                 "SPARKPAIR_O_PROJ": "upstream"}, preimport=True)
     assert_untouched(r)
-    assert_plan(
-        r,
-        err,
-        router="bf16:upstream,fp32:upstream",
-        o_proj="upstream",
-        cap="12.1 via SPARKPAIR_FAKE_CAPABILITY",
-    )
+    assert_plan(r, err, router="bf16:upstream,fp32:upstream", o_proj="upstream",
+                cap="12.1 via SPARKPAIR_FAKE_CAPABILITY")
     assert "SPARKPAIR_O_PROJ=upstream" in r["plan"]["o_proj"]["reason"]
 
 
@@ -335,15 +314,8 @@ def test_unverified_vllm_version_patches_nothing_and_names_the_version(tmp_path)
 
 
 def test_unverified_version_with_override_patches_and_still_logs_the_error(tmp_path):
-    r, err = run_case(
-        tmp_path,
-        {
-            "SPARKPAIR_FAKE_CAPABILITY": "12.1",
-            "SPARKPAIR_ALLOW_UNVERIFIED_VLLM": "1",
-            "SPARKPAIR_O_PROJ": "deepgemm",
-        },
-        version="0.99.0",
-    )
+    r, err = run_case(tmp_path, {"SPARKPAIR_FAKE_CAPABILITY": "12.1", "SPARKPAIR_ALLOW_UNVERIFIED_VLLM": "1",
+                                 "SPARKPAIR_O_PROJ": "deepgemm"}, version="0.99.0")
     assert "vLLM 0.99.0 is not a verified version" in err and "patching anyway" in err
     assert set(r["einsum"]["kinds"].values()) == {"dispatcher"}
 
@@ -353,10 +325,7 @@ def test_bad_setting_stops_vllm_with_a_named_error(tmp_path):
     env["SPARKPAIR_O_PROJ"] = "cutlass"
     proc = subprocess.run(
         [sys.executable, "-c", "from vllm.plugins import load_general_plugins; load_general_plugins()"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode != 0
     want = "SPARKPAIR_O_PROJ='cutlass' is not valid; wanted one of auto, deepgemm, triton, upstream"
@@ -371,7 +340,7 @@ def test_forked_child_logs_the_plan_line_once(tmp_path):
     assert len({ln.split("sparkpair overlay plan:")[1] for ln in lines}) == 1
 
 
-DISPATCH_OP_DRIVER = r"""
+DISPATCH_OP_DRIVER = r'''
 import json, os, torch
 from sparkpair_overlay.kernels.router_gemm import router_gemm
 from sparkpair_overlay.patches import router
@@ -406,15 +375,14 @@ print("REPORT " + json.dumps({
     "acc_is_kernel_output": bool(torch.equal(acc, router_gemm(x_big, w32))),
     "big": big,
 }))
-"""
+'''
 
 
 def test_router_dispatch_op_splits_on_m_at_run_time_and_has_a_fake(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKPAIR_")}
     env["TRITON_INTERPRET"] = "1"
-    proc = subprocess.run(
-        [sys.executable, "-c", DISPATCH_OP_DRIVER], env=env, capture_output=True, text=True, timeout=300
-    )
+    proc = subprocess.run([sys.executable, "-c", DISPATCH_OP_DRIVER], env=env, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     r = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT "))[7:])
     assert r["fake"] == [[7, 16], "torch.float32", "meta"]
@@ -429,24 +397,17 @@ def test_router_dispatch_op_splits_on_m_at_run_time_and_has_a_fake(tmp_path):
 def test_probe_results_drive_the_plan_and_the_patches(tmp_path):
     """A probe that found DeepGEMM (1,1,128) wrong and Triton (1,128,128) fastest, and the bf16
     router kernel faster than cuBLAS up to M=8: the recipe is patched everywhere and layers get M<=8."""
-    rows_r = [
-        {"path": p, "weight_dtype": "bfloat16", "m": m, "ok": True, "us": us, "shape": [8, 64]}
-        for m, ours, theirs in ((1, 4.0, 9.0), (8, 5.0, 9.0), (32, 14.0, 10.0))
-        for p, us in (("triton-bf16-lowM", ours), ("cublas", theirs))
-    ]
-    rows_o = [
-        {"backend": b, "recipe": rc, "t": t, "ok": ok, "us": us}
-        for t in (1, 32, 2048)
-        for b, rc, ok, us in (
-            ("deepgemm", [1, 1, 128], t != 32, 5.0),
-            ("triton", [1, 1, 128], True, 9.0),
-            ("triton", [1, 128, 128], True, 7.0),
-        )
-    ]
+    rows_r = [{"path": p, "weight_dtype": "bfloat16", "m": m, "ok": True, "us": us, "shape": [8, 64]}
+              for m, ours, theirs in ((1, 4.0, 9.0), (8, 5.0, 9.0), (32, 14.0, 10.0))
+              for p, us in (("triton-bf16-lowM", ours), ("cublas", theirs))]
+    rows_o = [{"backend": b, "recipe": rc, "t": t, "ok": ok, "us": us}
+              for t in (1, 32, 2048)
+              for b, rc, ok, us in (("deepgemm", [1, 1, 128], t != 32, 5.0),
+                                    ("triton", [1, 1, 128], True, 9.0),
+                                    ("triton", [1, 128, 128], True, 7.0))]
     probe = tmp_path / "probe.json"
-    probe.write_text(
-        json.dumps({"schema": "sparkpair-probe/1", "capability": [12, 1], "router": rows_r, "o_proj": rows_o})
-    )
+    probe.write_text(json.dumps({"schema": "sparkpair-probe/1", "capability": [12, 1], "router": rows_r,
+                                 "o_proj": rows_o}))
     r, err = run_case(tmp_path, {"SPARKPAIR_FAKE_CAPABILITY": "12.1", "SPARKPAIR_PROBE_PLAN": str(probe)})
     if not _kernels_ok(r):
         assert_untouched(r)
@@ -455,10 +416,5 @@ def test_probe_results_drive_the_plan_and_the_patches(tmp_path):
     assert r["plan"]["router"]["bfloat16"]["max_m"] == 8
     assert r["gate"]["torch.bfloat16"]["decision"] == ["triton-bf16-lowM", 8]  # the layer's (8, 64) shape
     assert all(v["patched"] and v["value"] == [[1, 128, 128], False] for v in r["recipe"].values())
-    assert_plan(
-        r,
-        err,
-        router="bf16:triton-bf16-lowM(M<=8),fp32:triton-fp32-accurate",
-        o_proj="triton(1,128,128)",
-        cap="12.1 via SPARKPAIR_FAKE_CAPABILITY",
-    )
+    assert_plan(r, err, router="bf16:triton-bf16-lowM(M<=8),fp32:triton-fp32-accurate",
+                o_proj="triton(1,128,128)", cap="12.1 via SPARKPAIR_FAKE_CAPABILITY")

@@ -52,24 +52,9 @@ def _wheel_path(version: str) -> Path:
         return hits[0]
     WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            f"vllm=={version}",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--platform",
-            "manylinux_2_28_x86_64",
-            "--python-version",
-            "3.11",
-            "-d",
-            str(WHEEL_CACHE),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
+        [sys.executable, "-m", "pip", "download", f"vllm=={version}", "--no-deps", "--only-binary=:all:",
+         "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "-d", str(WHEEL_CACHE)],
+        capture_output=True, text=True, timeout=900,
     )
     hits = sorted(WHEEL_CACHE.glob(f"vllm-{version}-*.whl"))
     assert proc.returncode == 0 and hits, (
@@ -141,10 +126,8 @@ def test_the_checker_fails_on_a_tree_where_a_target_moved():
         if path.endswith("deepseek_v4/nvidia/ops/o_proj.py"):
             return text.replace('"bhr,hdr->bhd"', '"bhr,hdr->bhd_renamed"')
         if path.endswith("model_executor/custom_op.py"):
-            return text.replace(
-                "reg_name = name if name is not None else cls.__name__",
-                "reg_name = name if name is not None else cls.name",
-            )
+            return text.replace("reg_name = name if name is not None else cls.__name__",
+                                "reg_name = name if name is not None else cls.name")
         if path.endswith("deepseek_v4/nvidia/flashmla.py"):
             return text.replace("compute_fp8_einsum_recipe()", "_recipe()")
         return text
