@@ -664,7 +664,6 @@ class Gateway:
         from .suite import NotReady
 
         t0 = time.monotonic()
-        url = self.s.base_url + "/v1/chat/completions"
         try:
             cause = self.judge_canary(self._probe())
             if cause:
@@ -679,7 +678,7 @@ class Gateway:
             cause = str(e)
         except SuiteError as e:
             cause = (
-                f"server went away: POST {url}: {e}. vLLM stops its API server when the engine core "
+                f"server went away: {e}. vLLM stops its API server when the engine core "
                 "dies, so the engine most likely died"
             )
         except Exception as e:  # noqa: BLE001 - no input may end the canary thread
@@ -711,7 +710,7 @@ class Gateway:
             self.canary_failures += 1
             if self.suite_ok:
                 if peer is not None:
-                    what = f"; canary: {cause}" if cause else ""
+                    what = f"; the canary saw: {cause}" if cause else ""
                     self._set("peer_down", {"check": "peer", "cause": peer.cause() + what})
                 else:
                     self._set("canary_failing", {"check": "canary", "cause": cause})
