@@ -38,6 +38,9 @@ CANARY_TIMEOUT_S = 10.0
 POLL_SLACK_S = 5.0
 """One ``docker exec`` poll of /readyz plus scheduling on a loaded CI machine, seconds."""
 
+SIM_NET, OWN_NET = "172.31.77.", "172.31.79."
+"""test_sim_pair.py's fabric prefix, and this test's."""
+
 READYZ = (
     "import json, httpx; r = httpx.get('http://127.0.0.1:8080/readyz', timeout=5); "
     "print(json.dumps({'status': r.status_code, 'body': r.json()}))"
@@ -74,9 +77,14 @@ def test_killing_the_worker_names_it_in_readyz_within_one_canary_interval_and_th
     tmp_path: Path,
 ) -> None:  # type: ignore[no-untyped-def]
     base = sim_factory("mp")
+    # A fabric subnet of its own, so this runs beside test_sim_pair.py on one engine.
+    for f in (base.head_env, base.worker_env):
+        f.write_text(f.read_text().replace(SIM_NET, OWN_NET))
+    base.env = {k: v.replace(SIM_NET, OWN_NET) for k, v in base.env.items()}
     sim = PeerSim(base.project, base.head_env, base.worker_env, base.env)
     base.compose = sim.compose  # type: ignore[method-assign]  # the factory's teardown uses the same files
-    peers = [{"name": "sim-worker", "address": WORKER_IP, "container": sim.name("worker")}]
+    worker_ip = WORKER_IP.replace(SIM_NET, OWN_NET)
+    peers = [{"name": "sim-worker", "address": worker_ip, "container": sim.name("worker")}]
     sim.extra = tmp_path / "compose.peer.yaml"
     sim.extra.write_text(
         "services:\n"
@@ -115,7 +123,7 @@ def test_killing_the_worker_names_it_in_readyz_within_one_canary_interval_and_th
         body = readyz(sim)["body"]
     print(f"/readyz 503 {waited:.1f} s after the worker was killed: {body}")
     assert body["failing_check"] == "peer", body
-    assert "'sim-worker'" in body["cause"] and WORKER_IP in body["cause"], body["cause"]
+    assert "'sim-worker'" in body["cause"] and worker_ip in body["cause"], body["cause"]
     assert body["peer_down"]["name"] == "sim-worker"
 
     # The pair comes back under the restart policy: the worker restarts (exit 137 is a
