@@ -12,9 +12,10 @@ tick (docs/health-verdict.md, "A dead peer is named"):
    (docs/health-verdict.md, "A dead peer is named"). Works in a real two-box deployment and in
    the simulation.
 2. **The peer's container** through the Docker SDK, where the peer names a ``container``
-   (and, for another machine's engine, a ``docker_url``): not running, missing, or an engine
-   that no longer answers. Works where a Docker socket is reachable (the simulation, or a
-   ``tcp://``/``ssh://`` engine URL).
+   (and, for another machine's engine, a ``docker_url``): missing, not running, or restarted
+   since the pair last served (its restart count or start time changed: a restart policy
+   brings a killed container back within a second). Works where a Docker socket is
+   reachable (the simulation, or a ``tcp://``/``ssh://`` engine URL).
 3. **A TCP liveness probe** of the peer's address on ``probe_port``: a refused connection
    means the host answers (alive); no answer within ``probe_timeout_s`` or "no route to
    host" means the node is gone. It tells a dead box, not a dead container on a live box.
@@ -155,6 +156,7 @@ class PeerWatch:
         self.clients = dict(docker_clients or {})
         self._offset = self._size()
         self._seen: PeerDeath | None = None
+        self._lives: dict[str, tuple[int, str | None]] = {}
 
     def _size(self) -> int:
         p = self.s.head_log
@@ -196,10 +198,8 @@ class PeerWatch:
                     return PeerDeath(peer.name, peer.address, "head log", f"{meaning}: {line.strip()[-300:]}")
         return None
 
-    def _from_docker(self, peer: Peer) -> PeerDeath | None:
-        if not peer.container:
-            return None
-        where = peer.docker_url or "the local Docker engine"
+    def _inspect(self, peer: Peer) -> dict[str, Any] | None:
+        """The peer container's ``docker inspect`` (``{}``: no such container; ``None``: no answer)."""
         try:
             client = self.clients.get(peer.name)
             if client is None:
@@ -209,23 +209,52 @@ class PeerWatch:
             import docker.errors
 
             try:
-                c = client.containers.get(peer.container)
+                return dict(client.containers.get(peer.container).attrs)
             except docker.errors.NotFound:
-                return PeerDeath(
-                    peer.name, peer.address, "docker", f"no container {peer.container!r} on {where}"
-                )
+                return {}
         except Exception:  # noqa: BLE001 - an unreachable engine is no evidence either way
             return None
-        st = c.attrs.get("State", {})
-        if st.get("Running"):
+
+    def _baseline(self) -> None:
+        # While the pair serves: remember each peer container's life (restart count, start).
+        for peer in self.s.peers:
+            if peer.container:
+                a = self._inspect(peer)
+                if a:
+                    life = (int(a.get("RestartCount", 0)), a.get("State", {}).get("StartedAt"))
+                    self._lives[peer.name] = life
+
+    def _from_docker(self, peer: Peer) -> PeerDeath | None:
+        if not peer.container:
             return None
-        return PeerDeath(
-            peer.name,
-            peer.address,
-            "docker",
-            f"container {peer.container} is {st.get('Status', '?')} "
-            f"(exit code {st.get('ExitCode')}) on {where}",
-        )
+        where = peer.docker_url or "the local Docker engine"
+        a = self._inspect(peer)
+        if a is None:
+            return None
+        if not a:
+            return PeerDeath(peer.name, peer.address, "docker", f"no container {peer.container!r} on {where}")
+        st = a.get("State", {})
+        if not st.get("Running") or st.get("Restarting"):
+            return PeerDeath(
+                peer.name,
+                peer.address,
+                "docker",
+                f"container {peer.container} is {st.get('Status', '?')} "
+                f"(exit code {st.get('ExitCode')}) on {where}",
+            )
+        # A restart policy brings a killed container back within a second: a new life since
+        # the pair last served is the death (seen in the two-container simulation).
+        before = self._lives.get(peer.name)
+        now = (int(a.get("RestartCount", 0)), st.get("StartedAt"))
+        if before is not None and now != before:
+            return PeerDeath(
+                peer.name,
+                peer.address,
+                "docker",
+                f"container {peer.container} died and was restarted (RestartCount {before[0]} -> {now[0]}, "
+                f"last exit at {st.get('FinishedAt')}) on {where}",
+            )
+        return None
 
     def _from_probe(self, peer: Peer) -> PeerDeath | None:
         port = self.s.probe_port
@@ -261,6 +290,8 @@ class PeerWatch:
                 return found
             if self._seen is not None and canary_ok:
                 self._seen = None
+            if canary_ok:
+                self._baseline()
             if self._seen is not None or canary_ok:
                 return self._seen
             for peer in self.s.peers:

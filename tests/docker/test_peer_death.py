@@ -66,7 +66,7 @@ class PeerSim(Sim):
 
 
 def readyz(sim: Sim) -> dict:
-    r = sh("docker", "exec", sim.name("health"), "python", "-c", READYZ, check=False, timeout=30)
+    r = sh("docker", "exec", sim.name("health"), "python3", "-c", READYZ, check=False, timeout=30)
     if r.returncode != 0:
         return {"status": None, "body": {"error": (r.stdout + r.stderr)[-300:]}}
     return json.loads(r.stdout.strip().splitlines()[-1])

@@ -8,19 +8,24 @@ TCP probe runs for real on loopback.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from sparkpair_health.gateway import Gateway, GatewaySettings
 from sparkpair_health.peers import PeerSettings, PeerWatch, parse_peers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from dsv4_fault_server import Served  # noqa: E402
 from health_fault_server import FaultServer  # noqa: E402
+from test_stability_docker import client, containers, sh_image  # noqa: E402, F401  (docker fixtures)
 
 LOG = Path(__file__).resolve().parents[1] / "faults" / "logs" / "vllm032-cpu-mp-worker-killed-head.log"
 LINES = LOG.read_text().splitlines(keepends=True)
@@ -145,3 +150,45 @@ def test_readyz_and_report_name_the_dead_peer_within_one_canary_interval(tmp_pat
                 assert "peer_down" not in httpx.get(g.base_url + "/readyz").json()
             finally:
                 gw.stop()
+
+
+@pytest.mark.docker
+def test_a_peer_container_that_died_and_was_restarted_is_named_through_the_docker_sdk(
+    client,  # noqa: F811
+    sh_image,  # noqa: F811
+    containers,  # noqa: F811
+) -> None:  # type: ignore[no-untyped-def]
+    # As in the two-container simulation: the killed worker is back "running" within a
+    # second under its restart policy, so "not running" alone would never name it.
+    name = f"sp-peer-{uuid.uuid4().hex[:8]}"
+    c = client.containers.run(
+        sh_image,
+        ["/bin/sh", "-c", "read x"],
+        detach=True,
+        stdin_open=True,
+        name=name,
+        restart_policy={"Name": "on-failure", "MaximumRetryCount": 3},
+    )
+    containers.append(c)
+    peers = [{"name": "spark-b", "address": "10.0.0.2", "container": name}]
+    w = PeerWatch(PeerSettings(peers=peers, head_log=None))
+    assert w.look(canary_ok=True) is None and w.look() is None, "a running, unrestarted peer is alive"
+    c.reload()
+    os.kill(int(c.attrs["State"]["Pid"]), signal.SIGKILL)  # the node dies: exit 137, a failure
+    t_end = time.monotonic() + 30
+    while True:
+        c.reload()
+        if c.attrs["RestartCount"] >= 1 and c.attrs["State"]["Running"]:
+            break
+        assert time.monotonic() < t_end, c.attrs["State"]
+        time.sleep(0.2)
+    dead = w.look()
+    assert dead is not None and dead.source == "docker" and dead.name == "spark-b", dead
+    # Running again: "died and was restarted (RestartCount 0 -> 1"; this scratch container's
+    # restarted `read` finds its stdin closed and exits, so it may be caught "restarting".
+    assert "died and was restarted (RestartCount 0 -> " in dead.evidence or (
+        f"container {name} is restarting (exit code" in dead.evidence
+    ), dead.evidence
+    c.remove(force=True)
+    dead = w.look()
+    assert dead is not None and f"no container '{name}'" in dead.evidence, dead
