@@ -281,10 +281,17 @@ class Client:
             except httpx.HTTPError as e:
                 raise self._err(e, what, timeout) from None
 
+        capped = (
+            f", the rest of check_timeout_s={self.deadline.total_s:g}"
+            if timeout < self.s.request_timeout_s
+            else ""
+        )
         return within(
             timeout,
             send,
-            lambda: RequestTimeout(f"{what}: no whole answer within {timeout:.1f} s (overall deadline)"),
+            lambda: RequestTimeout(
+                f"{what}: no whole answer within {timeout:.1f} s{capped} (overall deadline)"
+            ),
         )
 
     def get_models(self) -> dict[str, Any]:
