@@ -734,6 +734,10 @@ class Gateway:
             self.suite_ok = False
             self._set("canary_failing", {"check": "canary", "cause": why})
             return
+        if self.peers is not None:
+            # The peers' baseline (their containers' lives) as the pair serves, before the
+            # first canary tick: a peer may die before that tick.
+            self.peers.look(canary_ok=True)
         with self._lock:
             self.last_ok_at = self._clock()
 
