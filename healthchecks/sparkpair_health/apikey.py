@@ -1,15 +1,20 @@
-"""The API key a vLLM server was started with (``--api-key``), kept out of every output.
+"""The API key a vLLM server was started with (``VLLM_API_KEY``), kept out of every output.
 
-The key comes from an explicit value, from ``SPARKPAIR_API_KEY``, or from a file named by
-``SPARKPAIR_API_KEY_FILE`` (a Docker/compose secret: one line, surrounding whitespace
-stripped). It is held as a :class:`pydantic.SecretStr` so ``repr``/``str`` and
-``model_dump_json`` print ``**********``; :func:`redact` removes it from any text that is
-about to be logged or written to a report (a server may echo the header in an error).
+The key comes from a file (``--api-key-file PATH`` or ``SPARKPAIR_API_KEY_FILE``: a
+Docker/compose secret, one line, surrounding whitespace stripped) or from the environment
+(``SPARKPAIR_API_KEY``), never from the command line (argv is visible to every user of the
+machine in ``ps``). It is never parsed (no JSON, no YAML) and never printed: it is held as a
+:class:`pydantic.SecretStr` (``repr``/``str``/``model_dump_json`` print ``**********``), and
+:func:`redact` -- the one redaction of the health package -- removes it from everything the
+suite and the gateway print or write (a server or proxy may echo the ``Authorization``
+header in an error body). Messages about the key name its *source* (:func:`api_key_source`).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +27,10 @@ ENV_KEY_FILE = "SPARKPAIR_API_KEY_FILE"
 """Environment variable naming a file whose content is the key."""
 
 REDACTED = "<redacted-api-key>"
+
+_BEARER = re.compile(r"(?i)(bearer\s+)(?!<redacted-api-key>)[^\s\"'\\,;}\]<>]+")
+"""``Bearer <token>`` as an echoed ``Authorization`` header shows it: the token is replaced
+even when it is cut short (an error body truncated mid-key) or is another key than ours."""
 
 
 class ApiKeyError(ValueError):
@@ -81,16 +90,51 @@ def auth_headers(key: SecretStr | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
 
 
+def api_key_source(
+    value: str | SecretStr | None = None,
+    key_file: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    value_from: str = "SPARKPAIR_API_KEY",
+    file_from: str = "--api-key-file",
+) -> str:
+    """Where :func:`resolve_api_key` takes the key from, for messages (never the key itself).
+
+    Same precedence as :func:`resolve_api_key`. Returns e.g.
+    ``"SPARKPAIR_API_KEY_FILE=/run/secrets/sparkpair_api_key"``, ``"SPARKPAIR_API_KEY (env)"``
+    or ``"no API key configured (SPARKPAIR_API_KEY_FILE / SPARKPAIR_API_KEY unset)"``.
+    ``value_from`` / ``file_from`` name where the caller got ``value`` / ``key_file``.
+    """
+    env = os.environ if env is None else env
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    if value:
+        return f"{value_from} (env)" if value_from.isupper() else value_from
+    if key_file:
+        return f"{file_from}={key_file}"
+    if env.get(ENV_KEY):
+        return f"{ENV_KEY} (env)"
+    if env.get(ENV_KEY_FILE):
+        return f"{ENV_KEY_FILE}={env[ENV_KEY_FILE]}"
+    return f"no API key configured ({ENV_KEY_FILE} / {ENV_KEY} unset)"
+
+
 def redact(obj: Any, key: SecretStr | None) -> Any:
-    """Return ``obj`` (str, or nested dict/list/tuple of them) with every occurrence of the key
-    replaced by ``<redacted-api-key>``."""
-    if key is None:
-        return obj
-    secret = key.get_secret_value()
-    if not secret:
-        return obj
+    """Return ``obj`` (str, or nested dict/list/tuple of them, keys included) with the key removed.
+
+    Replaced by ``<redacted-api-key>``: the key as is, the key as JSON escapes it (a body that
+    quotes it), and every ``Bearer <token>`` (an echoed header, even one cut short). Applied
+    whether or not a key is configured (``key=None`` still removes ``Bearer`` tokens). Other
+    types are returned unchanged.
+    """
+    secret = key.get_secret_value() if key is not None else ""
     if isinstance(obj, str):
-        return obj.replace(secret, REDACTED)
+        if secret:
+            obj = obj.replace(secret, REDACTED)
+            escaped = json.dumps(secret)[1:-1]
+            if escaped != secret:
+                obj = obj.replace(escaped, REDACTED)
+        return _BEARER.sub(lambda m: m.group(1) + REDACTED, obj)
     if isinstance(obj, dict):
         return {redact(k, key): redact(v, key) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -658,6 +658,100 @@ def check_thinking(ctx: CheckContext, deadline: Deadline) -> Passed:
     return Passed("reasoning present when on, absent when off", ev)
 
 
+# ---- every thinking mode, streamed and not
+
+THINKING_KEYS = ("thinking", "enable_thinking")
+"""``chat_template_kwargs`` keys that switch DeepSeek-V4-style thinking (audit §6)."""
+
+
+def thinking_modes(profile: Profile) -> list[tuple[str, dict[str, Any], bool]]:
+    """``(label, request fields, thinks)`` for every thinking mode the profile allows.
+
+    Always ``unspecified`` (no thinking field at all: the server's default decides, which is
+    the profile's ``--default-chat-template-kwargs`` when it sets one, else on for a model
+    with a thinking mode and off for one without); with ``checks.thinking.enabled`` also
+    ``on`` (``on_kwargs``) and ``off`` (``off_kwargs``).
+    """
+    from .checks_model import _server_default_chat_kwargs
+
+    t = profile.checks.thinking
+    thinks_by_default = t.enabled
+    ck = _server_default_chat_kwargs(list(profile.server.args))
+    if ck is not None and any(k in ck for k in THINKING_KEYS):
+        thinks_by_default = any(bool(ck.get(k)) for k in THINKING_KEYS)
+    modes = [("unspecified", {}, thinks_by_default)]
+    if t.enabled:
+        modes += [("on", copy.deepcopy(t.on_kwargs), True), ("off", copy.deepcopy(t.off_kwargs), False)]
+    return modes
+
+
+def _without_thinking_fields(body: dict[str, Any]) -> dict[str, Any]:
+    out = dict(body)
+    out.pop("reasoning_effort", None)
+    ck = {k: v for k, v in (out.pop("chat_template_kwargs", None) or {}).items() if k not in THINKING_KEYS}
+    if ck:
+        out["chat_template_kwargs"] = ck
+    return out
+
+
+def check_thinking_modes(ctx: CheckContext, deadline: Deadline) -> Passed:
+    """In every thinking mode the profile allows (unspecified included), streamed and not:
+    no think tag / special token / DSML in content or reasoning, reasoning exactly when the
+    mode thinks, and the stream equal to the non-streamed answer (greedy)."""
+    from .checks_model import find_leaks
+
+    c = ctx.profile.checks
+    problems: list[str] = []
+    ev: dict[str, Any] = {}
+    for label, fields, thinks in thinking_modes(ctx.profile):
+        mt = c.thinking.max_tokens if thinks else c.max_tokens
+        body = {**_without_thinking_fields(base_chat(ctx, max_tokens=mt)), **fields}
+        d = post_chat(ctx, body, deadline, f"chat, thinking {label}")
+        msg, fr = _message(d)
+        content = msg.get("content") if isinstance(msg.get("content"), str) else ""
+        reasoning = msg.get("reasoning") or msg.get("reasoning_content") or ""
+        s = stream_chat(ctx, body, deadline, f"streamed chat, thinking {label}")
+        s_fr = s.finish_reasons[-1] if s.finish_reasons else None
+        ev[label] = {
+            "request": {k: body[k] for k in ("chat_template_kwargs", "reasoning_effort") if k in body},
+            "thinks": thinks,
+            "content": content[:200],
+            "reasoning_chars": len(reasoning),
+            "finish_reason": fr,
+            "streamed_content": s.content[:200],
+            "streamed_reasoning_chars": len(s.reasoning),
+            "streamed_finish_reason": s_fr,
+        }
+        for how, text_c, text_r in (
+            ("non-streamed", content, reasoning),
+            ("streamed", s.content, s.reasoning),
+        ):
+            where = f"[thinking {label}, {how}]"
+            for fld, text in (("content", text_c), ("reasoning", text_r)):
+                problems += [f"{where} {leak} leaked into {fld}" for leak in find_leaks(text)]
+            if text_r and not thinks:
+                problems.append(f"{where} reasoning came back in a mode that does not think: {text_r[:80]!r}")
+            if thinks and not text_r and (fr if how == "non-streamed" else s_fr) != "length":
+                problems.append(f"{where} the mode thinks but no reasoning came back")
+        problems += [f"[thinking {label}, streamed] {p}" for p in s.framing_problems(want_usage=None)]
+        if s.content != content:
+            problems.append(
+                f"[thinking {label}] streamed content {s.content[:60]!r} differs from non-streamed "
+                f"{content[:60]!r} of the same greedy request"
+            )
+        if s.reasoning != reasoning:
+            problems.append(f"[thinking {label}] streamed reasoning differs from non-streamed")
+        if s_fr != fr:
+            problems.append(f"[thinking {label}] finish_reason streamed {s_fr!r}, non-streamed {fr!r}")
+    if problems:
+        raise Fail(
+            "; ".join(problems[:6]) + (f" (+{len(problems) - 6} more)" if len(problems) > 6 else ""), ev
+        )
+    return Passed(
+        f"thinking modes {', '.join(ev)}: streamed == non-streamed, no leaks, reasoning as the mode", ev
+    )
+
+
 CHECKS: list[CheckSpec] = [
     CheckSpec("models", "/v1/models lists the served name", "B15 (served id), sparkrun#9", check_models, 30),
     CheckSpec(
@@ -693,6 +787,13 @@ CHECKS: list[CheckSpec] = [
     CheckSpec("semantic", "greedy answers contain the expected text", "B15", check_semantic, 120),
     CheckSpec(
         "thinking", "reasoning when thinking is on, none when off", "B11, audit §6", check_thinking, 300
+    ),
+    CheckSpec(
+        "thinking_modes",
+        "every thinking mode (unspecified too), streamed and not: no leaks, reasoning only when thinking",
+        "audit §6, B11 (leaks only in one mode)",
+        check_thinking_modes,
+        300,
     ),
 ]
 """The suite, in run order."""

@@ -11,7 +11,8 @@ server's own HTTP answers (never from its ``/health``):
   that do not parse or validate, a spurious ``arguments`` wrapper;
 - ``dsv4.stream_equality`` (B11): streamed reasoning / content / tool arguments differing
   from the non-streamed ones; framing defects;
-- ``dsv4.long_context``: a needle not returned character for character at several depths;
+- ``dsv4.long_context``: an answer that is not exactly the needle (normalised only as
+  :data:`NEEDLE_NORMALISATION` says) at several depths and neighbouring prompt lengths;
   a prompt whose ``usage`` does not match the length sent; refuses beyond ``max_model_len``;
 - ``dsv4.greedy_sanity`` (B15): garbage for a greedy question with a known answer,
   ``finish_reason`` not ``stop``, two greedy runs that differ;
@@ -87,6 +88,12 @@ class DSV4CheckSettings(BaseModel):
 
     long_context_tokens: int = Field(48_000, gt=0, description="target prompt length of the needle probe")
     long_context_depths: list[float] = Field(default_factory=lambda: [0.1, 0.5, 0.9])
+    long_context_shifts: list[int] = Field(
+        default_factory=lambda: [0, 1, 2],
+        description="neighbouring prompt lengths: this many extra filler words ('so ') before the "
+        "haystack (a few tokens each: 3 on the tiny demo's tokenizer), so the needle meets "
+        "different token boundaries",
+    )
     long_context_tolerance: float = Field(
         0.05, gt=0, lt=1, description="allowed |usage.prompt_tokens - target| / target"
     )
@@ -252,20 +259,44 @@ class Client:
                 else ""
             )
             return RequestTimeout(f"{what}: no answer within {timeout:.1f} s{capped} ({type(e).__name__})")
-        return SuiteError(f"{what}: {type(e).__name__}: {e} (the suite could not reach {self.s.base_url})")
+        err = redact(str(e), self.s.api_key)
+        return SuiteError(f"{what}: {type(e).__name__}: {err} (the suite could not reach {self.s.base_url})")
 
     def _check_status(self, r: httpx.Response, what: str) -> None:
         if r.status_code != 200:
+            # Redacted before it is cut: a key echoed across the cut would survive in part.
+            body = redact(r.text, self.s.api_key)
             raise CheckFailed(
-                f"{what}: HTTP {r.status_code}, wanted 200: {r.text[:300]}", http_status=r.status_code
+                f"{what}: HTTP {r.status_code}, wanted 200: {body[:300]}", http_status=r.status_code
             )
+
+    def _send(self, method: str, path: str, what: str, timeout: float, **kw: Any) -> httpx.Response:
+        """One request within ``timeout`` seconds overall (:func:`sparkpair_health.client.within`:
+        not per read, so a dripping server is cut at the deadline)."""
+        from .client import within
+
+        def send() -> httpx.Response:
+            try:
+                return self.http.request(method, path, timeout=timeout, **kw)
+            except httpx.HTTPError as e:
+                raise self._err(e, what, timeout) from None
+
+        capped = (
+            f", the rest of check_timeout_s={self.deadline.total_s:g}"
+            if timeout < self.s.request_timeout_s
+            else ""
+        )
+        return within(
+            timeout,
+            send,
+            lambda: RequestTimeout(
+                f"{what}: no whole answer within {timeout:.1f} s{capped} (overall deadline)"
+            ),
+        )
 
     def get_models(self) -> dict[str, Any]:
         timeout = self._timeout(None, "GET /v1/models")
-        try:
-            r = self.http.get("/v1/models", timeout=timeout)
-        except httpx.HTTPError as e:
-            raise self._err(e, "GET /v1/models", timeout) from None
+        r = self._send("GET", "/v1/models", "GET /v1/models", timeout)
         self._check_status(r, "GET /v1/models")
         return dict(r.json())
 
@@ -280,17 +311,14 @@ class Client:
         timeout = self._timeout(timeout_s, what)
         self.requests += 1
         t0 = time.monotonic()
-        try:
-            r = self.http.post("/v1/chat/completions", json=self._body(body), timeout=timeout)
-        except httpx.HTTPError as e:
-            raise self._err(e, what, timeout) from None
+        r = self._send("POST", "/v1/chat/completions", what, timeout, json=self._body(body))
         self._check_status(r, what)
         try:
             data = r.json()
         except ValueError:
-            raise CheckFailed(f"{what}: body is not JSON: {r.text[:200]!r}") from None
+            raise CheckFailed(f"{what}: body is not JSON: {redact(r.text, self.s.api_key)[:200]!r}") from None
         if not isinstance(data, dict) or not data.get("choices"):
-            raise CheckFailed(f"{what}: no choices in the answer: {r.text[:300]}")
+            raise CheckFailed(f"{what}: no choices in the answer: {redact(r.text, self.s.api_key)[:300]}")
         return data, time.monotonic() - t0
 
     def chat_stream(self, body: dict[str, Any], timeout_s: float | None = None) -> tuple[OpenAIStream, float]:
@@ -308,10 +336,17 @@ class Client:
                     r.read()
                     self._check_status(r, what)
                 t_end = t0 + timeout
-                for line in r.iter_lines():
-                    lines.append(line)
+                buf = ""
+                # Chunks, not lines: a server dripping bytes without a newline is still cut.
+                for chunk in r.iter_text():
                     if time.monotonic() > t_end:
                         raise httpx.ReadTimeout("stream exceeded its total timeout")
+                    buf += chunk
+                    parts = buf.split("\n")
+                    buf = parts.pop()
+                    lines += [p.rstrip("\r") for p in parts]
+                if buf:
+                    lines.append(buf)
         except httpx.HTTPError as e:
             raise self._err(e, what, timeout) from None
         return parse_openai_stream(lines), time.monotonic() - t0
@@ -392,7 +427,13 @@ THINKING_VARIANTS: tuple[ThinkingVariant, ...] = (
         False,
     ),
 )
-STREAMED_THINKING_VARIANTS = ("thinking=false", "thinking=true", "thinking=false + reasoning_effort=high")
+STREAMED_THINKING_VARIANTS = (
+    "no thinking kwargs",
+    "thinking=false",
+    "thinking=true",
+    "thinking=false + reasoning_effort=high",
+)
+"""Variants also sent streamed; the unspecified one included (a leak only there must fail)."""
 
 THINKING_PROMPT = "What is 17 + 25? Reply with the number only."
 THINKING_ANSWER = "42"
@@ -789,12 +830,37 @@ def needle_code(rng: random.Random) -> str:
     return "-".join("".join(rng.choice(alphabet) for _ in range(4)) for _ in range(3))
 
 
-def build_haystack(n_lines: int, depth: float | None, code: str) -> str:
-    """``n_lines`` filler lines with ``The secret code is <code>.`` at fraction ``depth`` of them."""
+def build_haystack(n_lines: int, depth: float | None, code: str, shift: int = 0) -> str:
+    """``n_lines`` filler lines with ``The secret code is <code>.`` at fraction ``depth`` of them,
+    after ``shift`` extra words (``"so "`` each: a few tokens; 3 on the tiny demo's tokenizer,
+    where the real server gave 1800, 1803, 1806 tokens) that move every later token
+    boundary: neighbouring prompt lengths."""
     lines = [_FILLER.format(i=i) for i in range(n_lines)]
     if depth is not None:
         lines.insert(min(n_lines, round(depth * n_lines)), f"The secret code is {code}.")
-    return "\n".join(lines) + "\n\n" + _QUESTION
+    return "so " * shift + "\n".join(lines) + "\n\n" + _QUESTION
+
+
+NEEDLE_NORMALISATION = (
+    "surrounding whitespace, then one pair of surrounding quotes or backticks, then one trailing "
+    "period, removed; nothing else"
+)
+"""What :func:`normalise_needle_answer` removes before the exact comparison (stated in messages)."""
+
+
+def normalise_needle_answer(text: str) -> str:
+    """The answer as compared with the needle: :data:`NEEDLE_NORMALISATION`, no more.
+
+    ``" `K7QX-3941-ZB2M`. "`` -> ``"K7QX-3941-ZB2M"``; ``"The code is K7QX-3941-ZB2M"`` is
+    left as it is (and so is not the needle).
+    """
+    t = text.strip()
+    if len(t) >= 2 and t[0] == t[-1] and t[0] in "\"'`":
+        t = t[1:-1]
+    elif len(t) >= 3 and t.endswith(".") and t[0] == t[-2] and t[0] in "\"'`":
+        t = t[1:-2]
+    t = t.removesuffix(".")
+    return t.strip()
 
 
 def server_max_model_len(models: dict[str, Any], served: str) -> int:
@@ -854,63 +920,72 @@ def check_long_context(c: Client) -> tuple[str, dict[str, Any]]:
     probs: list[str] = []
     seen: list[dict[str, Any]] = []
     judge_needle = s.semantic_enabled
+    shifts = s.long_context_shifts or [0]
     for depth in s.long_context_depths:
-        code = needle_code(rng)
-        text = build_haystack(n_lines, depth, code)
-        resp, lat = c.chat(
-            {
-                "messages": [{"role": "user", "content": text}],
-                "max_tokens": s.long_context_answer_tokens,
-                "temperature": 0,
-                **extra,
-            }
-        )
-        msg, finish = message_of(resp)
-        got = msg.get("content") or ""
-        pt = (resp.get("usage") or {}).get("prompt_tokens")
-        where = f"[depth {depth:.2f}]"
-        if not isinstance(pt, int):
-            probs.append(f"{where} no usage.prompt_tokens in the answer")
-        else:
-            off = abs(pt - s.long_context_tokens) / s.long_context_tokens
-            if off > s.long_context_tolerance:
-                probs.append(
-                    f"{where} usage.prompt_tokens={pt}, wanted {s.long_context_tokens} "
-                    f"±{s.long_context_tolerance:.0%} (the prompt sent was not the prompt served)"
-                )
-            if pt > mml:
-                probs.append(f"{where} usage.prompt_tokens={pt} > max_model_len {mml}")
-        if judge_needle and code not in got:
-            probs.append(
-                f"{where} needle {code!r} not returned character for character: got {_short(got, 60)!r}"
+        for shift in shifts:
+            code = needle_code(rng)
+            text = build_haystack(n_lines, depth, code, shift)
+            resp, lat = c.chat(
+                {
+                    "messages": [{"role": "user", "content": text}],
+                    "max_tokens": s.long_context_answer_tokens,
+                    "temperature": 0,
+                    **extra,
+                }
             )
-        seen.append(
-            {
-                "depth": depth,
-                "prompt_tokens": pt,
-                "needle": code,
-                "answer": _short(got, 80),
-                "finish_reason": finish,
-                "latency_s": round(lat, 3),
-            }
-        )
+            msg, finish = message_of(resp)
+            got = msg.get("content") or ""
+            norm = normalise_needle_answer(got)
+            pt = (resp.get("usage") or {}).get("prompt_tokens")
+            where = f"[depth {depth:.2f}, +{shift} words, {pt} prompt tokens]"
+            if not isinstance(pt, int):
+                probs.append(f"{where} no usage.prompt_tokens in the answer")
+            else:
+                off = abs(pt - s.long_context_tokens) / s.long_context_tokens
+                if off > s.long_context_tolerance:
+                    probs.append(
+                        f"{where} usage.prompt_tokens={pt}, wanted {s.long_context_tokens} "
+                        f"±{s.long_context_tolerance:.0%} (the prompt sent was not the prompt served)"
+                    )
+                if pt > mml:
+                    probs.append(f"{where} usage.prompt_tokens={pt} > max_model_len {mml}")
+            if judge_needle and norm != code:
+                probs.append(
+                    f"{where} answer {_short(got, 60)!r} (normalised: {_short(norm, 60)!r}) is not the "
+                    f"needle {code!r}; compared exactly after {NEEDLE_NORMALISATION}"
+                )
+            seen.append(
+                {
+                    "depth": depth,
+                    "shift_words": shift,
+                    "prompt_tokens": pt,
+                    "needle": code,
+                    "answer": _short(got, 80),
+                    "normalised": _short(norm, 80),
+                    "exact": norm == code,
+                    "finish_reason": finish,
+                    "latency_s": round(lat, 3),
+                }
+            )
+    lengths = sorted({x["prompt_tokens"] for x in seen if isinstance(x["prompt_tokens"], int)})
     ev = {
         "max_model_len": mml,
         "target_tokens": s.long_context_tokens,
         "tokens_per_line": per_line,
         "lines": n_lines,
+        "normalisation": NEEDLE_NORMALISATION,
         "probes": seen,
     }
     if probs:
         raise CheckFailed("; ".join(probs[:4]), problems=probs, **ev)
     judged = (
-        "needle returned exactly at every depth"
+        f"answer == needle exactly (after {NEEDLE_NORMALISATION}) at every probe"
         if judge_needle
         else f"needle retrieval not judged ({s.semantic_skip_reason})"
     )
     return (
-        f"{len(seen)} prompt(s) of ~{s.long_context_tokens} tokens (usage verified, max_model_len {mml}); "
-        f"{judged}"
+        f"{len(seen)} prompt(s): depths {list(s.long_context_depths)} x {len(shifts)} neighbouring lengths "
+        f"(prompt_tokens {lengths}, usage verified, max_model_len {mml}); {judged}"
     ), ev
 
 
@@ -1099,7 +1174,7 @@ CHECKS: tuple[ModelCheck, ...] = (
         "dsv4.long_context",
         check_long_context,
         lambda s: None if s.long_context_depths else "no depths configured (long_context_depths=[])",
-        "needle at several depths returned exactly; prompt length verified from usage",
+        "needle returned exactly at several depths and neighbouring prompt lengths; usage verified",
         "B13 envelope, truncation",
         600.0,
     ),

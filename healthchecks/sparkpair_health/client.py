@@ -9,12 +9,18 @@ message that says so instead of hanging or passing.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import SecretStr
+
+from .apikey import redact
+
+T = TypeVar("T")
 
 
 class SuiteError(Exception):
@@ -63,25 +69,60 @@ class Deadline:
         return max(left, 0.05)
 
 
+def within(seconds: float, fn: Callable[[], T], on_late: Callable[[], BaseException]) -> T:
+    """Run ``fn()`` and return its result, or raise ``on_late()`` once ``seconds`` have passed.
+
+    An overall deadline, which httpx's timeouts are not (they bound each socket read, so a
+    server that drips one byte every 2 s holds a request open forever). ``fn`` runs on a
+    daemon thread; when the deadline passes first, that thread is left to end on its own
+    per-read timeout (the caller passes one no longer than ``seconds``) and its result is
+    dropped. Exceptions of ``fn`` are re-raised here.
+    """
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller below
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="sparkpair-request", daemon=True).start()
+    if not done.wait(max(seconds, 0.0)):
+        raise on_late()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]  # type: ignore[no-any-return]
+
+
 class HealthClient:
     """A thin httpx client for an OpenAI-compatible vLLM server.
+
+    Every request has an overall deadline (:func:`within`), and every answer the caller sees
+    has the API key removed (:func:`sparkpair_health.apikey.redact`): a server or proxy that
+    echoes the ``Authorization`` header cannot bring the key into a message or a report.
 
     Args:
         base_url: ``http://host:port`` (no trailing ``/v1``).
         api_key: sent as ``Authorization: Bearer ...`` when given.
         connect_timeout_s: TCP connect timeout, seconds.
-        request_timeout_s: default read timeout per request, seconds.
+        request_timeout_s: default timeout per request (a whole non-streamed answer), seconds.
     """
 
     def __init__(
         self,
         base_url: str,
-        api_key: str | None = None,
+        api_key: str | SecretStr | None = None,
         connect_timeout_s: float = 5.0,
         request_timeout_s: float = 60.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        if isinstance(api_key, str):
+            api_key = SecretStr(api_key) if api_key else None
+        self.key: SecretStr | None = api_key
+        headers = {"Authorization": f"Bearer {api_key.get_secret_value()}"} if api_key else {}
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=self._timeout(None))
@@ -102,27 +143,54 @@ class HealthClient:
 
     def _translate(self, e: httpx.HTTPError, method: str, path: str, timeout_s: float) -> SuiteError:
         where = f"{method} {self.base_url}{path}"
+        what = redact(str(e), self.key)
         if isinstance(e, httpx.TimeoutException):
             return RequestTimeout(f"{where}: no answer within {timeout_s:.1f} s ({type(e).__name__})")
         if isinstance(e, (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
-            return ServerGone(f"{where}: {type(e).__name__}: {e}")
-        return SuiteError(f"{where}: {type(e).__name__}: {e}")
+            return ServerGone(f"{where}: {type(e).__name__}: {what}")
+        return SuiteError(f"{where}: {type(e).__name__}: {what}")
+
+    def scrub(self, resp: httpx.Response) -> httpx.Response:
+        """``resp`` (already read) with the API key and any ``Bearer`` token removed from its body.
+
+        The status, headers (less content-length/-encoding: the body is decoded) and request
+        are kept; a body with nothing to remove is returned as is.
+        """
+        text = resp.text
+        clean = redact(text, self.key)
+        if clean == text:
+            return resp
+        headers = [(k, v) for k, v in resp.headers.items() if k not in ("content-length", "content-encoding")]
+        return httpx.Response(resp.status_code, headers=headers, content=clean.encode(), request=resp.request)
 
     def request(
         self, method: str, path: str, *, json: Any = None, timeout_s: float | None = None
     ) -> httpx.Response:
-        """Send one request and return the response, whatever its status.
+        """Send one request and return the whole response (key scrubbed), whatever its status.
+
+        ``timeout_s`` (default: the client's) bounds the whole exchange, connect to last body
+        byte, not each read: a server that drips bytes is cut at the deadline.
 
         Raises:
-            RequestTimeout: no complete answer within ``timeout_s`` (default: the client's).
+            RequestTimeout: no complete answer within ``timeout_s``.
             ServerGone: connection refused, reset or closed mid-answer.
             SuiteError: any other transport error.
         """
         t = self.request_timeout_s if timeout_s is None else timeout_s
-        try:
-            return self._http.request(method, path, json=json, timeout=self._timeout(t))
-        except httpx.HTTPError as e:
-            raise self._translate(e, method, path, t) from e
+        where = f"{method} {self.base_url}{path}"
+
+        def send() -> httpx.Response:
+            try:
+                return self._http.request(method, path, json=json, timeout=self._timeout(t))
+            except httpx.HTTPError as e:
+                raise self._translate(e, method, path, t) from e
+
+        resp = within(
+            t,
+            send,
+            lambda: RequestTimeout(f"{where}: no complete answer within {t:.1f} s (overall deadline)"),
+        )
+        return self.scrub(resp)
 
     def get(self, path: str, *, timeout_s: float | None = None) -> httpx.Response:
         """``GET path`` (see :meth:`request`)."""
@@ -139,18 +207,33 @@ class HealthClient:
         """POST ``body`` and yield ``(response, raw line iterator)`` for an SSE answer.
 
         The iterator stops with :class:`RequestTimeout` when the check's ``deadline`` is spent
-        or no byte arrives for ``chunk_timeout_s`` seconds, and with :class:`ServerGone` when the
-        connection drops mid-stream.
+        (checked on every chunk of bytes, not only on whole lines, so a server dripping bytes
+        without a newline is cut within one chunk gap) or no byte arrives for
+        ``chunk_timeout_s`` seconds, and with :class:`ServerGone` when the connection drops
+        mid-stream. Lines have the API key scrubbed; a non-200 response is yielded already read
+        and scrubbed (see :meth:`scrub`), with no lines.
         """
         t = min(chunk_timeout_s or self.request_timeout_s, deadline.left())
         try:
             with self._http.stream("POST", path, json=body, timeout=self._timeout(t)) as resp:
+                if resp.status_code != 200:
+                    resp.read()
+                    yield self.scrub(resp), iter(())
+                    return
 
                 def lines() -> Iterator[str]:
+                    buf = ""
                     try:
-                        for ln in resp.iter_lines():
+                        for chunk in resp.iter_text():
                             deadline.left()
-                            yield ln
+                            buf += chunk
+                            *done, buf = buf.splitlines(keepends=True) or [""]
+                            if buf.endswith(("\n", "\r")):
+                                done, buf = [*done, buf], ""
+                            for ln in done:
+                                yield redact(ln.rstrip("\r\n"), self.key)
+                        if buf:
+                            yield redact(buf, self.key)
                     except httpx.HTTPError as e:
                         raise self._translate(e, "POST", path, t) from e
 

@@ -2,21 +2,30 @@
 
 Endpoints:
 
-- ``GET /livez``: 200 while the gateway process runs (its phase in the body).
-- ``GET /readyz``: 200 only after the server decoded (readiness gate), the suite passed,
-  and while the periodic canary completion keeps succeeding; otherwise 503 with
-  ``failing_check`` (the check id, ``canary``, or ``readiness``) and ``cause``.
-- ``GET /report``: the latest suite report (JSON, as ``Report.to_json``); 503 before the first.
+- ``GET /livez``: 200 while the gateway's worker thread runs (its phase in the body); 503
+  once that thread has ended (nothing judges any more, so the container must restart).
+- ``GET /readyz``: 200 only after the server decoded (readiness gate), the suite passed, and
+  while the periodic canary keeps succeeding *recently*: the last successful canary must be
+  younger than :attr:`GatewaySettings.stale_after_s` (``canary_interval_s`` +
+  ``canary_timeout_s``). Otherwise 503 with ``failing_check`` (the check id, ``canary``,
+  ``peer``, ``readiness``, ``gateway``) and ``cause``.
+- ``GET /report``: the latest suite report (JSON, as ``Report.to_json``) plus ``peer_down``
+  when a dead peer was named; 503 before the first.
 - ``GET /metrics``: Prometheus text, every name prefixed ``sparkpair_``.
 
 Background (one daemon thread): wait for readiness -> run the suite (health v1 checks plus
-the DeepSeek-V4 checks of :mod:`sparkpair_health.checks_model`) -> a canary every
-``canary_interval_s`` seconds: a real short chat completion. An engine that dies after ready
-makes the next canary fail (HTTP 5xx or connection refused), so ``/readyz`` turns 503 within
-one canary interval (plus ``canary_timeout_s`` at worst), naming the cause.
+the DeepSeek-V4 checks of :mod:`sparkpair_health.checks_model`) -> record the canary's
+reference answer -> a canary every ``canary_interval_s`` seconds: the readiness gate's
+decode probe (:func:`sparkpair_health.suite.decode_probe`) whose answer is judged
+(:meth:`Gateway.judge_canary`). Every exception in the suite or a canary is a verdict
+(503 naming it), never the end of the thread. A peer node that dies is named from the
+evidence :mod:`sparkpair_health.peers` reads. When the server never becomes ready within
+``ready_timeout_s`` or refuses the API key, the gateway gives up: :func:`serve` returns
+and the command exits non-zero (2), so compose's ``restart: on-failure`` applies.
 
 Configuration: :class:`GatewaySettings`, from the environment (``SPARKPAIR_<FIELD>``, see
 :meth:`GatewaySettings.from_env`) and the same fields as ``sparkpair gateway`` options.
+Everything the gateway prints, serves or writes passes :func:`sparkpair_health.apikey.redact`.
 Runs in the slim client: imports neither vLLM nor torch.
 """
 
@@ -31,18 +40,67 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
-from .apikey import auth_headers, redact, resolve_api_key
-from .inputs import check_base_url, check_output_file
+from .apikey import api_key_source, redact, resolve_api_key
+from .client import HealthClient
+from .inputs import check_base_url, check_output_file, check_plan_file
+from .peers import DEFAULT_HEAD_LOG, Peer, PeerDeath, PeerSettings, PeerWatch, parse_peers
 from .stability import StabilityMonitor, StabilitySettings
+from .suite import DecodeAnswer
 
 ENV_PREFIX = "SPARKPAIR_"
+
+HEAD_START_PERIOD_S = 2700.0
+"""The head's health-check start period, seconds: compose.yaml ``services.head.healthcheck.
+start_period`` (45m), the time a cold load of the checkpoint may take (a unit test keeps
+the two equal)."""
+
+JOIN_TIMEOUT_DEFAULT_S = 1800.0
+"""``SPARKPAIR_JOIN_TIMEOUT_S``'s default (scripts/sparkpair_cli/deploy/nodeenv.py): how long
+the head waits for the worker to join before it starts loading."""
+
+JSON_FIELDS = ("dsv4", "only", "stability", "peers")
+"""The only settings whose env value is parsed as JSON (when it starts with ``{`` or ``[``).
+No other value is ever parsed: an API key that starts with ``{`` stays a string."""
+
+SECRET_FIELDS = ("api_key",)
+
+THREAD_ENDED = "the gateway's worker thread has ended: nothing judges (restart the container)"
+"""Settings never shown in a message (the value is replaced by ``<hidden>``)."""
+
+
+def default_ready_timeout_s(env: Mapping[str, str] | None = None) -> float:
+    """The readiness budget that follows the deployment: the worker's join timeout plus the
+    head's start period, seconds.
+
+    The head waits up to ``SPARKPAIR_JOIN_TIMEOUT_S`` for the worker, then loads (within its
+    health check's start period, :data:`HEAD_START_PERIOD_S`); the gateway must not give up
+    before the head would. A ``SPARKPAIR_JOIN_TIMEOUT_S`` that is not a number is left to
+    the node's own validation and the default is used.
+    """
+    env = os.environ if env is None else env
+    raw = env.get("SPARKPAIR_JOIN_TIMEOUT_S", "")
+    try:
+        join = float(raw) if raw.strip() else JOIN_TIMEOUT_DEFAULT_S
+    except ValueError:
+        join = JOIN_TIMEOUT_DEFAULT_S
+    if not (0 < join < float("inf")):
+        join = JOIN_TIMEOUT_DEFAULT_S
+    return join + HEAD_START_PERIOD_S
 
 
 class GatewaySettingsError(ValueError):
@@ -56,15 +114,20 @@ class GatewaySettings(BaseModel):
         base_url: the vLLM server, ``http://host:port``.
         profile: profile name or path (``configs/profiles``).
         served_model_name: default: the profile's.
-        api_key / api_key_file: the server's ``--api-key`` (also ``SPARKPAIR_API_KEY(_FILE)``).
+        api_key: the server's key from ``SPARKPAIR_API_KEY`` (env only; never an option).
+        api_key_file: a file holding it (``--api-key-file`` / ``SPARKPAIR_API_KEY_FILE``).
         host / port: where the gateway listens.
-        ready_timeout_s: the readiness gate's budget, seconds.
+        ready_timeout_s: the readiness gate's budget, seconds; default
+            :func:`default_ready_timeout_s` (join timeout + head start period, 4500 s with the
+            defaults). After it the gateway exits 2 (compose restarts it).
         request_timeout_s: one ordinary suite request, seconds.
         long_prompt_timeout_s: one long-prompt request, seconds.
         canary_interval_s: seconds between canary completions.
-        canary_timeout_s: one canary request, seconds.
-        canary_max_tokens: tokens the canary asks for.
-        canary_prompt: the canary's user message.
+        canary_timeout_s: the overall deadline of one canary request, seconds (connect to
+            last byte, not per read).
+        canary_max_tokens: tokens the canary asks for (when the profile has no expected answer).
+        canary_prompt: the canary's user message (when the profile has no expected answer).
+        peers / head_log / peer_probe_port: how a dead peer is named (:mod:`sparkpair_health.peers`).
         dsv4_checks: add the DeepSeek-V4 checks to the suite.
         dsv4: :class:`~sparkpair_health.checks_model.DSV4CheckSettings` overrides (JSON in env).
         only: run only these health-v1 check ids.
@@ -86,7 +149,7 @@ class GatewaySettings(BaseModel):
     api_key_file: Path | None = None
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
-    ready_timeout_s: float = Field(900.0, gt=0, allow_inf_nan=False)
+    ready_timeout_s: float = Field(default_factory=default_ready_timeout_s, gt=0, allow_inf_nan=False)
     request_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False)
     long_prompt_timeout_s: float = Field(180.0, gt=0, allow_inf_nan=False)
     canary_interval_s: float = Field(15.0, gt=0, allow_inf_nan=False)
@@ -101,6 +164,20 @@ class GatewaySettings(BaseModel):
     stability: StabilitySettings | None = None
     stability_interval_s: float = Field(60.0, gt=0, allow_inf_nan=False)
     plan_file: Path | None = None
+    peers: list[Peer] = Field(default_factory=list)
+    head_log: Path | None = DEFAULT_HEAD_LOG
+    peer_probe_port: int | None = Field(None, ge=1, le=65535)
+
+    @property
+    def stale_after_s(self) -> float:
+        """``/readyz`` answers 503 once the last successful canary is older than this, seconds:
+        one canary interval plus one canary deadline (the longest a healthy pair goes
+        between two successes)."""
+        return self.canary_interval_s + self.canary_timeout_s
+
+    def peer_settings(self) -> PeerSettings:
+        """The :class:`~sparkpair_health.peers.PeerSettings` of these settings."""
+        return PeerSettings(peers=self.peers, head_log=self.head_log, probe_port=self.peer_probe_port)
 
     @field_validator("base_url")
     @classmethod
@@ -109,6 +186,11 @@ class GatewaySettings(BaseModel):
             return check_base_url(v, "base_url")
         except ValueError as e:
             raise ValueError(str(e).split(": ", 1)[-1]) from None
+
+    @field_validator("plan_file")
+    @classmethod
+    def _plan_file(cls, v: Path | None) -> Path | None:
+        return check_plan_file(v)
 
     @field_validator("profile")
     @classmethod
@@ -159,9 +241,11 @@ class GatewaySettings(BaseModel):
     ) -> GatewaySettings:
         """Settings from ``SPARKPAIR_<FIELD>`` variables, then ``overrides`` (CLI options, not None).
 
-        Values starting with ``{`` or ``[`` are parsed as JSON (``SPARKPAIR_DSV4``,
-        ``SPARKPAIR_ONLY``); a plain comma list is accepted for ``only``; numbers and
-        booleans (``true``/``false``/``1``/``0``) are converted by the schema.
+        Only the structured settings (:data:`JSON_FIELDS`) are parsed as JSON when they start
+        with ``{`` or ``[``; every other value (the API key above all) is taken as the string
+        it is. A plain comma list is accepted for ``only``, ``name=address,...`` for
+        ``peers``; numbers and booleans (``true``/``false``/``1``/``0``) are converted by the
+        schema. ``ready_timeout_s`` not set: :func:`default_ready_timeout_s` of ``env``.
 
         Raises:
             GatewaySettingsError: a value does not fit; the message names the variable,
@@ -176,7 +260,7 @@ class GatewaySettings(BaseModel):
                 continue
             raw = env[var]
             val: Any = raw
-            if raw.lstrip().startswith(("{", "[")):
+            if name in JSON_FIELDS and raw.lstrip().startswith(("{", "[")):
                 try:
                     val = json.loads(raw)
                 except ValueError as e:
@@ -185,22 +269,44 @@ class GatewaySettings(BaseModel):
                     ) from None
             elif name == "only":
                 val = [x.strip() for x in raw.split(",") if x.strip()]
+            elif name == "peers":
+                try:
+                    val = parse_peers(raw)
+                except ValueError as e:
+                    raise GatewaySettingsError(f"{var}={raw!r}: {e}") from None
             data[name], source[name] = val, var
+        if "ready_timeout_s" not in data:
+            data["ready_timeout_s"] = default_ready_timeout_s(env)
         for k, v in (overrides or {}).items():
             if v is not None:
                 data[k], source[k] = v, f"--{k.replace('_', '-')}"
         try:
-            return cls.model_validate(data)
+            out = cls.model_validate(data)
         except ValidationError as e:
             probs = []
             for err in e.errors():
                 field = str(err["loc"][0]) if err["loc"] else "?"
-                seen = "<hidden>" if field == "api_key" else repr(err.get("input"))
+                seen = "<hidden>" if field in SECRET_FIELDS else repr(err.get("input"))
                 msg = str(err["msg"]).removeprefix("Value error, ")
                 sub = ".".join(str(x) for x in err["loc"][1:])
                 where = f"{source.get(field, field)}: {sub}" if sub else source.get(field, field)
                 probs.append(f"{where}={seen}: {msg}")
             raise GatewaySettingsError("; ".join(probs)) from None
+        out._key_source = api_key_source(
+            out.api_key,
+            out.api_key_file,
+            env,
+            value_from=source.get("api_key", "SPARKPAIR_API_KEY"),
+            file_from=source.get("api_key_file", "api_key_file"),
+        )
+        return out
+
+    _key_source: str = PrivateAttr(default="")
+
+    @property
+    def key_source(self) -> str:
+        """Where the API key comes from (an env variable or file path), for messages."""
+        return self._key_source or api_key_source(self.api_key, self.api_key_file)
 
     def resolved_api_key(self) -> SecretStr | None:
         """The key from ``api_key``, ``api_key_file`` or ``SPARKPAIR_API_KEY(_FILE)``."""
@@ -305,25 +411,45 @@ class Gateway:
     Args:
         settings: see :class:`GatewaySettings`.
         suite_runner: overrides how the suite runs (tests); default: :meth:`run_suite`.
+        clock: seconds, monotonic (tests); default :func:`time.monotonic`.
+
+    Attributes:
+        gave_up: why the gateway stopped judging for good (the server never became ready, or
+            it refuses the API key), else ``None``; :func:`serve` exits non-zero on it.
     """
 
-    def __init__(self, settings: GatewaySettings, suite_runner: SuiteRunner | None = None) -> None:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        suite_runner: SuiteRunner | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.s = settings
         self.key = settings.resolved_api_key()
         self.metrics = GatewayMetrics()
+        self._clock = clock
         self._lock = threading.Lock()
         self.phase = "starting"
         self.failing: dict[str, str] | None = {"check": "readiness", "cause": "the gateway has just started"}
         self.suite_ok = False
         self.report_json: str | None = None
         self.last_canary: dict[str, Any] | None = None
+        self.last_ok_at: float | None = None
         self.canary_failures = 0
+        self.reference: DecodeAnswer | None = None
+        self.peer_down: PeerDeath | None = None
+        self.gave_up: str | None = None
+        self.on_give_up: Callable[[str], None] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._stability_thread: threading.Thread | None = None
         self._runner = suite_runner or self.run_suite
         self.monitor = StabilityMonitor(settings.stability) if settings.stability else None
         self.stability_failing: dict[str, str] | None = None
-        self._model: str | None = None
+        self.peers = PeerWatch(settings.peer_settings()) if settings.peers else None
+        self._client: HealthClient | None = None
+        self._prof: Any = None
+        self._suite_settings: Any = None
         self.app = self._make_app()
 
     # ---------------------------------------------------------------- state
@@ -332,21 +458,54 @@ class Gateway:
         with self._lock:
             self.phase = phase
             self.failing = None if failing is None else {k: self._red(v) for k, v in failing.items()}
-            self.metrics.ready.set(1.0 if self.failing is None else 0.0)
 
     def _red(self, text: str) -> str:
         return str(redact(text, self.key))
 
+    def thread_alive(self) -> bool:
+        """False once the worker thread was started and has ended (nothing judges any more)."""
+        return self._thread is None or self._thread.is_alive()
+
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """(ready, body of /readyz)."""
+        """(ready, body of /readyz).
+
+        Ready only when nothing fails, the worker thread runs, and the last successful canary
+        (or the suite's pass) is younger than ``stale_after_s``.
+        """
         with self._lock:
-            body: dict[str, Any] = {"ready": self.failing is None, "phase": self.phase}
-            if self.failing:
-                body["failing_check"] = self.failing["check"]
-                body["cause"] = self.failing["cause"]
+            failing = self.failing
+            if failing is None and not self.thread_alive():
+                failing = {
+                    "check": "gateway",
+                    "cause": "the gateway's worker thread has ended: nothing judges",
+                }
+            if failing is None:
+                age = None if self.last_ok_at is None else self._clock() - self.last_ok_at
+                if age is None or age > self.s.stale_after_s:
+                    seen = (
+                        "no successful canary yet"
+                        if age is None
+                        else f"the last one succeeded {age:.1f} s ago"
+                    )
+                    failing = {
+                        "check": "canary",
+                        "cause": (
+                            f"canary stale: {seen}; wanted one within "
+                            f"stale_after_s={self.s.stale_after_s:g} s "
+                            f"(canary_interval_s {self.s.canary_interval_s:g} + canary_timeout_s "
+                            f"{self.s.canary_timeout_s:g})"
+                        ),
+                    }
+            body: dict[str, Any] = {"ready": failing is None, "phase": self.phase}
+            if failing:
+                body["failing_check"] = failing["check"]
+                body["cause"] = self._red(failing["cause"])
+            if self.peer_down is not None:
+                body["peer_down"] = redact(self.peer_down.to_dict(), self.key)
             if self.last_canary:
                 body["last_canary"] = self.last_canary
-            return self.failing is None, body
+            self.metrics.ready.set(1.0 if failing is None else 0.0)
+            return failing is None, body
 
     # ---------------------------------------------------------------- suite
 
@@ -359,6 +518,7 @@ class Gateway:
             profile=self.s.profile,
             served_model_name=self.s.served_model_name,
             api_key=self.key,
+            api_key_source=self.s.key_source,
             timeouts=Timeouts(
                 ready_s=self.s.ready_timeout_s,
                 request_s=self.s.request_timeout_s,
@@ -408,7 +568,9 @@ class Gateway:
             return
         self.suite_ok = False
         if not ready.get("ready"):
-            self._set("not_ready", {"check": "readiness", "cause": ready.get("detail", "not ready")})
+            cause = ready.get("detail", "not ready")
+            self._set("not_ready", {"check": "readiness", "cause": cause})
+            self.give_up(f"{'API key refused' if ready.get('stage') == 'auth' else 'not ready'}: {cause}")
             return
         bad = next((c for c in d.get("checks", []) if c.get("status") in ("fail", "error")), None)
         if bad:
@@ -420,70 +582,130 @@ class Gateway:
                 "suite_failed", {"check": "suite", "cause": d.get("aborted") or "the suite did not pass"}
             )
 
+    def give_up(self, why: str) -> None:
+        """Stop judging for good: record ``why``, stop the loop, tell :func:`serve` (exit 2)."""
+        self.gave_up = self._red(why)
+        self._stop.set()
+        if self.on_give_up is not None:
+            self.on_give_up(self.gave_up)
+
     # ---------------------------------------------------------------- canary
 
-    def canary_once(self) -> tuple[bool, str, float]:
-        """One real short completion: (ok, cause when not ok, latency s)."""
-        model = self.s.served_model_name or self._profile_model()
-        body = {
-            "model": model,
-            "messages": [{"role": "user", "content": self.s.canary_prompt}],
-            "max_tokens": self.s.canary_max_tokens,
-            "temperature": 0,
-        }
-        t0 = time.monotonic()
-        url = self.s.base_url + "/v1/chat/completions"
-        try:
-            r = httpx.post(url, json=body, headers=auth_headers(self.key), timeout=self.s.canary_timeout_s)
-        except httpx.TimeoutException:
-            return (
-                False,
-                f"no answer within canary_timeout_s={self.s.canary_timeout_s:g} s (engine wedged?)",
-                (time.monotonic() - t0),
-            )
-        except httpx.HTTPError as e:
-            return (
-                False,
-                (
-                    f"server went away: POST {url}: {type(e).__name__}: {e}. vLLM stops its API server when "
-                    "the engine core dies, so the engine most likely died"
-                ),
-                time.monotonic() - t0,
-            )
-        lat = time.monotonic() - t0
-        if r.status_code != 200:
-            dead = any(m in r.text for m in ("EngineDeadError", "EngineCore", "engine core"))
-            what = "engine died: " if dead else ""
-            return False, f"{what}canary answered HTTP {r.status_code}, wanted 200: {r.text[:300]}", lat
-        try:
-            d = r.json()
-            n = (d.get("usage") or {}).get("completion_tokens")
-            ok = bool(d.get("choices")) and isinstance(n, int) and n >= 1
-        except ValueError:
-            ok, n = False, None
-        if not ok:
-            return False, f"canary answered 200 without a decoded token (completion_tokens={n!r})", lat
-        return True, "", lat
-
-    def _profile_model(self) -> str:
-        if self._model is None:
+    def _profile(self) -> Any:
+        if self._prof is None:
             from .profile import load_profile
 
-            self._model = load_profile(self.s.profile).served_model_name
-        return self._model
+            self._prof = load_profile(self.s.profile)
+        return self._prof
+
+    def canary_request(self) -> tuple[str, int, str | None, str | None]:
+        """(prompt, max_tokens, expected substring, expected finish_reason) of the canary.
+
+        A profile with semantic checks (a trained model) gives its first expected answer:
+        the answer must contain it and end with its ``finish_reason``. Otherwise (the demo's
+        random-weight model) the gateway's ``canary_prompt``; then the answer must equal the
+        reference recorded right after the suite passed (:meth:`record_reference`).
+        """
+        sem = self._profile().checks.semantic
+        if sem.enabled and sem.expected_answers:
+            qa = sem.expected_answers[0]
+            return qa.prompt, qa.max_tokens, qa.contains, qa.finish_reason
+        return self.s.canary_prompt, self.s.canary_max_tokens, None, None
+
+    def _probe(self) -> DecodeAnswer:
+        from .suite import decode_probe
+
+        if self._client is None:
+            self._client = HealthClient(self.s.base_url, self.key, request_timeout_s=self.s.canary_timeout_s)
+        if self._suite_settings is None:  # the profile loaded once, not on every canary
+            self._suite_settings = self.suite_settings().model_copy(update={"profile": self._profile()})
+        prompt, max_tokens, _, _ = self.canary_request()
+        return decode_probe(
+            self._client,
+            self._suite_settings,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            timeout_s=self.s.canary_timeout_s,
+        )
+
+    def judge_canary(self, ans: DecodeAnswer) -> str:
+        """Why a decoded canary answer is wrong, or ``""`` when it is right (see :meth:`canary_request`)."""
+        if not ans.ok:
+            return ans.problem
+        _, _, contains, finish = self.canary_request()
+        if contains is not None:
+            probs = []
+            if contains.lower() not in ans.text.lower():
+                probs.append(f"answer {ans.text[:80]!r} lacks the profile's expected {contains!r}")
+            if finish is not None and ans.finish_reason != finish:
+                probs.append(f"finish_reason {ans.finish_reason!r}, wanted {finish!r} (a natural end)")
+            return "; ".join(probs)
+        ref = self.reference
+        if ref is None:
+            return "no reference answer recorded (the suite has not passed)"
+        if (ans.text, ans.finish_reason) != (ref.text, ref.finish_reason):
+            return (
+                f"greedy answer {ans.text[:80]!r} (finish_reason {ans.finish_reason!r}) differs from "
+                f"{ref.text[:80]!r} (finish_reason {ref.finish_reason!r}) that the same request gave when "
+                "the suite passed"
+            )
+        return ""
+
+    def record_reference(self) -> str:
+        """Run the canary request once and keep its answer as the reference (random-weight models).
+
+        Returns ``""`` or why no reference could be recorded.
+        """
+        self.reference = None
+        if self.canary_request()[2] is not None:
+            return ""
+        ans = self._probe()
+        if not ans.ok:
+            return f"the reference canary failed: {ans.problem}"
+        self.reference = ans
+        return ""
+
+    def canary_once(self) -> tuple[bool, str, float]:
+        """One canary: (ok, cause when not ok, latency s). Never raises.
+
+        Any exception (transport, a malformed answer, a bug) is a failed canary naming it.
+        """
+        from .client import RequestTimeout, SuiteError
+        from .suite import NotReady
+
+        t0 = time.monotonic()
+        try:
+            cause = self.judge_canary(self._probe())
+            if cause:
+                dead = any(m in cause for m in ("EngineDeadError", "EngineCore", "engine core"))
+                cause = ("engine died: " if dead else "") + f"canary: {cause}"
+        except RequestTimeout as e:
+            cause = (
+                f"no whole answer within canary_timeout_s={self.s.canary_timeout_s:g} s (engine wedged or "
+                f"a peer gone?): {e}"
+            )
+        except NotReady as e:  # AuthRefused: the key stopped working
+            cause = str(e)
+        except SuiteError as e:
+            cause = (
+                f"server went away: {e}. vLLM stops its API server when the engine core "
+                "dies, so the engine most likely died"
+            )
+        except Exception as e:  # noqa: BLE001 - no input may end the canary thread
+            cause = f"canary defect: {type(e).__name__}: {e}"
+        return not cause, self._red(cause), time.monotonic() - t0
 
     def _canary_tick(self) -> None:
         ok, cause, lat = self.canary_once()
         self.metrics.canary_last_latency.set(lat)
         self.metrics.canary_total.labels("ok" if ok else "fail").inc()
+        peer = self.peers.look(ok) if self.peers is not None else None
         with self._lock:
-            self.last_canary = {
-                "ok": ok,
-                "latency_s": round(lat, 3),
-                "at": time.time(),
-                "cause": self._red(cause),
-            }
-        if ok:
+            self.last_canary = {"ok": ok, "latency_s": round(lat, 3), "at": time.time(), "cause": cause}
+            if ok and peer is None:
+                self.last_ok_at = self._clock()
+            self.peer_down = peer
+        if ok and peer is None:
             self.canary_failures = 0
             self.metrics.canary_latency.observe(lat)
             if self.suite_ok:
@@ -497,27 +719,61 @@ class Gateway:
         else:
             self.canary_failures += 1
             if self.suite_ok:
-                self._set("canary_failing", {"check": "canary", "cause": cause})
+                if peer is not None:
+                    what = f"; the canary saw: {cause}" if cause else ""
+                    self._set("peer_down", {"check": "peer", "cause": peer.cause() + what})
+                else:
+                    self._set("canary_failing", {"check": "canary", "cause": cause})
         self.metrics.canary_consecutive_failures.set(self.canary_failures)
 
     # ---------------------------------------------------------------- worker
 
+    def _guard(self, what: str, fn: Callable[[], None]) -> None:
+        """Run ``fn``; an exception becomes a 503 naming it, never the end of the thread."""
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - the verdict must show it; the thread goes on
+            self.suite_ok = self.suite_ok and what != "suite"
+            self._set(f"{what}_defect", {"check": what, "cause": f"{what} defect: {type(e).__name__}: {e}"})
+
+    def _after_suite(self) -> None:
+        if not self.suite_ok:
+            return
+        why = self.record_reference()
+        if why:
+            self.suite_ok = False
+            self._set("canary_failing", {"check": "canary", "cause": why})
+            return
+        if self.peers is not None:
+            # The peers' baseline (their containers' lives) as the pair serves, before the
+            # first canary tick: a peer may die before that tick.
+            self.peers.look(canary_ok=True)
+        with self._lock:
+            self.last_ok_at = self._clock()
+
     def work(self) -> None:
-        """Run the suite once, then the canary until :meth:`stop`; never raises."""
+        """Run the suite once, then the canary until :meth:`stop` or :meth:`give_up`; never raises."""
         self.metrics.suite_runs.inc()
         self._set("waiting_ready", {"check": "readiness", "cause": "waiting for the server to decode"})
         try:
-            report = self._runner(self._on_progress)
-            self._take_report(report)
+            self._take_report(self._runner(self._on_progress))
         except Exception as e:  # noqa: BLE001 - a suite defect must show in /readyz, not kill the thread
             self.suite_ok = False
             self._set("suite_failed", {"check": "suite", "cause": f"suite defect: {type(e).__name__}: {e}"})
-        next_look = time.monotonic() + self.s.stability_interval_s
+        self._guard("canary", self._after_suite)
+        if self.monitor is not None and not self._stop.is_set():
+            self._stability_thread = threading.Thread(
+                target=self._stability_loop, name="sparkpair-stability", daemon=True
+            )
+            self._stability_thread.start()
         while not self._stop.wait(self.s.canary_interval_s):
-            self._canary_tick()
-            if self.monitor is not None and time.monotonic() >= next_look:
-                next_look = time.monotonic() + self.s.stability_interval_s
-                self.stability_tick()
+            self._guard("canary", self._canary_tick)
+
+    def _stability_loop(self) -> None:
+        # Its own thread: a slow Docker or journal look must not delay the canary (its age
+        # is part of readiness).
+        while not self._stop.wait(self.s.stability_interval_s):
+            self._guard("stability", self.stability_tick)
 
     def stability_tick(self) -> None:
         """Look at both nodes once; a fatal finding makes /readyz 503 (``failing_check: stability``)."""
@@ -545,6 +801,8 @@ class Gateway:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+        if self._client is not None:
+            self._client.close()
 
     # ---------------------------------------------------------------- app
 
@@ -553,7 +811,13 @@ class Gateway:
 
         @app.get("/livez")
         def livez() -> JSONResponse:
-            return JSONResponse({"alive": True, "phase": self.phase})
+            alive = self.thread_alive() and self.gave_up is None
+            body: dict[str, Any] = {"alive": alive, "phase": self.phase}
+            if self.gave_up is not None:
+                body["cause"] = f"gave up: {self.gave_up}"
+            elif not alive:
+                body["cause"] = THREAD_ENDED
+            return JSONResponse(body, status_code=200 if alive else 503)
 
         @app.get("/readyz")
         def readyz() -> JSONResponse:
@@ -564,12 +828,18 @@ class Gateway:
         def report() -> Any:
             with self._lock:
                 text = self.report_json
+                peer = self.peer_down
             if text is None:
                 return JSONResponse({"detail": "no report yet", "phase": self.phase}, status_code=503)
+            if peer is not None:
+                d = json.loads(text)
+                d["peer_down"] = redact(peer.to_dict(), self.key)
+                return JSONResponse(d)
             return PlainTextResponse(text, media_type="application/json")
 
         @app.get("/metrics")
         def metrics() -> PlainTextResponse:
+            self.readiness()  # sparkpair_ready follows /readyz, canary age included
             return PlainTextResponse(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
         return app
@@ -604,24 +874,38 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class GatewayGaveUp(RuntimeError):
+    """The gateway stopped judging for good (never ready, or the API key refused)."""
+
+
 def serve(settings: GatewaySettings) -> None:
-    """Run the gateway in this process until interrupted (uvicorn on ``host:port``).
+    """Run the gateway in this process until interrupted or until it gives up (uvicorn on ``host:port``).
 
     The address is bound before anything starts, so a port in use or a host that is not
     local ends the command at once instead of leaving the suite running with no listener.
 
     Raises:
         GatewaySettingsError: ``host:port`` cannot be bound (see :func:`listen_socket`).
+        GatewayGaveUp: the server never became ready within ``ready_timeout_s`` or refused
+            the API key (the command exits 2, so ``restart: on-failure`` restarts it).
     """
     import uvicorn
 
     sock = listen_socket(settings.host, settings.port)
-    gw = Gateway(settings).start()
+    gw = Gateway(settings)
+    server = uvicorn.Server(
+        uvicorn.Config(gw.app, host=settings.host, port=settings.port, log_level="warning")
+    )
+
+    def stop_serving(why: str) -> None:
+        server.should_exit = True
+
+    gw.on_give_up = stop_serving
+    gw.start()
     try:
-        server = uvicorn.Server(
-            uvicorn.Config(gw.app, host=settings.host, port=settings.port, log_level="warning")
-        )
         server.run(sockets=[sock])
     finally:
         gw.stop()
         sock.close()
+    if gw.gave_up is not None:
+        raise GatewayGaveUp(gw.gave_up)

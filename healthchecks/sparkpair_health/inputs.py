@@ -73,6 +73,21 @@ def check_output_file(path: str | Path, setting: str) -> Path:
     return p
 
 
+def check_plan_file(path: Path | None, setting: str = "plan_file") -> Path | None:
+    """Check the overlay's kernel-plan JSON setting: ``None`` (no plan) or a path that is not a
+    folder. A missing file is allowed (the head may not have written it yet); the suite's
+    ``overlay_plan`` check judges the file itself.
+
+    Raises:
+        ValueError: ``path`` is a folder.
+    """
+    if path is not None and Path(path).is_dir():
+        raise ValueError(
+            f"{setting}={str(path)!r} is a folder; wanted the plan JSON file (SPARKPAIR_PLAN_PATH)"
+        )
+    return path
+
+
 def check_output_dir(path: str | Path, setting: str) -> Path:
     """Check that ``path`` is a writable folder or can be created as one. Nothing is created.
 

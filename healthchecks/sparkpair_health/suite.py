@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 from rich.console import Console
 
+from .apikey import redact
 from .checks import CHECKS, CheckContext, CheckSpec, Fail, Passed, Skip
 from .client import (
     Deadline,
@@ -36,7 +37,7 @@ from .client import (
     diagnose_server,
     engine_dead_in,
 )
-from .inputs import check_base_url, check_output_file
+from .inputs import check_base_url, check_output_file, check_plan_file
 from .profile import Profile, load_profile
 from .report import CheckResult, ReadyInfo, Report
 
@@ -90,7 +91,9 @@ class SuiteSettings(BaseModel):
         base_url: the server, ``http://host:port`` (no ``/v1``).
         profile: a profile name (``configs/profiles/<name>.yaml``), a path, or a loaded :class:`Profile`.
         served_model_name: the model name to request; default: the profile's.
-        api_key: sent as a bearer token when the server runs with ``--api-key``.
+        api_key: sent as a bearer token when the server runs with an API key.
+        api_key_source: where the key came from (see :func:`sparkpair_health.apikey.api_key_source`);
+            named when the server refuses it (HTTP 401/403), never the key.
         timeouts: see :class:`Timeouts`.
         report_json: where :func:`run_suite` writes the JSON report (``None``: not written).
         junit_xml: where :func:`run_suite` writes JUnit XML (``None``: not written).
@@ -106,6 +109,7 @@ class SuiteSettings(BaseModel):
     profile: Profile | str | Path = "tiny-demo"
     served_model_name: str | None = Field(None, min_length=1)
     api_key: SecretStr | None = None
+    api_key_source: str = "no API key configured"
     timeouts: Timeouts = Field(default_factory=Timeouts)
     report_json: Path | None = None
     junit_xml: Path | None = None
@@ -127,11 +131,7 @@ class SuiteSettings(BaseModel):
     @field_validator("plan_file")
     @classmethod
     def _plan_file(cls, v: Path | None) -> Path | None:
-        if v is not None and Path(v).is_dir():
-            raise ValueError(
-                f"plan_file={str(v)!r} is a folder; wanted the plan JSON file (SPARKPAIR_PLAN_PATH)"
-            )
-        return v
+        return check_plan_file(v)
 
     @field_validator("only")
     @classmethod
@@ -158,7 +158,7 @@ class SuiteSettings(BaseModel):
         """A :class:`HealthClient` for ``base_url`` with these timeouts and key."""
         return HealthClient(
             self.base_url,
-            self.api_key.get_secret_value() if self.api_key else None,
+            self.api_key,
             connect_timeout_s=self.timeouts.connect_s,
             request_timeout_s=self.timeouts.request_s,
         )
@@ -166,6 +166,116 @@ class SuiteSettings(BaseModel):
 
 def _noop(event: str, detail: str) -> None:
     pass
+
+
+class AuthRefused(NotReady):
+    """The server answered HTTP 401/403: the API key is missing or wrong (waiting cannot help)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "auth")
+
+
+def auth_refused_message(status: int, what: str, settings: SuiteSettings) -> str:
+    """The message for a 401/403 answer: it names where the key came from, never the key."""
+    return (
+        f"{what} answered HTTP {status}: the server refuses the API key from "
+        f"{settings.api_key_source}; wanted the key the server was started with "
+        "(its VLLM_API_KEY: the compose secret sparkpair_api_key, mounted for head and health)"
+    )
+
+
+class DecodeAnswer(BaseModel):
+    """One judged chat completion (the readiness probe and the gateway's canary).
+
+    Attributes:
+        ok: HTTP 200, a JSON object with a ``choices[0]`` object and ``usage.completion_tokens`` >= 1.
+        problem: why not ``ok`` (one line, key redacted by the caller), else ``""``.
+        text: ``choices[0].message.content`` when it is a string, else ``""``.
+        finish_reason: ``choices[0].finish_reason`` when it is a string, else ``None``.
+        completion_tokens: ``usage.completion_tokens`` when it is an int, else ``None``.
+    """
+
+    ok: bool
+    problem: str = ""
+    text: str = ""
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
+
+
+def judge_decode(status: int, body: str) -> DecodeAnswer:
+    """Judge a chat-completion answer from its HTTP status and body text; never raises.
+
+    Any body shape is handled (``[]``, a string, ``{"usage": "x"}``, wrong types anywhere):
+    what is not the OpenAI shape is a ``problem``, not an exception.
+    """
+    if status != 200:
+        return DecodeAnswer(ok=False, problem=f"HTTP {status}, wanted 200: {body[:300]!r}")
+    try:
+        d = json.loads(body)
+    except ValueError:
+        return DecodeAnswer(ok=False, problem=f"HTTP 200 but the body is not JSON: {body[:200]!r}")
+    if not isinstance(d, dict):
+        return DecodeAnswer(
+            ok=False, problem=f"HTTP 200 but the body is JSON {type(d).__name__}, wanted an object"
+        )
+    choices = d.get("choices")
+    ch = choices[0] if isinstance(choices, list) and choices else None
+    usage = d.get("usage")
+    n = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    n = n if isinstance(n, int) and not isinstance(n, bool) else None
+    if not isinstance(ch, dict):
+        return DecodeAnswer(
+            ok=False, completion_tokens=n, problem=f"HTTP 200 without a choices[0] object: {body[:200]!r}"
+        )
+    msg = ch.get("message")
+    text = msg.get("content") if isinstance(msg, dict) else None
+    fr = ch.get("finish_reason")
+    ans = DecodeAnswer(
+        ok=False,
+        text=text if isinstance(text, str) else "",
+        finish_reason=fr if isinstance(fr, str) else None,
+        completion_tokens=n,
+    )
+    if n is None or n < 1:
+        ans.problem = f"HTTP 200 without a decoded token (usage.completion_tokens={n!r}): {body[:200]!r}"
+        return ans
+    ans.ok = True
+    return ans
+
+
+def decode_probe(
+    client: HealthClient,
+    settings: SuiteSettings,
+    *,
+    prompt: str = "Hi",
+    max_tokens: int = 2,
+    timeout_s: float | None = None,
+) -> DecodeAnswer:
+    """POST one greedy chat completion (the profile's request fields) and judge it (:func:`judge_decode`).
+
+    The readiness gate's decode test; the gateway's canary runs the same probe.
+
+    Raises:
+        AuthRefused: HTTP 401/403 (the message names the key's source).
+        RequestTimeout: no whole answer within ``timeout_s`` (default ``timeouts.decode_probe_s``).
+        SuiteError: the server cannot be reached.
+    """
+    body = {
+        "model": settings.model_name(),
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "seed": 0,
+        **settings.resolved_profile().checks.request_extra,
+    }
+    r = client.post(
+        "/v1/chat/completions",
+        body,
+        timeout_s=settings.timeouts.decode_probe_s if timeout_s is None else timeout_s,
+    )
+    if r.status_code in (401, 403):
+        raise AuthRefused(auth_refused_message(r.status_code, "POST /v1/chat/completions", settings))
+    return judge_decode(r.status_code, r.text)
 
 
 def wait_ready(
@@ -186,10 +296,10 @@ def wait_ready(
     Raises:
         NotReady: ``settings.timeouts.ready_s`` passed; the message names the stage reached
             (``health``, ``models`` or ``decode``) and what the last probe saw.
+        AuthRefused: the server answered HTTP 401/403 (at once: waiting cannot fix a key).
     """
     progress = on_progress or _noop
     model = settings.model_name()
-    profile = settings.resolved_profile()
     own = client is None
     c = client or settings.client()
     t0 = time.monotonic()
@@ -210,6 +320,8 @@ def wait_ready(
                 else:
                     stage = "models"
                     r = c.get("/v1/models", timeout_s=min(10.0, settings.timeouts.request_s))
+                    if r.status_code in (401, 403):
+                        raise AuthRefused(auth_refused_message(r.status_code, "GET /v1/models", settings))
                     ids = [m.get("id") for m in (r.json().get("data") or [])] if r.status_code == 200 else []
                     if model not in ids:
                         seen = (
@@ -217,35 +329,24 @@ def wait_ready(
                         )
                     else:
                         stage = "decode"
-                        body = {
-                            "model": model,
-                            "messages": [{"role": "user", "content": "Hi"}],
-                            "max_tokens": 2,
-                            "temperature": 0.0,
-                            **profile.checks.request_extra,
-                        }
-                        r = c.post("/v1/chat/completions", body, timeout_s=settings.timeouts.decode_probe_s)
-                        n = (
-                            (r.json().get("usage") or {}).get("completion_tokens")
-                            if r.status_code == 200
-                            else None
-                        )
-                        if r.status_code == 200 and isinstance(n, int) and n >= 1:
+                        ans = decode_probe(c, settings)
+                        if ans.ok:
                             info = ReadyInfo(
                                 ready=True,
                                 stage="ready",
                                 waited_s=time.monotonic() - t0,
-                                detail=f"a {n}-token completion decoded",
+                                detail=f"a {ans.completion_tokens}-token completion decoded",
                             )
                             progress("ready", info.detail)
                             return info
-                        seen = f"completion answered HTTP {r.status_code}: {r.text[:200]!r}"
+                        seen = f"completion: {ans.problem}"
             except RequestTimeout as e:
                 seen = f"timeout: {e}"
             except SuiteError as e:
                 seen = f"not reachable: {e}"
-            except (ValueError, AttributeError) as e:
+            except (ValueError, AttributeError, TypeError) as e:
                 seen = f"malformed answer: {e}"
+            seen = redact(seen, settings.api_key)
             progress("ready-wait", f"{stage}: {seen} ({time.monotonic() - t0:.0f} s)")
             time.sleep(poll_s)
     finally:
@@ -356,7 +457,11 @@ def run_suite(
             report = run_suite(settings, both, checks=checks)
         render_report(report, console)
         return report
-    progress = on_progress or _noop
+    given = on_progress or _noop
+
+    def progress(event: str, detail: str) -> None:
+        given(event, redact(detail, settings.api_key))
+
     profile = settings.resolved_profile()
     model = settings.model_name()
     t0 = time.monotonic()
@@ -374,6 +479,7 @@ def run_suite(
                     ready=False, stage=e.stage, waited_s=time.monotonic() - t0, detail=str(e)
                 )
                 report.duration_s = round(time.monotonic() - t0, 3)
+                report = redact_report(report, settings.api_key)
                 report.write(settings.report_json, settings.junit_xml)
                 progress("done", f"not ready: {e}")
                 return report
@@ -434,9 +540,19 @@ def run_suite(
             progress("check-done", f"{spec.id} {res.status} {res.latency_ms:.0f} ms")
         report.checks.append(_load_plan(settings, report))
     report.duration_s = round(time.monotonic() - t0, 3)
+    report = redact_report(report, settings.api_key)
     report.write(settings.report_json, settings.junit_xml)
     progress("done", "passed" if report.passed else "failed")
     return report
+
+
+def redact_report(report: Report, key: SecretStr | None) -> Report:
+    """``report`` with :func:`~sparkpair_health.apikey.redact` applied to every string in it.
+
+    Everything printed or written from a report (the table, JSON, JUnit XML, the gateway's
+    ``/report`` and ``/readyz``) comes from the redacted copy.
+    """
+    return Report.model_validate(redact(report.model_dump(), key))
 
 
 def full_check_list(settings: SuiteSettings) -> list[CheckSpec]:
@@ -462,7 +578,12 @@ def suite_exit_code(report: Report) -> int:
 
 
 __all__ = [
+    "AuthRefused",
+    "DecodeAnswer",
     "NotReady",
+    "decode_probe",
+    "judge_decode",
+    "redact_report",
     "ProgressFn",
     "ServerGone",
     "SuiteSettings",

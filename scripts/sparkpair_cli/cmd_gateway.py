@@ -3,7 +3,12 @@
 
 Every option is also read from ``SPARKPAIR_<OPTION>`` (e.g. ``--canary-interval-s`` from
 ``SPARKPAIR_CANARY_INTERVAL_S``): one schema, :class:`sparkpair_health.gateway.GatewaySettings`;
-an option given on the command line wins over the environment. Exit code 3: bad settings.
+an option given on the command line wins over the environment. The API key is read from
+a file (``--api-key-file`` / ``SPARKPAIR_API_KEY_FILE``) or ``SPARKPAIR_API_KEY``, never
+from the command line.
+
+Exit codes: 2 the gateway gave up (the server never became ready within the ready timeout,
+or it refuses the API key): compose's ``restart: on-failure`` restarts it; 3 bad settings.
 """
 
 from __future__ import annotations
@@ -28,10 +33,16 @@ def register(app: typer.Typer) -> None:
         ),
         host: str = typer.Option(None, help="gateway bind address [127.0.0.1]"),
         port: int = typer.Option(None, help="gateway port [8080]"),
-        ready_timeout_s: float = typer.Option(None, help="seconds to wait for a real decode [900]"),
+        ready_timeout_s: float = typer.Option(
+            None,
+            help="seconds to wait for a real decode, then exit 2 [SPARKPAIR_JOIN_TIMEOUT_S + the head's "
+            "45 min start period]",
+        ),
         request_timeout_s: float = typer.Option(None, help="seconds per ordinary suite request [60]"),
         canary_interval_s: float = typer.Option(None, help="seconds between canary completions [15]"),
-        canary_timeout_s: float = typer.Option(None, help="seconds one canary may take [10]"),
+        canary_timeout_s: float = typer.Option(
+            None, help="overall deadline of one canary request, seconds [10]"
+        ),
         dsv4_checks: bool = typer.Option(
             None, "--dsv4-checks/--no-dsv4-checks", help="add the DeepSeek-V4 checks"
         ),
@@ -46,7 +57,7 @@ def register(app: typer.Typer) -> None:
         import json
 
         from sparkpair_health.apikey import ApiKeyError
-        from sparkpair_health.gateway import GatewaySettings, GatewaySettingsError, serve
+        from sparkpair_health.gateway import GatewayGaveUp, GatewaySettings, GatewaySettingsError, serve
 
         given = dict(locals())
         overrides = {
@@ -76,3 +87,6 @@ def register(app: typer.Typer) -> None:
         except GatewaySettingsError as e:
             typer.echo(f"sparkpair gateway: {e}", err=True)
             raise typer.Exit(3) from None
+        except GatewayGaveUp as e:
+            typer.echo(f"sparkpair gateway: gave up: {e}", err=True)
+            raise typer.Exit(2) from None

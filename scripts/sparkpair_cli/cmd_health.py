@@ -2,7 +2,11 @@
 """``sparkpair health``: gate on a real decode, run the functional suite, write the reports.
 
 Exit codes: 0 every applicable check passed; 1 a check failed or errored; 2 the server
-never became ready or went away under the suite (engine died); 3 bad arguments or profile.
+never became ready, refused the API key, or went away under the suite (engine died);
+3 bad arguments or profile.
+
+The server's API key is read from ``--api-key-file`` / ``SPARKPAIR_API_KEY_FILE`` or from
+``SPARKPAIR_API_KEY``, never from the command line; everything printed or written is redacted.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from pydantic import SecretStr, ValidationError
+from pydantic import ValidationError
 from rich.console import Console
 
 _OPTION_NAMES = {
@@ -43,11 +47,15 @@ def register(app: typer.Typer) -> None:
         ready_timeout: float = typer.Option(600.0, help="seconds to wait for a real decode to succeed"),
         request_timeout: float = typer.Option(60.0, help="seconds per ordinary request"),
         only: list[str] = typer.Option(None, help="run only this check id (repeatable)"),
-        api_key: str = typer.Option(
-            None, envvar="SPARKPAIR_API_KEY", help="bearer key (--api-key of the server)"
+        api_key_file: Path = typer.Option(
+            None,
+            help="file holding the server's API key [or SPARKPAIR_API_KEY_FILE; or the key in "
+            "SPARKPAIR_API_KEY]",
         ),
+        api_key: str = typer.Option(None, hidden=True, help="refused: put the key in a file"),
     ) -> None:
         """Wait for a real decode, run the functional health suite, print the verdict table."""
+        from sparkpair_health.apikey import ApiKeyError, api_key_source, resolve_api_key
         from sparkpair_health.inputs import format_validation_error
         from sparkpair_health.profile import ProfileError
         from sparkpair_health.report import ReportWriteError
@@ -60,12 +68,27 @@ def register(app: typer.Typer) -> None:
         )
 
         console = Console()
+        if api_key is not None:
+            # The value is not echoed: it is the key.
+            console.print(
+                "[red]sparkpair health: --api-key is refused: a key on the command line is visible to every "
+                "user of this machine (ps, shell history); wanted --api-key-file PATH, or "
+                "SPARKPAIR_API_KEY_FILE / SPARKPAIR_API_KEY in the environment[/]",
+                soft_wrap=True,
+            )
+            raise typer.Exit(3)
+        try:
+            key = resolve_api_key(None, api_key_file)
+        except ApiKeyError as e:
+            console.print(f"[red]sparkpair health: {e}[/]", soft_wrap=True)
+            raise typer.Exit(3) from None
         try:
             settings = SuiteSettings(
                 base_url=base_url,
                 profile=profile,
                 served_model_name=served_model_name,
-                api_key=SecretStr(api_key) if api_key else None,
+                api_key=key,
+                api_key_source=api_key_source(None, api_key_file),
                 timeouts=Timeouts(ready_s=ready_timeout, request_s=request_timeout),
                 report_json=report_json,
                 junit_xml=junit,

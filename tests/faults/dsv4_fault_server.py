@@ -15,6 +15,9 @@ exact tool calls, the needle, "Paris", usage). Each fault reproduces one field b
 | ``dsml_in_content`` | raw DSML in content, no tool_calls, finish ``stop`` | B10 (a) |
 | ``arguments_wrapper`` | tool arguments wrapped as ``{"arguments": {...}}`` | B10 (b) |
 | ``needle_off_by_one`` | the needle comes back with its last character changed | — |
+| ``needle_chatty`` | the needle comes back inside a sentence ("The secret code is …") | — |
+| ``needle_split_odd`` | the needle is garbled only at odd prompt token counts (boundary bug) | — |
+| ``leak_when_unspecified`` | streamed, no thinking field: ``<think>``, ``<｜end▁of▁sentence｜>`` | audit §6 |
 | ``truncates_prompt`` | prompts longer than 512 tokens are cut (usage says 512) | — |
 | ``garbage`` | "capital of France" answers repeated junk, ``length``; /health still 200 | B15 |
 | ``nondeterministic`` | every answer carries a request counter | B15 (determinism) |
@@ -48,6 +51,9 @@ FAULTS = {
     "dsml_in_content",
     "arguments_wrapper",
     "needle_off_by_one",
+    "needle_chatty",
+    "needle_split_odd",
+    "leak_when_unspecified",
     "truncates_prompt",
     "garbage",
     "nondeterministic",
@@ -168,7 +174,9 @@ def _answer(body: dict[str, Any], st: FaultState, n_req: int) -> Answer:
             code = "I do not see a code."
         elif "needle_off_by_one" in st.faults:
             code = code[:-1] + ("X" if code[-1] != "X" else "Y")
-        content = code
+        elif "needle_split_odd" in st.faults and _prompt_tokens(body, st) % 2:
+            code = code.replace("-", " - ", 1)
+        content = f"The secret code is {code}." if "needle_chatty" in st.faults else code
     elif "capital of France" in prompt:
         if "garbage" in st.faults:
             content, finish = " ".join(["the"] * max_tokens), "length"
@@ -192,6 +200,10 @@ def _answer(body: dict[str, Any], st: FaultState, n_req: int) -> Answer:
         reasoning = "Thinking although it was turned off."
     if "think_in_content" in st.faults and reasoning:
         content, reasoning = f"<think>{reasoning}</think>{content or ''}", None
+    ck = body.get("chat_template_kwargs") or {}
+    unspecified = not any(k in ck for k in ("thinking", "enable_thinking")) and "reasoning_effort" not in body
+    if "leak_when_unspecified" in st.faults and unspecified and body.get("stream") and content is not None:
+        content = f"<think>{content}<｜end▁of▁sentence｜>"
     if "special_token_leak" in st.faults and content is not None:
         content += "<｜end▁of▁sentence｜>"
     if "nondeterministic" in st.faults and content is not None:

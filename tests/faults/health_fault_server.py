@@ -12,17 +12,43 @@ Faults (strings in :attr:`FaultServer.faults`):
     tool_finish_stop, long_hang, long_accept_overlong, prompt_tokens_off, nondeterministic,
     engine_dies (after ``die_after`` chat requests /health answers 503 and chat 500 with
     vLLM's EngineDeadError text), wedge (after ``die_after`` chat requests, chat requests hang
-    ``hang_s`` while /health stays 200), wrong_answer, reasoning_when_off.
+    ``hang_s`` while /health stays 200), wrong_answer, reasoning_when_off,
+    unspecified_think_tag / unspecified_eos / unspecified_reasoning (a chat request that names
+    no thinking field gets ``<think>`` in content, ``<|im_end|>`` at the end of content, or a
+    reasoning field; with ``unspecified_stream_only`` only when streamed),
+    echo_auth (every error body quotes the request's ``Authorization`` header, as a careless
+    proxy does).
+
+Malformed answers (:attr:`FaultServer.chat_mode`, for non-streamed chat requests: what the
+gateway's canary sends), one of :data:`CHAT_MODES`. ``api_key``: when set, every request
+without ``Authorization: Bearer <api_key>`` gets HTTP 401 (quoting the header it got).
 """
 
 from __future__ import annotations
 
 import json
 import random
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+CHAT_MODES = (
+    "ok",
+    "body_list",  # 200, JSON []
+    "body_string",  # 200, JSON "hello"
+    "body_usage_str",  # 200, {"usage": "x"}
+    "body_wrong_types",  # 200, every field of the right name and the wrong type
+    "body_not_json",  # 200, application/json that does not parse
+    "wrong_content_type",  # 200, text/html
+    "partial",  # 200, content-length promises more than is sent, then the connection closes
+    "drip",  # 200 headers, then one byte every drip_s seconds, never finishing
+    "other_text",  # a well-formed answer with other text than the greedy one
+    "finish_flipped",  # a well-formed answer with the other finish_reason (stop <-> length)
+    "hang",  # no answer for hang_s
+)
+"""Non-streamed chat behaviours the gateway fault walk drives through (``FaultServer.chat_mode``)."""
 
 WORDS = "hello pair of sparks the quick brown fox jumps over the lazy dog again and again".split()
 
@@ -34,8 +60,20 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # quiet
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        with self.server.owner.lock:
+            self.server.owner.connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.owner.lock:
+            self.server.owner.connections.discard(self.connection)
+        super().finish()
+
     # ---------------------------------------------------------------- plumbing
     def _send(self, code: int, obj: Any) -> None:
+        if code != 200 and "echo_auth" in self.faults and isinstance(obj, dict):
+            obj = {**obj, "echo": f"request headers: Authorization: {self.headers.get('authorization', '')}"}
         body = json.dumps(obj).encode()
         self.send_response(code)
         self.send_header("content-type", "application/json")
@@ -61,8 +99,71 @@ class _Handler(BaseHTTPRequestHandler):
         o = self.server.owner
         return "engine_dies" in self.faults and o.chat_count >= o.die_after
 
+    def _refused(self) -> bool:
+        key = self.server.owner.api_key
+        got = self.headers.get("authorization", "")
+        if key is None or got == f"Bearer {key}":
+            return False
+        self._send(401, {"error": {"message": f"Unauthorized: got Authorization {got!r}", "code": 401}})
+        return True
+
+    def _raw(self, code: int, ctype: str, body: bytes, length: int | None = None) -> None:
+        self.send_response(code)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(body) if length is None else length))
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+
+    def _malformed(self, mode: str, body: dict[str, Any]) -> bool:
+        """Answer a non-streamed chat request per ``mode``; False: answer normally."""
+        o = self.server.owner
+        bodies: dict[str, Any] = {
+            "body_list": [],
+            "body_string": "hello",
+            "body_usage_str": {"usage": "x"},
+            "body_wrong_types": {
+                "choices": {"0": "x"},
+                "usage": {"completion_tokens": "3"},
+                "model": 1,
+            },
+        }
+        if mode in bodies:
+            self._raw(200, "application/json", json.dumps(bodies[mode]).encode())
+        elif mode == "body_not_json":
+            self._raw(200, "application/json", b"{not json")
+        elif mode == "wrong_content_type":
+            self._raw(200, "text/html", b"<html><body>upstream proxy error</body></html>")
+        elif mode == "partial":
+            self._raw(200, "application/json", b'{"choices": [{"message": {"content": "he', length=500)
+            self.close_connection = True
+        elif mode == "drip":
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", "100000")
+            self.end_headers()
+            t_end = time.monotonic() + o.hang_s
+            try:
+                while time.monotonic() < t_end and not o.closing:
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(o.drip_s)
+            except OSError:
+                pass
+            self.close_connection = True
+        elif mode == "hang":
+            t_end = time.monotonic() + o.hang_s
+            while time.monotonic() < t_end and not o.closing:
+                time.sleep(0.05)
+            self.close_connection = True
+        else:
+            return False
+        return True
+
     # ---------------------------------------------------------------- GET
     def do_GET(self) -> None:  # noqa: N802
+        if self.path != "/health" and self._refused():
+            return
         if self.path == "/health":
             if self._dead():
                 self._send(503, {"error": "EngineDeadError"})
@@ -90,6 +191,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         n = int(self.headers.get("content-length", "0"))
         body = json.loads(self.rfile.read(n) or b"{}")
+        if self._refused():
+            return
         if self.path == "/tokenize":
             text = body.get("prompt", "")
             self._send(
@@ -159,6 +262,8 @@ class _Handler(BaseHTTPRequestHandler):
             dead = "engine_dies" in self.faults and o.chat_count > o.die_after
         if "wedge" in self.faults and o.chat_count > o.die_after:
             time.sleep(o.hang_s)  # a wedged engine: /health still 200, requests never answered (B08)
+        if not body.get("stream") and self._malformed(o.chat_mode, body):
+            return
         if dead or "chat_500" in self.faults:
             self._send(
                 500,
@@ -211,6 +316,20 @@ class _Handler(BaseHTTPRequestHandler):
             kw = body.get("chat_template_kwargs") or {}
             if "reasoning_when_off" in self.faults or kw.get("thinking"):
                 msg["reasoning"] = "let me think"
+            if o.chat_mode == "other_text":
+                msg["content"] = "something else entirely"
+            if o.chat_mode == "finish_flipped":
+                fr = "stop" if fr == "length" else "length"
+            unspecified = not any(k in kw for k in ("thinking", "enable_thinking")) and (
+                "reasoning_effort" not in body
+            )
+            if unspecified and (stream or "unspecified_stream_only" not in self.faults):
+                if "unspecified_think_tag" in self.faults:
+                    msg["content"] = "<think>" + msg["content"]
+                if "unspecified_eos" in self.faults:
+                    msg["content"] += "<|im_end|>"
+                if "unspecified_reasoning" in self.faults:
+                    msg["reasoning"] = "leaked chain of thought"
         usage = {"prompt_tokens": ptoks, "completion_tokens": ctoks, "total_tokens": ptoks + ctoks}
         if "usage_wrong" in self.faults:
             usage["total_tokens"] += 3
@@ -279,6 +398,17 @@ class _Handler(BaseHTTPRequestHandler):
                     )
                 )
         else:
+            if msg.get("reasoning"):
+                out.append(
+                    json.dumps(
+                        {
+                            **base,
+                            "choices": [
+                                {"index": 0, "delta": {"reasoning": msg["reasoning"]}, "finish_reason": None}
+                            ],
+                        }
+                    )
+                )
             pieces = (msg["content"] or "").split(" ")
             if "stream_differs" in self.faults:
                 pieces[0] = pieces[0].upper()
@@ -324,7 +454,10 @@ class FaultServer:
         model: the served model name.
         max_model_len: tokens, as ``/v1/models`` reports it.
         die_after: with ``engine_dies``, chat requests answered before the engine "dies".
-        hang_s: with ``long_hang``, seconds an over-long prompt hangs before answering.
+        hang_s: with ``long_hang``/``wedge`` and the ``drip``/``hang`` chat modes, seconds a
+            request is held open.
+        drip_s: with the ``drip`` chat mode, seconds between two bytes.
+        api_key: require ``Authorization: Bearer <api_key>`` (else HTTP 401).
     """
 
     def __init__(
@@ -335,14 +468,21 @@ class FaultServer:
         max_model_len: int = 2048,
         die_after: int = 2,
         hang_s: float = 30.0,
+        drip_s: float = 2.0,
+        api_key: str | None = None,
     ) -> None:
         self.faults = set(faults or ())
+        self.chat_mode = "ok"
+        self.drip_s = drip_s
+        self.api_key = api_key
+        self.closing = False
         self.model = model
         self.max_model_len = max_model_len
         self.die_after = die_after
         self.hang_s = hang_s
         self.chat_count = 0
         self.lock = threading.Lock()
+        self.connections: set[socket.socket] = set()
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.owner = self
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -357,5 +497,19 @@ class FaultServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop serving and free the port (a vanishing backend); held requests end at once."""
+        if self.closing:
+            return
+        self.closing = True
         self._httpd.shutdown()
         self._httpd.server_close()
+        with self.lock:
+            live = list(self.connections)
+        for c in live:  # keep-alive connections too: a vanished server answers nothing
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass

@@ -29,11 +29,21 @@ def gateway(env: dict[str, str], *args: str) -> tuple[int, str]:
         ({"SPARKPAIR_BASE_URL": "http://[::1"}, "SPARKPAIR_BASE_URL='http://[::1': does not parse"),
         ({"SPARKPAIR_BASE_URL": "http://127.0.0.1:70000"}, "Port out of range"),
         ({"SPARKPAIR_STABILITY": '{"x": 1}'}, "SPARKPAIR_STABILITY: x=1"),
+        ({"SPARKPAIR_PEERS": "spark-b"}, "SPARKPAIR_PEERS='spark-b': peer entry 'spark-b' is not name="),
+        ({"SPARKPAIR_PEERS": '[{"name": "b"}]'}, "SPARKPAIR_PEERS: 0.address="),
+        ({"SPARKPAIR_PEER_PROBE_PORT": "0"}, "SPARKPAIR_PEER_PROBE_PORT='0'"),
+        ({"SPARKPAIR_READY_TIMEOUT_S": "inf"}, "SPARKPAIR_READY_TIMEOUT_S='inf'"),
     ],
 )
 def test_bad_env_setting_exits_3_at_start(env: dict[str, str], fragment: str) -> None:
     code, out = gateway(env)
     assert code == 3 and fragment in out, out
+
+
+def test_a_bad_api_key_value_is_never_shown_and_never_parsed() -> None:
+    # Once every SPARKPAIR_* value starting with { was parsed as JSON and printed in the error.
+    code, out = gateway({"SPARKPAIR_API_KEY": '{"sk-7731', "SPARKPAIR_PORT": "70000"})
+    assert code == 3 and "SPARKPAIR_PORT='70000'" in out and "sk-7731" not in out, out
 
 
 def test_report_path_that_is_a_folder_is_refused(tmp_path: Path) -> None:

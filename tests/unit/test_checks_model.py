@@ -70,7 +70,10 @@ def test_every_check_passes_against_a_correct_server() -> None:
         ("special_token_leak", "dsv4.thinking", "special token '<｜end▁of▁sentence｜>' leaked into content"),
         ("dsml_in_content", "dsv4.tool_calls", "DSML marker '｜DSML｜' left in content"),
         ("arguments_wrapper", "dsv4.tool_calls", "spurious wrapper key 'arguments'"),
-        ("needle_off_by_one", "dsv4.long_context", "not returned character for character"),
+        ("needle_off_by_one", "dsv4.long_context", "is not the needle"),
+        ("needle_chatty", "dsv4.long_context", "(normalised: 'The secret code is"),
+        ("needle_split_odd", "dsv4.long_context", "is not the needle"),
+        ("leak_when_unspecified", "dsv4.thinking", "[no thinking kwargs, stream] think tag '<think>' leaked"),
         ("truncates_prompt", "dsv4.long_context", "usage.prompt_tokens=512, wanted 3000"),
         (
             "garbage",

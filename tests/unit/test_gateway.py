@@ -129,14 +129,16 @@ def test_readyz_names_the_failing_check_when_the_suite_fails() -> None:
             gw.stop()
 
 
-def test_unreachable_server_is_not_ready_with_the_readiness_cause() -> None:
+def test_unreachable_server_is_not_ready_with_the_readiness_cause_and_the_gateway_gives_up() -> None:
     gw = Gateway(gw_settings("http://127.0.0.1:9", ready_timeout_s=1.5)).start()
     try:
         with Served(gw.app) as g:
             wait_for(lambda: gw.phase == "not_ready", 20, "not_ready")
             body = readyz(g.base_url).json()
             assert body["failing_check"] == "readiness" and "not ready after" in body["cause"]
-            assert httpx.get(g.base_url + "/livez").status_code == 200
+            assert gw.gave_up is not None and "not ready after" in gw.gave_up
+            live = httpx.get(g.base_url + "/livez")
+            assert live.status_code == 503 and live.json()["cause"].startswith("gave up: not ready")
     finally:
         gw.stop()
 

@@ -161,3 +161,82 @@ def test_a_wedged_engine_that_still_answers_health_stops_the_run_instead_of_craw
     assert "wedged" in report.aborted and suite_exit_code(report) == 2
     timed_out = [c for c in report.checks if c.status == "error" and c.message.startswith("timeout")]
     assert len(timed_out) == 2 and took < 15
+
+
+def thinking_profile() -> object:
+    """tiny-demo as a DeepSeek-V4-like profile: thinking on/off modes, the protocol checks send
+    thinking off, the server defaults to off. Only ``thinking_modes`` leaves thinking unspecified."""
+    p = load_profile("tiny-demo").model_copy(deep=True)
+    p.checks.thinking.enabled = True
+    p.checks.request_extra = {"chat_template_kwargs": {"thinking": False, "enable_thinking": False}}
+    p.server.args = [*p.server.args, "--default-chat-template-kwargs", '{"thinking": false}']
+    return p
+
+
+@pytest.mark.parametrize(
+    ("faults", "fragment"),
+    [
+        (
+            {"unspecified_think_tag"},
+            "[thinking unspecified, non-streamed] think tag '<think>' leaked into content",
+        ),
+        ({"unspecified_eos"}, "[thinking unspecified, non-streamed] special token '<|im_end|>' leaked"),
+        ({"unspecified_reasoning"}, "[thinking unspecified, non-streamed] reasoning came back in a mode"),
+        (
+            {"unspecified_think_tag", "unspecified_stream_only"},
+            "[thinking unspecified, streamed] think tag '<think>' leaked into content",
+        ),
+        (
+            {"unspecified_eos", "unspecified_stream_only"},
+            "[thinking unspecified, streamed] special token '<|im_end|>' leaked",
+        ),
+        (
+            {"unspecified_reasoning", "unspecified_stream_only"},
+            "[thinking unspecified, streamed] reasoning came back in a mode that does not think",
+        ),
+    ],
+)
+def test_a_leak_only_when_thinking_is_unspecified_fails_only_thinking_modes(
+    faults: set[str], fragment: str
+) -> None:
+    with FaultServer(faults) as srv:
+        report = run_suite(settings(srv.base_url, profile=thinking_profile(), skip_ready=True))
+    res = report.check("thinking_modes")
+    assert res.status == "fail" and fragment in res.message, res.message
+    others = {c.id: c.status for c in report.checks if c.id != "thinking_modes"}
+    assert set(others.values()) <= {"pass", "skip"}, (
+        f"the leak must show only where thinking is unspecified: {others}"
+    )
+
+
+def test_every_thinking_mode_passes_on_a_correct_server_and_on_the_tiny_profile() -> None:
+    seen = []
+    with FaultServer() as srv:
+        for prof in (thinking_profile(), "tiny-demo"):
+            report = run_suite(settings(srv.base_url, profile=prof, only=["thinking_modes"], skip_ready=True))
+            res = report.check("thinking_modes")
+            assert res.status == "pass", res.message
+            seen.append(res.message.split(":")[0])
+    assert seen == ["thinking modes unspecified, on, off", "thinking modes unspecified"]
+
+
+def test_a_server_dripping_bytes_is_cut_at_the_overall_deadline_by_both_clients() -> None:
+    # One byte per second: httpx's per-read timeout (2 s) never fires; the deadline must.
+    from sparkpair_health import checks_model as cm
+    from sparkpair_health.client import HealthClient, RequestTimeout
+
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+    with FaultServer(hang_s=30, drip_s=1.0) as srv:
+        srv.chat_mode = "drip"
+        with HealthClient(srv.base_url) as c:
+            t0 = time.monotonic()
+            with pytest.raises(RequestTimeout, match="overall deadline"):
+                c.post("/v1/chat/completions", body, timeout_s=2.0)
+            assert time.monotonic() - t0 < 2.5
+        s = cm.DSV4CheckSettings(base_url=srv.base_url, served_model_name="tiny", request_timeout_s=2.0)
+        client = cm.Client(s)
+        t0 = time.monotonic()
+        with pytest.raises(cm.RequestTimeout, match="overall deadline"):
+            client.chat(body)
+        assert time.monotonic() - t0 < 2.5
+        client.close()

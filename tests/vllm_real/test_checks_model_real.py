@@ -25,8 +25,16 @@ def test_long_context_prompt_length_verified_from_usage(vllm_server, tiny_profil
     (r,) = cm.run_model_checks(s, only=("dsv4.long_context",))
     assert r.status == "pass", r.to_dict()
     assert r.evidence["max_model_len"] == 2048
-    for p in r.evidence["probes"]:
+    probes = r.evidence["probes"]
+    assert len(probes) == 2 * 3, "two depths times three neighbouring prompt lengths"
+    for p in probes:
         assert abs(p["prompt_tokens"] - 1800) <= 0.05 * 1800
+    for depth in (0.1, 0.9):
+        lengths = [p["prompt_tokens"] for p in probes if p["depth"] == depth]
+        assert lengths == sorted(lengths) and len(set(lengths)) == 3, f"not neighbouring lengths: {lengths}"
+        # The tiny demo's tokenizer splits each "so " in 3 tokens (1800, 1803, 1806 seen).
+        assert lengths[-1] - lengths[0] <= 3 * 2, lengths
+    assert "3 neighbouring lengths" in r.message and "needle retrieval not judged" in r.message
 
 
 def test_long_context_refuses_beyond_the_real_max_model_len(vllm_server, tiny_profile) -> None:  # type: ignore[no-untyped-def]

@@ -48,6 +48,7 @@ def test_every_applicable_check_passes_against_the_real_vllm_server(
         "long_prompt_accepted",
         "long_prompt_rejected",
         "determinism",
+        "thinking_modes",
     ):
         assert statuses[must] == "pass", (must, report.check(must).message)
     # The tiny profile skips semantic checks with its stated reason.
