@@ -21,6 +21,12 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from .inputs import read_small_file
+
+KEY_FILE_MAX_BYTES = 65536
+"""The largest API key file read (bytes): a key is one line; a bigger file is a mistake
+(``/dev/zero``, a log) that must not be read into memory whole."""
+
 ENV_KEY = "SPARKPAIR_API_KEY"
 """Environment variable holding the key itself."""
 ENV_KEY_FILE = "SPARKPAIR_API_KEY_FILE"
@@ -65,11 +71,15 @@ def resolve_api_key(
         return None
     p = Path(key_file)
     try:
-        text = p.read_text().strip()
+        data = read_small_file(p, KEY_FILE_MAX_BYTES)
     except OSError as e:
         raise ApiKeyError(
             f"{setting}={p}: cannot read the key file ({e.strerror}); wanted a readable file"
         ) from None
+    except ValueError as e:
+        raise ApiKeyError(f"{setting}={p}: the key file is {e}") from None
+    try:
+        text = data.decode("utf-8").strip()
     except UnicodeDecodeError:
         # The bytes are not shown: they may be the key.
         raise ApiKeyError(

@@ -7,6 +7,7 @@ and the value wanted, so a pydantic validator or a CLI command can show it as is
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -86,6 +87,29 @@ def check_plan_file(path: Path | None, setting: str = "plan_file") -> Path | Non
             f"{setting}={str(path)!r} is a folder; wanted the plan JSON file (SPARKPAIR_PLAN_PATH)"
         )
     return path
+
+
+def read_small_file(path: str | Path, limit_bytes: int) -> bytes:
+    """The bytes of a small regular file, read without trusting its size.
+
+    ``/dev/zero``, a FIFO or a huge file named by mistake would otherwise grow the reader
+    until the host runs out of memory; only ``limit_bytes + 1`` bytes are ever read.
+
+    Raises:
+        OSError: the file cannot be opened or read (``strerror`` says why).
+        ValueError: it is not a regular file, or it holds more than ``limit_bytes`` bytes (the
+            message gives the kind or the limit, never the content).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(
+                "not a regular file (a folder, device, FIFO or socket); wanted a small text file"
+            )
+        data = f.read(limit_bytes + 1)
+    if len(data) > limit_bytes:
+        raise ValueError(f"larger than {limit_bytes} bytes; wanted a small text file")
+    return data
 
 
 def check_output_dir(path: str | Path, setting: str) -> Path:

@@ -41,12 +41,12 @@ def register(app: typer.Typer) -> None:
             if facts_out is not None:
                 pf.check_facts_out(facts_out)
             reports = [pf.load_report(p) for p in compare]
+            results = pf.compare(reports) if compare else []
         except pf.PreflightInputError as e:
             err.print(f"[red]preflight:[/red] {e}", highlight=False)
             raise typer.Exit(2) from None
         failed = False
         if compare:
-            results = pf.compare(reports)
             pf.print_report(results, err)
             failed |= any(r.status == "fail" for r in results)
         if local and not compare:

@@ -76,12 +76,32 @@ def test_compare_good_reports_still_work(tmp_path: Path) -> None:
     for n in ("a", "b"):
         (tmp_path / f"{n}.json").write_text(
             json.dumps(
-                {"node": n, "results": [], "facts": {"kernel": "6.8", "driver": "580", "fabric_mtu": 9000}}
+                {
+                    "node": n,
+                    "results": [],
+                    "facts": {
+                        "kernel": "6.8",
+                        "driver": "580",
+                        "fabric_mtu": 9000,
+                        "gid_index": 3,
+                        "gid_type": "RoCE v2",
+                    },
+                }
             )
         )
     code, out = cli("preflight", "--compare", str(tmp_path / "a.json"), "--compare", str(tmp_path / "b.json"))
     assert code == 0, out
     assert "same-mtu" in out
+
+
+@pytest.mark.parametrize("twice", ["same file", "same node"])
+def test_compare_needs_two_distinct_nodes(tmp_path: Path, twice: str) -> None:
+    for n, node in (("a", "a"), ("b", "a" if twice == "same node" else "b")):
+        (tmp_path / f"{n}.json").write_text(json.dumps({"node": node, "results": [], "facts": {}}))
+    second = "a.json" if twice == "same file" else "b.json"
+    code, out = cli("preflight", "--compare", str(tmp_path / "a.json"), "--compare", str(tmp_path / second))
+    assert code == 2, out
+    assert "reports of 1 distinct node(s) ['a'] from 2 file(s)" in out and "at least two nodes" in out, out
 
 
 # 4. --facts-out is checked before any check runs
@@ -193,3 +213,42 @@ def test_node_env_holes_are_refused_by_every_command(
     assert code == 2, out
     assert f"{key}=" in out and fragment in out and "wanted" in out, out
     assert "root:" not in out and "Traceback" not in out
+
+
+# Files that are not small regular files: /dev/zero, a FIFO, a huge file. Read whole, /dev/zero
+# grows the reader until the host runs out of memory; only a bounded prefix may be read.
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "huge"])
+def test_node_env_file_that_is_not_a_small_regular_file_is_refused(tmp_path: Path, kind: str) -> None:
+    if kind == "fifo":
+        path = tmp_path / "node.env"
+        os.mkfifo(path)
+    elif kind == "huge":
+        path = tmp_path / "node.env"
+        path.write_bytes(b"# padding\n" * 120_000)  # 1.2 MB of comments: valid lines, too large
+    else:
+        path = Path(kind)
+    code, out = cli("node", "validate", "--env-file", str(path))
+    assert code == 2, out
+    want = "larger than 1048576 bytes" if kind == "huge" else "not a regular file"
+    assert f"node env file {path}: cannot read it" in out and want in out, out
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "huge"])
+def test_api_key_file_that_is_not_a_small_regular_file_is_refused(tmp_path: Path, kind: str) -> None:
+    from sparkpair_health.apikey import ApiKeyError, resolve_api_key
+
+    if kind == "fifo":
+        path = tmp_path / "key"
+        os.mkfifo(path)
+    elif kind == "huge":
+        path = tmp_path / "key"
+        path.write_bytes(b"k" * 70_000)
+    else:
+        path = Path(kind)
+    with pytest.raises(ApiKeyError) as e:
+        resolve_api_key(key_file=path, env={})
+    want = "larger than 65536 bytes" if kind == "huge" else "not a regular file"
+    assert f"api_key_file={path}: the key file is" in str(e.value) and want in str(e.value)
+    assert "kkkk" not in str(e.value)

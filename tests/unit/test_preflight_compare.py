@@ -111,8 +111,11 @@ def test_results_that_are_not_results_are_refused(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "status pass/warn/fail" in " ".join(res.output.split())
 
 
-def test_a_fact_no_report_recorded_is_a_warning_not_a_pass() -> None:
+def test_a_must_match_fact_no_report_recorded_fails_a_warn_fact_warns() -> None:
     a = {"node": "a", "results": [], "facts": {"kernel": "6.8"}}
     b = {"node": "b", "results": [], "facts": {"kernel": "6.8"}}
     res = by_id(pf.compare([a, b]), "same-gid-type")
-    assert {r.status for r in res} == {"warn"} and "not in this node's report" in res[0].message
+    assert {r.status for r in res} == {"fail"} and "not in this node's report" in res[0].message
+    c = {"node": "c", "results": [], "facts": {"fabric_mtu": 9000}}
+    d = {"node": "d", "results": [], "facts": {"fabric_mtu": 9000}}
+    assert {r.status for r in by_id(pf.compare([c, d]), "same-kernel")} == {"warn"}

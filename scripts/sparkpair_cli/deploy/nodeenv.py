@@ -25,6 +25,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from sparkpair_health.inputs import read_small_file
 
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 """Linux interface names: at most 15 bytes (IFNAMSIZ - 1)."""
@@ -488,6 +489,10 @@ class NodeEnv(BaseModel):
         }
 
 
+ENV_FILE_MAX_BYTES = 1 << 20
+"""The largest node env file read (bytes; the example is ~8 KB): a bigger one is a mistake
+(``/dev/zero``, a log) that must not be read into memory whole."""
+
 _CROSS_MARK = "\x1ecross\x1e"
 
 
@@ -498,10 +503,11 @@ def parse_env_file(path: Path) -> dict[str, str]:
         NodeEnvError: the file is missing or a line is not ``KEY=VALUE``.
     """
     try:
-        data = path.read_bytes()
-    except OSError as e:
+        data = read_small_file(path, ENV_FILE_MAX_BYTES)
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise NodeEnvError(
-            f"node env file {path}: cannot read it ({e.strerror or e}); wanted a copy of "
+            f"node env file {path}: cannot read it ({why}); wanted a copy of "
             "configs/node.env.example filled in for this node"
         ) from None
     try:

@@ -1016,16 +1016,29 @@ def compare(reports: list[dict[str, Any]]) -> list[Result]:
 
     Every fact of :data:`COMPARED_FACTS` must be equal on every node (a difference is a
     ``fail`` or ``warn`` as listed there; a fact recorded by some nodes only counts as a
-    difference), and every ``fail`` result inside a report is a ``fail`` here too, naming
-    its node and check: a comparison of failed reports is not a passed comparison.
+    difference, and a must-match fact recorded by no node fails), and every ``fail`` result
+    inside a report is a ``fail`` here too, naming its node and check: a comparison of failed
+    reports is not a passed comparison.
+
+    Raises:
+        PreflightInputError: fewer than two distinct nodes' reports.
     """
+    nodes = [r["node"] for r in reports]
+    if len(set(nodes)) < 2:
+        raise PreflightInputError(
+            f"--compare got reports of {len(set(nodes))} distinct node(s) {sorted(set(nodes))} "
+            f"from {len(reports)} file(s); wanted one report per node, at least two nodes "
+            "(--compare A.json --compare B.json)"
+        )
     out: list[Result] = []
     for key, cid, what, differ in COMPARED_FACTS:
         seen = {r["node"]: r.get("facts", {}).get(key) for r in reports}
         values = set(map(str, seen.values()))
         status: Status = "pass" if len(values) == 1 else differ
         if all(v is None for v in seen.values()):
-            status = "warn"  # recorded by no node: nothing was compared
+            # recorded by no node: nothing was compared. A fact that must match cannot pass
+            # unseen; a warn-class fact (kernel, driver) stays a warning.
+            status = "fail" if differ == "fail" else "warn"
         for node, v in seen.items():
             others = {n: x for n, x in seen.items() if n != node}
             note = "" if v is not None else "not in this node's report (run the check group that records it)"
