@@ -58,7 +58,15 @@ from pydantic import (
 from .apikey import api_key_source, redact, resolve_api_key
 from .client import HealthClient
 from .inputs import check_base_url, check_output_file, check_plan_file
-from .peers import DEFAULT_HEAD_LOG, Peer, PeerDeath, PeerSettings, PeerWatch, parse_peers
+from .peers import (
+    DEFAULT_HEAD_LOG,
+    Peer,
+    PeerDeath,
+    PeerSettings,
+    PeerWatch,
+    check_unique_peers,
+    peers_from_text,
+)
 from .stability import StabilityMonitor, StabilitySettings
 from .suite import DecodeAnswer
 
@@ -187,6 +195,11 @@ class GatewaySettings(BaseModel):
         except ValueError as e:
             raise ValueError(str(e).split(": ", 1)[-1]) from None
 
+    @field_validator("peers")
+    @classmethod
+    def _peers(cls, v: list[Peer]) -> list[Peer]:
+        return check_unique_peers(v)
+
     @field_validator("plan_file")
     @classmethod
     def _plan_file(cls, v: Path | None) -> Path | None:
@@ -260,7 +273,12 @@ class GatewaySettings(BaseModel):
                 continue
             raw = env[var]
             val: Any = raw
-            if name in JSON_FIELDS and raw.lstrip().startswith(("{", "[")):
+            if name == "peers":
+                try:
+                    val = [p.model_dump() for p in peers_from_text(raw)]
+                except ValueError as e:
+                    raise GatewaySettingsError(f"{var}={raw[:200]!r}: {e}") from None
+            elif name in JSON_FIELDS and raw.lstrip().startswith(("{", "[")):
                 try:
                     val = json.loads(raw)
                 except ValueError as e:
@@ -269,11 +287,6 @@ class GatewaySettings(BaseModel):
                     ) from None
             elif name == "only":
                 val = [x.strip() for x in raw.split(",") if x.strip()]
-            elif name == "peers":
-                try:
-                    val = parse_peers(raw)
-                except ValueError as e:
-                    raise GatewaySettingsError(f"{var}={raw!r}: {e}") from None
             data[name], source[name] = val, var
         if "ready_timeout_s" not in data:
             data["ready_timeout_s"] = default_ready_timeout_s(env)

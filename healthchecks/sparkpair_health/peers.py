@@ -27,13 +27,15 @@ slim client: no vLLM, no torch.
 from __future__ import annotations
 
 import errno
+import ipaddress
+import json
 import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 DEFAULT_HEAD_LOG = Path("/var/lib/sparkpair/state/head.log")
 """Where the head writes its vLLM log on the shared state volume (the project's compose
@@ -76,6 +78,87 @@ class Peer(BaseModel):
     address: str = Field(min_length=1)
     container: str | None = None
     docker_url: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not PEER_NAME_RE.match(v):
+            raise ValueError(
+                f"peer name {v[:64]!r} is not a node name; wanted letters, digits, '-', '_' or '.', "
+                "at most 63 characters (the peer's SPARKPAIR_NODE_NAME)"
+            )
+        return v
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        try:
+            ipaddress.ip_address(v)
+            return v
+        except ValueError:
+            pass
+        if not HOSTNAME_RE.match(v) or v.rsplit(".", 1)[-1].isdigit():
+            raise ValueError(
+                f"peer address {v[:64]!r} is neither an IP address nor a host name; wanted the peer's "
+                "fabric address (its VLLM_HOST_IP), with no scheme or port"
+            )
+        return v
+
+
+PEER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+"""A peer's name: the form of a node's ``SPARKPAIR_NODE_NAME`` (configs/node.env.example)."""
+
+HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*$")
+"""A DNS host name (RFC 1123 labels: letters, digits and '-', 1-63 characters, dot-separated).
+A name whose last label is all digits (``999.1.1.1``, a mistyped IPv4 address) is refused."""
+
+
+def peers_from_text(raw: str) -> list[Peer]:
+    """The peers of ``SPARKPAIR_PEERS``: ``name=address,...`` or a JSON list of :class:`Peer`
+    objects; names must be unique.
+
+    Raises:
+        ValueError: the text is neither form, an entry is malformed, or a name repeats (the
+            message names the entry, cut to 64 characters).
+    """
+    if raw.lstrip().startswith("["):
+        try:
+            items = json.loads(raw)
+        except ValueError as e:
+            raise ValueError(
+                f"not valid JSON ({e}); wanted a JSON list of {{name, address}} objects"
+            ) from None
+        if not isinstance(items, list):
+            raise ValueError("a JSON value that is not a list; wanted a list of {name, address} objects")
+    else:
+        items = parse_peers(raw)
+    peers = []
+    for i, item in enumerate(items):
+        try:
+            peers.append(Peer.model_validate(item))
+        except ValidationError as e:
+            raise ValueError(
+                "; ".join(
+                    f"entry {i} {'.'.join(map(str, x['loc'])) or 'value'}: "
+                    + str(x["msg"]).removeprefix("Value error, ")
+                    for x in e.errors()
+                )
+            ) from None
+    check_unique_peers(peers)
+    return peers
+
+
+def check_unique_peers(peers: list[Peer]) -> list[Peer]:
+    """``peers`` unchanged when no name repeats.
+
+    Raises:
+        ValueError: a name is given twice.
+    """
+    names = [p.name for p in peers]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"peer names {twice} are given twice; wanted each peer once")
+    return peers
 
 
 class PeerSettings(BaseModel):

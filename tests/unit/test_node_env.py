@@ -50,6 +50,10 @@ def test_the_example_is_valid_and_documents_every_key() -> None:
         ("SPARKPAIR_GATEWAY_PORT", "8000", "a port other than SPARKPAIR_API_PORT"),
         ("SPARKPAIR_API_HOST", "224.0.0.1", "0.0.0.0, ::, 127.0.0.1 or one unicast address of this node"),
         ("SPARKPAIR_MODEL_CACHE", "models", "an absolute host path"),
+        ("SPARKPAIR_PEERS", "spark-b", "name=address"),
+        ("SPARKPAIR_PEERS", "spark-b=999.1.1.1", "the other nodes as name=address"),
+        ("SPARKPAIR_PEERS", "spark-a=192.168.177.12", "the other nodes only, not this one"),
+        ("SPARKPAIR_PEERS", "spark-b=192.168.177.11", "the other nodes only, not this one"),
     ],
 )
 def test_a_bad_value_names_node_key_seen_and_wanted(key: str, value: str, wanted: str) -> None:

@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 from sparkpair_health.inputs import read_small_file
+from sparkpair_health.peers import peers_from_text
 
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 """Linux interface names: at most 15 bytes (IFNAMSIZ - 1)."""
@@ -119,6 +120,10 @@ WANTED: dict[str, str] = {
     ),
     "SPARKPAIR_API_PORT": "a TCP port 1024-65535",
     "SPARKPAIR_GATEWAY_PORT": "a TCP port 1024-65535, different from SPARKPAIR_API_PORT",
+    "SPARKPAIR_PEERS": (
+        "empty, or the other nodes as name=address,... (each peer's SPARKPAIR_NODE_NAME and fabric "
+        "VLLM_HOST_IP; not this node), read by the health service to name a dead peer"
+    ),
     "SPARKPAIR_FABRIC_CIDR": (
         "the fabric (RoCE) subnet in CIDR form, e.g. 192.168.177.0/24: an IPv4 network of /8 to /31, "
         "not 0.0.0.0/N, loopback, link-local (169.254/16), multicast or reserved"
@@ -229,6 +234,7 @@ class NodeEnv(BaseModel):
     SPARKPAIR_API_KEY: SecretStr = SecretStr("")
     SPARKPAIR_API_PORT: int = 8000
     SPARKPAIR_GATEWAY_PORT: int = 8080
+    SPARKPAIR_PEERS: str = ""
     SPARKPAIR_FABRIC_CIDR: ipaddress.IPv4Network
     SPARKPAIR_FABRIC_IFNAME: str = Field(pattern=IFNAME_RE.pattern)
     VLLM_HOST_IP: ipaddress.IPv4Address
@@ -334,6 +340,12 @@ class NodeEnv(BaseModel):
             raise ValueError("longer than 4096 characters, or holds spaces, control or non-ASCII characters")
         return v
 
+    @field_validator("SPARKPAIR_PEERS")
+    @classmethod
+    def _peers(cls, v: str) -> str:
+        peers_from_text(v)  # the health service's own parser: one meaning for the setting
+        return v
+
     @field_validator("SPARKPAIR_PREFLIGHT_WAIVE")
     @classmethod
     def _waive(cls, v: str) -> str:
@@ -404,6 +416,16 @@ class NodeEnv(BaseModel):
                     "(one source for the key)",
                 )
             )
+        for peer in peers_from_text(self.SPARKPAIR_PEERS):
+            if peer.name == self.SPARKPAIR_NODE_NAME or peer.address == str(self.VLLM_HOST_IP):
+                problems.append(
+                    (
+                        "SPARKPAIR_PEERS",
+                        f"{peer.name}={peer.address}",
+                        f"the other nodes only, not this one "
+                        f"({self.SPARKPAIR_NODE_NAME}={self.VLLM_HOST_IP})",
+                    )
+                )
         if self.SPARKPAIR_GATEWAY_PORT == self.SPARKPAIR_API_PORT:
             problems.append(
                 (
