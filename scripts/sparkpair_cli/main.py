@@ -7,6 +7,7 @@ the whole command set, so ``sparkpair --help`` lists every command.
 from __future__ import annotations
 
 import importlib
+import sys
 
 import typer
 
@@ -41,9 +42,38 @@ def _load() -> None:
 _load()
 
 
+EXTRA_OF_MODULE = {
+    "numpy": "model",
+    "tokenizers": "model",
+    "torch": "kernels",
+    "triton": "kernels",
+    "matplotlib": "bench",
+    "vllm": "vllm-cpu",
+}
+"""Which extra of pyproject.toml ([project.optional-dependencies]) installs a module a command
+imports when it runs: ``pip install .`` alone installs only the client commands' needs."""
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point.
+
+    A command whose heavy dependency is not installed (the slim ``pip install .``) ends with one
+    line naming the package and the extra that installs it, exit 2, not a traceback.
+    """
+    try:
+        app()
+    except ModuleNotFoundError as e:
+        top = (e.name or "").split(".")[0]
+        if not top or top.startswith("sparkpair"):
+            raise
+        extra = EXTRA_OF_MODULE.get(top)
+        how = f"pip install 'sparkpair[{extra}]'" if extra else f"install {top}"
+        print(
+            f"sparkpair: this command needs the Python package {top!r}, which is not installed here; "
+            f"wanted: {how} (the image has every package)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

