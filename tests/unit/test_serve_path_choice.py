@@ -161,3 +161,9 @@ def test_the_override_variable_refuses_a_malformed_value_naming_it(raw: str) -> 
         envs.read("SPARKPAIR_SERVE_PATHS", {"SPARKPAIR_SERVE_PATHS": " moe-mxfp4=marlin , "})
         == "moe-mxfp4=marlin"
     )
+
+
+def test_a_huge_bad_override_is_cut_in_the_message() -> None:
+    with pytest.raises(ServePathError) as e:
+        parse_overrides("x" * 10_000, [LINEAR, INDEXER])
+    assert len(str(e.value)) < 400 and "'" + "x" * 64 + "'..." in str(e.value)

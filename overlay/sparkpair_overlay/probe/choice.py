@@ -291,7 +291,8 @@ def parse_overrides(value: str, paths: Sequence[ServePath]) -> dict[str, str]:
         if not sep or path not in known or cand not in known[path]:
             wanted = "; ".join(f"{p}={'|'.join(c)}" for p, c in known.items())
             raise ServePathError(
-                f"SPARKPAIR_SERVE_PATHS item {item!r}; wanted path=candidate among: {wanted}"
+                f"SPARKPAIR_SERVE_PATHS item {item[:64]!r}{'...' if len(item) > 64 else ''}; "
+                f"wanted path=candidate among: {wanted}"
             )
         out[path] = cand
     return out
