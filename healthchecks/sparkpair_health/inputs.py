@@ -16,8 +16,9 @@ def check_base_url(value: str, setting: str = "base_url") -> str:
     """Return ``value`` normalised (no trailing ``/`` or ``/v1``) if it is ``http(s)://host[:port]``.
 
     Raises:
-        ValueError: another scheme, no host, a port that is not 1-65535, a query or a
-            fragment, or a URL that does not parse (e.g. an unclosed ``[`` of an IPv6 host).
+        ValueError: another scheme, no host, credentials in the URL (never echoed), a port
+            that is not 1-65535, a query or a fragment, or a URL that does not parse (e.g. an
+            unclosed ``[`` of an IPv6 host).
     """
     wanted = "wanted http://host:port (http or https, a host, a port 1-65535, no query)"
     if not isinstance(value, str) or not value.startswith(("http://", "https://")):
@@ -27,6 +28,13 @@ def check_base_url(value: str, setting: str = "base_url") -> str:
         port = parts.port
     except ValueError as e:
         raise ValueError(f"{setting}={value!r}: does not parse ({e}); {wanted}") from None
+    if parts.username is not None or parts.password is not None:
+        # the URL is echoed in every report and log line: a password in it would be too
+        shown = value.replace(parts.netloc, "<credentials>@" + parts.netloc.rpartition("@")[2])
+        raise ValueError(
+            f"{setting}={shown!r}: holds user:password; wanted http://host:port with the API key "
+            "in a file (--api-key-file / SPARKPAIR_API_KEY_FILE), never in the URL"
+        )
     if not parts.hostname:
         raise ValueError(f"{setting}={value!r}: no host; {wanted}")
     if port is not None and port == 0:

@@ -60,12 +60,14 @@ def test_bare_profile_name_still_resolves_to_configs_profiles() -> None:
         ("http://:80", "no host"),
         ("http://127.0.0.1:0", "port 0"),
         ("ftp://127.0.0.1:1", "wanted http://host:port"),
+        ("http://user:hunter2@127.0.0.1:1", "holds user:password"),
     ],
 )
 def test_malformed_base_url_is_refused_before_any_request(url: str, fragment: str) -> None:
     code, out = health("--base-url", url)
     assert code == 3, out
     assert fragment in out and "--base-url" in out, out
+    assert "hunter2" not in out, out
 
 
 @pytest.mark.parametrize("option", ["--report-json", "--junit"])
