@@ -29,7 +29,9 @@ def register(app: typer.Typer) -> None:
         ),
         served_model_name: str = typer.Option(None, help="model name to request [default: the profile's]"),
         api_key_file: Path = typer.Option(
-            None, help="file holding the server's --api-key (or SPARKPAIR_API_KEY / SPARKPAIR_API_KEY_FILE)"
+            None,
+            help="file holding the server's API key, one line (or env SPARKPAIR_API_KEY_FILE / "
+            "SPARKPAIR_API_KEY); a key is never passed on the command line",
         ),
         host: str = typer.Option(None, help="gateway bind address [127.0.0.1]"),
         port: int = typer.Option(None, help="gateway port [8080]"),
