@@ -76,7 +76,7 @@ def test_killing_the_worker_names_it_in_readyz_within_one_canary_interval_and_th
     sim_factory,  # noqa: F811  (the fixture imported above)
     tmp_path: Path,
 ) -> None:  # type: ignore[no-untyped-def]
-    base = sim_factory("mp")
+    base = sim_factory()
     # A fabric subnet of its own, so this runs beside test_sim_pair.py on one engine.
     for f in (base.head_env, base.worker_env):
         f.write_text(f.read_text().replace(SIM_NET, OWN_NET))

@@ -132,7 +132,7 @@ def sim_factory(sparkpair_image: str, model_cache: Path, tmp_path: Path) -> Iter
                          image=sparkpair_image, cache=model_cache)  # fmt: skip
         worker = write_env(tmp_path / "worker.env", name="sim-worker", rank=1, ip=WORKER_IP,
                            image=sparkpair_image, cache=model_cache)  # fmt: skip
-        sim = Sim(f"wt-deploy-spsim{uuid.uuid4().hex[:6]}", head, worker)
+        sim = Sim(f"spsim{uuid.uuid4().hex[:6]}", head, worker)
         sim.env = {
             "SIM_HEAD_ENV": str(head), "SIM_WORKER_ENV": str(worker), "SIM_SUBNET": SUBNET,
             "SIM_HEAD_IP": HEAD_IP, "SIM_WORKER_IP": WORKER_IP,

@@ -103,7 +103,7 @@ def test_the_node_serves_with_the_key_from_a_file_and_exits_5_when_its_engine_di
     key_file.write_text(KEY + "\n")
     api_port = free_port()
     values = {
-        "SPARKPAIR_NODE_NAME": "wt-node-real",
+        "SPARKPAIR_NODE_NAME": "real-head",
         "SPARKPAIR_NNODES": "1",
         "SPARKPAIR_NODE_RANK": "0",
         "SPARKPAIR_HEAD_ADDR": ip,
@@ -183,7 +183,7 @@ def test_the_node_serves_with_the_key_from_a_file_and_exits_5_when_its_engine_di
         print("node log tail:", *last, f"exit status {rc}", sep="\n")  # shown with -s / on failure
         assert rc == 5, f"node exited {rc}; log tail:\n" + "\n".join(last)
         joined = " ".join(" ".join(last).split())
-        assert "node wt-node-real (head): vLLM exited 0 after" in joined, joined
+        assert "node real-head (head): vLLM exited 0 after" in joined, joined
         assert "without a stop request" in joined and "exit 5" in joined, joined
         assert KEY not in text
     finally:
