@@ -25,7 +25,7 @@ from dockerlib import REPO, sh
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
 
-SUBNET, HEAD_IP, WORKER_IP = "172.31.77.0/24", "172.31.77.11", "172.31.77.12"
+SUBNET, HEAD_IP, WORKER_IP, HEALTH_IP = "172.31.77.0/24", "172.31.77.11", "172.31.77.12", "172.31.77.13"
 WAIVE = "rdma-devices,gid-index,driver,memory,probe"
 """Preflight checks a CPU container cannot pass (no RDMA device, no NVIDIA driver, and a
 unified-memory budget that means nothing on CPU), and the kernel probe (needs a CUDA
@@ -59,6 +59,9 @@ def write_env(path: Path, *, name: str, rank: int, ip: str, image: str, cache: P
     values = {
         "SPARKPAIR_NODE_NAME": name, "SPARKPAIR_NODE_RANK": str(rank), "SPARKPAIR_FABRIC_CIDR": SUBNET,
         "VLLM_HOST_IP": ip, "SPARKPAIR_HEAD_ADDR": HEAD_IP, "SPARKPAIR_FABRIC_IFNAME": "eth0",
+        # The API binds the node's own fabric address, so the health service (its own
+        # container here, see compose.sim.yaml) reaches it as it would on the head's host network.
+        "SPARKPAIR_API_HOST": ip,
         "SPARKPAIR_PROFILE": "tiny-pair", "SPARKPAIR_MODEL": "/models/tiny", "SPARKPAIR_JOIN_TIMEOUT_S": "600",
         "SPARKPAIR_PREFLIGHT_WAIVE": WAIVE, "SPARKPAIR_IMAGE": image, "SPARKPAIR_MODEL_CACHE": str(cache),
     }  # fmt: skip
@@ -135,7 +138,7 @@ def sim_factory(sparkpair_image: str, model_cache: Path, tmp_path: Path) -> Iter
         sim = Sim(f"spsim{uuid.uuid4().hex[:6]}", head, worker)
         sim.env = {
             "SIM_HEAD_ENV": str(head), "SIM_WORKER_ENV": str(worker), "SIM_SUBNET": SUBNET,
-            "SIM_HEAD_IP": HEAD_IP, "SIM_WORKER_IP": WORKER_IP,
+            "SIM_HEAD_IP": HEAD_IP, "SIM_WORKER_IP": WORKER_IP, "SIM_HEALTH_IP": HEALTH_IP,
             "SIM_MEMLOCK": str(engine_limit("Max locked memory")), "SIM_NOFILE": str(engine_limit("Max open files")),
         }  # fmt: skip
         made.append(sim)
