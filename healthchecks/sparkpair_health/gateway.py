@@ -56,7 +56,7 @@ from pydantic import (
 )
 
 from .apikey import api_key_source, redact, resolve_api_key
-from .client import HealthClient
+from .client import ENGINE_DEAD_MARKERS, HealthClient
 from .inputs import check_base_url, check_output_file, check_plan_file
 from .peers import (
     DEFAULT_HEAD_LOG,
@@ -690,7 +690,7 @@ class Gateway:
         try:
             cause = self.judge_canary(self._probe())
             if cause:
-                dead = any(m in cause for m in ("EngineDeadError", "EngineCore", "engine core"))
+                dead = any(m in cause for m in ENGINE_DEAD_MARKERS)
                 cause = ("engine died: " if dead else "") + f"canary: {cause}"
         except RequestTimeout as e:
             cause = (
