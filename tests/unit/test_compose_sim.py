@@ -21,8 +21,8 @@ ALLOWED = {
         "healthcheck",
         "ulimits",
     },
-    # compose-go copies the head's ulimits onto a service that joins its network namespace.
-    "health": {"network_mode", "environment", "healthcheck", "depends_on", "ulimits"},
+    # Host networking becomes an address on the simulated fabric, as for the nodes.
+    "health": {"network_mode", "networks", "environment", "healthcheck", "ulimits"},
 }
 
 
