@@ -7,14 +7,29 @@ the key, the value seen and what was wanted.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-PROFILES_DIR = Path(__file__).resolve().parents[2] / "configs" / "profiles"
-"""``configs/profiles`` of a source checkout (also the layout inside the image)."""
+
+def _configs_dir() -> Path:
+    """``configs/`` of a source checkout (also the layout inside the image), else the copy a
+    non-editable ``pip install .`` puts under ``<prefix>/share/sparkpair/configs``
+    (``[tool.setuptools.data-files]`` in pyproject.toml)."""
+    checkout = Path(__file__).resolve().parents[2] / "configs"
+    if (checkout / "profiles").is_dir():
+        return checkout
+    return Path(sys.prefix) / "share" / "sparkpair" / "configs"
+
+
+CONFIGS_DIR = _configs_dir()
+"""The ``configs`` folder the shipped profiles and bench workloads are read from."""
+
+PROFILES_DIR = CONFIGS_DIR / "profiles"
+"""``configs/profiles``: the profiles a name (``tiny-demo``) resolves to."""
 
 
 class ProfileError(ValueError):

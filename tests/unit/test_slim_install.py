@@ -18,8 +18,9 @@ import pytest
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "overlay", "healthchecks", "scripts")
-"""What setuptools needs to build the package (pyproject.toml [tool.setuptools])."""
+SOURCES = ("pyproject.toml", "README.md", "overlay", "healthchecks", "scripts", "configs")
+"""What setuptools needs to build the package (pyproject.toml [tool.setuptools], its
+``data-files`` included)."""
 
 HEAVY = ("numpy", "torch", "triton", "tokenizers", "vllm", "matplotlib")
 """Modules of the extras (pyproject.toml [project.optional-dependencies]) and of vLLM."""
@@ -53,6 +54,25 @@ def test_the_slim_install_has_none_of_the_heavy_packages(slim_venv: Path) -> Non
     code = f"import importlib.util as u; print([m for m in {HEAVY!r} if u.find_spec(m)])"
     r = subprocess.run([str(slim_venv / "python"), "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_the_installed_package_finds_every_shipped_profile_and_workload_outside_the_checkout(
+    slim_venv: Path,
+) -> None:
+    code = (
+        "from sparkpair_health.profile import PROFILES_DIR, load_profile;"
+        "from sparkpair_cli.bench.workload import WORKLOADS_DIR;"
+        "names = sorted(p.stem for p in PROFILES_DIR.glob('*.yaml'));"
+        "[load_profile(n) for n in names];"
+        "print(PROFILES_DIR, names, sorted(p.stem for p in WORKLOADS_DIR.glob('*.yaml')))"
+    )
+    r = subprocess.run(
+        [str(slim_venv / "python"), "-c", code], capture_output=True, text=True, timeout=60, cwd=slim_venv
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    shipped = sorted(p.stem for p in (REPO / "configs" / "profiles").glob("*.yaml"))
+    workloads = sorted(p.stem for p in (REPO / "configs" / "bench").glob("*.yaml"))
+    assert str(slim_venv.parent) in r.stdout and f"{shipped} {workloads}" in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize(

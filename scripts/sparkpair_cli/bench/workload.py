@@ -20,9 +20,10 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from sparkpair_health.profile import CONFIGS_DIR
 
-WORKLOADS_DIR = Path(__file__).resolve().parents[3] / "configs" / "bench"
-"""``configs/bench`` of a source checkout (also the layout inside the image)."""
+WORKLOADS_DIR = CONFIGS_DIR / "bench"
+"""``configs/bench`` of a source checkout or of the installed copy (:data:`CONFIGS_DIR`)."""
 
 QUICK_WORKLOAD = "quick"
 """The preset ``--quick`` loads: fits the tiny CPU demo server (max_model_len 2048)."""
