@@ -170,6 +170,11 @@ class Profile(_Strict):
     server: ServerSpec
     checks: ChecksSpec = Field(default_factory=ChecksSpec)
 
+    @property
+    def is_dsv4(self) -> bool:
+        """Whether this profile serves DeepSeek-V4 (its tokenizer mode or its model id)."""
+        return "deepseek_v4" in " ".join(self.server.args) or "deepseek-v4" in self.server.model.lower()
+
 
 def _looks_like_path(name: str) -> bool:
     return "/" in name or "\\" in name or name.startswith(("~", "."))

@@ -253,6 +253,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_CONFIG)
 
         from .preflight import checks as pf
+        from .preflight.fabric import resolve_gid_index
 
         _say(env, "preflight --local")
         report = pf.run_local(env, profile, root=root)
@@ -313,7 +314,7 @@ def register(app: typer.Typer) -> None:
 
         gid = None
         if env.NCCL_IB_GID_INDEX == "auto":
-            gid = pf.resolve_gid_index(env, root)
+            gid = resolve_gid_index(env, root)
             _say(
                 env,
                 f"NCCL_IB_GID_INDEX=auto resolved to {gid if gid is not None else 'unset (no RoCEv2 entry; waived)'}",  # noqa: E501
@@ -371,9 +372,7 @@ def register(app: typer.Typer) -> None:
                 highlight=False,
             )
             raise typer.Exit(EXIT_CONFIG)
-        from .preflight.checks import is_dsv4
-
-        dsv4 = is_dsv4(_load_profile(env))
+        dsv4 = _load_profile(env).is_dsv4
         reports = Path(os.environ.get("SPARKPAIR_REPORTS_DIR", "/var/lib/sparkpair/reports"))
         argv = [
             sys.executable, "-m", "sparkpair_cli.main", "gateway",

@@ -256,7 +256,7 @@ def test_fabric_like_cidrs_pass(cidr: str) -> None:
 def test_waiver_ids_are_checked_against_the_known_ids() -> None:
     line = bad_line("SPARKPAIR_PREFLIGHT_WAIVE", "rdma-devices,everything")
     assert "unknown check ids ['everything']" in line and "known: rdma-devices," in line, line
-    from sparkpair_cli.preflight.checks import CHECK_IDS
+    from sparkpair_cli.preflight.ids import CHECK_IDS
 
     env = load_node_env(example() | {"SPARKPAIR_PREFLIGHT_WAIVE": ",".join(CHECK_IDS)})
     assert env.waived == set(CHECK_IDS)

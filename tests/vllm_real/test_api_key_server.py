@@ -92,7 +92,7 @@ def test_the_node_serves_with_the_key_from_a_file_and_exits_5_when_its_engine_di
     tiny_model: Path, tmp_path: Path
 ) -> None:
     pytest.importorskip("vllm", reason="the vLLM CPU build is not installed")
-    from sparkpair_cli.preflight.checks import CHECK_IDS
+    from sparkpair_cli.preflight.ids import CHECK_IDS
     from sparkpair_cli.server import cpu_server_env
 
     addr = host_address()

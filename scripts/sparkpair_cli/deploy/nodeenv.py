@@ -28,6 +28,8 @@ from pydantic import (
 from sparkpair_health.inputs import read_small_file
 from sparkpair_health.peers import peers_from_text
 
+from ..preflight.ids import CHECK_IDS
+
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 """Linux interface names: at most 15 bytes (IFNAMSIZ - 1)."""
 
@@ -349,8 +351,6 @@ class NodeEnv(BaseModel):
     @field_validator("SPARKPAIR_PREFLIGHT_WAIVE")
     @classmethod
     def _waive(cls, v: str) -> str:
-        from ..preflight.checks import CHECK_IDS  # noqa: PLC0415  (checks imports this module)
-
         ids = [x.strip() for x in v.split(",") if x.strip()]
         unknown = [x for x in ids if x not in CHECK_IDS]
         if unknown:
