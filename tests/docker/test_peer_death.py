@@ -55,7 +55,7 @@ class PeerSim(Sim):
     def compose(
         self, *args: str, timeout: float = 600, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        from sparkpair_cli.deploy.compose_rules import compose_binary
+        from compose_rules import compose_binary
 
         files = ["-f", str(REPO / "compose.yaml"), "-f", str(REPO / "tests" / "docker" / "compose.sim.yaml")]
         if self.extra is not None:

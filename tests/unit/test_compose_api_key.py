@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import compose_rules as cr
 import pytest
-from sparkpair_cli.deploy import compose_rules as cr
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "/run/secrets/sparkpair_api_key"

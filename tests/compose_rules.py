@@ -1,4 +1,5 @@
-"""Rules a rendered ``compose.yaml`` must keep, and the renderer that produces it.
+"""Rules a rendered ``compose.yaml`` must keep, and the renderer that produces it (test-only:
+the unit and docker tiers import it from ``tests/``; the shipped package does not need it).
 
 The rules are checked on the output of the real Compose v2 binary
 (``docker compose config --format json``), so what is checked is what the engine gets:
