@@ -31,7 +31,7 @@ MAX_RESTARTS = 5
 
 MIN_START_PERIOD_S = 30 * 60
 """Head/worker health start period floor: a cold ~155 GiB load plus JIT and graph capture
-(spark-deployment-anchors.md (d): >= 30 min)."""
+(docs/reference/spark-deployments.md#start-period-and-restarts: >= 30 min)."""
 
 MIN_SHM_BYTES = 8 << 30
 """``shm_size`` floor where ``ipc`` is not ``host``: NCCL buffers and vLLM's shared-memory

@@ -104,7 +104,8 @@ class ToolsSpec(_Strict):
 
 
 class ThinkingSpec(_Strict):
-    """Thinking-mode checks: reasoning present when on, absent when off (audit §6)."""
+    """Thinking-mode checks: reasoning present when on, absent when off
+    (docs/reference/vllm-code-paths.md#thinking)."""
 
     enabled: bool = False
     skip_reason: str = "the model has no thinking mode"

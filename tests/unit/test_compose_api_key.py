@@ -1,4 +1,4 @@
-"""compose.yaml's API key secret and restart policy (issue 14, items 4 and 6), rendered by
+"""compose.yaml's API key secret and restart policy, rendered by
 the real Compose v2 binary from configs/node.env.example."""
 
 from __future__ import annotations

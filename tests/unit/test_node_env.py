@@ -120,7 +120,7 @@ def test_env_file_syntax(tmp_path: Path) -> None:
         parse_env_file(p)
 
 
-# --- issue 14 (7): holes in the node env -------------------------------------------------
+# --- holes in the node env --------------------------------------------------------------
 
 
 def bad_line(key: str, value: str, **extra: str) -> str:

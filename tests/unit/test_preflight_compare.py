@@ -1,5 +1,5 @@
 """``preflight --compare`` judges the GID facts and the failures inside the reports it is
-given (issue 14, item 7), on reports made from the recorded host trees."""
+given, on reports made from the recorded host trees."""
 
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ def inspect_checkpoint(folder: Path, gate_dtype: str | None = None) -> Checkpoin
 
 def expected_gate_dtype(profile: Any) -> str | None:
     """Gate dtype the profile assumes: ``server.env.SPARKPAIR_GATE_DTYPE`` if set, else BF16
-    for DeepSeek-V4 (field notes (c): "gate: BF16"; audit §5: bf16 [256, 4096]), else none."""
+    for DeepSeek-V4 (docs/reference/vllm-code-paths.md#dsv4-shapes: bf16 [256, 4096]), else none."""
     env = getattr(getattr(profile, "server", None), "env", {}) or {}
     if env.get("SPARKPAIR_GATE_DTYPE"):
         return str(env["SPARKPAIR_GATE_DTYPE"])

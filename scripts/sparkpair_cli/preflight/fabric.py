@@ -12,7 +12,7 @@ from .host import CommandUnavailable, Host
 from .result import Ctx
 
 SPARK_MTU = 9000
-"""Jumbo frames on the fabric (anchors (b): eugr, Reederey87 set 9000; B05)."""
+"""Jumbo frames on the fabric (docs/reference/spark-deployments.md#fabric-settings; B05)."""
 
 
 def _ib_port(host: Host, dev: str) -> str:

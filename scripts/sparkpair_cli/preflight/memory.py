@@ -17,7 +17,7 @@ KNOWN_BAD_KERNELS = {
     "(B04); boot with kho=off or a 6.17 kernel",
 }
 BAD_DRIVER_BRANCHES = {
-    "590": "driver 590 leaks ~80-96 GiB of unified memory and deadlocks CUDA graph capture (anchors §4, sonusflow); "  # noqa: E501
+    "590": "driver 590 leaks ~80-96 GiB of unified memory and deadlocks CUDA graph capture (docs/reference/spark-deployments.md#driver-branch-590); "  # noqa: E501
     "stay on 580",
 }
 

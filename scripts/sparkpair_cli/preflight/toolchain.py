@@ -13,7 +13,8 @@ from .host import CommandUnavailable
 from .result import Ctx, Status
 
 DSV4_DECODE_HEADS = 64
-"""DeepSeek-V4-Flash attention heads (audit §5); per-rank heads = 64 / TP."""
+"""DeepSeek-V4-Flash attention heads (docs/reference/vllm-code-paths.md#dsv4-shapes); per-rank heads = 64 /
+TP."""
 DSV4_DECODE_TOPK = 128
 """DeepSeek-V4-Flash's sliding window (``sliding_window`` in the checkpoint's config.json): the
 top-k vLLM 0.33 asks FlashInfer's SM120 DSv4 decode table for without DSpark (see
