@@ -22,13 +22,8 @@ import typer
 from rich.console import Console
 
 from .deploy import launch, liveness, supervise
-from .deploy.nodeenv import (
-    SECRET_KEYS,
-    NodeEnv,
-    NodeEnvError,
-    load_node_env_file,
-    load_node_env_from_environ,
-)
+from .deploy.nodeenv import NodeEnv, load_node_env_file, load_node_env_from_environ
+from .deploy.nodeenv_values import SECRET_KEYS, NodeEnvError
 
 err = Console(stderr=True)
 out = Console()

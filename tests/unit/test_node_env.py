@@ -20,7 +20,8 @@ def test_the_example_is_valid_and_documents_every_key() -> None:
     env = load_node_env_file(EXAMPLE)
     assert env.role == "head" and env.hcas == ["rocep1s0f1", "roceP2p1s0f1"]
     text = EXAMPLE.read_text()
-    from sparkpair_cli.deploy.nodeenv import WANTED, NodeEnv
+    from sparkpair_cli.deploy.nodeenv import NodeEnv
+    from sparkpair_cli.deploy.nodeenv_values import WANTED
 
     for key in NodeEnv.model_fields:
         assert f"\n{key}=" in text, f"{key} is not in {EXAMPLE.name}"

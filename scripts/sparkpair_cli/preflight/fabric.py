@@ -7,7 +7,8 @@ import ipaddress
 import re
 from pathlib import Path
 
-from ..deploy.nodeenv import NodeEnv, parse_hca_list
+from ..deploy.nodeenv import NodeEnv
+from ..deploy.nodeenv_values import parse_hca_list
 from .host import CommandUnavailable, Host
 from .result import Ctx
 
