@@ -14,7 +14,7 @@ Endpoints:
 - ``GET /metrics``: Prometheus text, every name prefixed ``sparkpair_``.
 
 Background (one daemon thread): wait for readiness -> run the suite (health v1 checks plus
-the DeepSeek-V4 checks of :mod:`sparkpair_health.checks_model`) -> record the canary's
+the DeepSeek-V4 checks: :func:`sparkpair_health.checks.check_list`) -> record the canary's
 reference answer -> a canary every ``canary_interval_s`` seconds: the readiness gate's
 decode probe (:func:`sparkpair_health.suite.decode_probe`) whose answer is judged
 (:meth:`Gateway.judge_canary`). Every exception in the suite or a canary is a verdict
@@ -281,6 +281,10 @@ class GatewaySettings(BaseModel):
             elif name == "only":
                 val = [x.strip() for x in raw.split(",") if x.strip()]
             data[name], source[name] = val, var
+        from .profile import removed_dsv4_env
+
+        if stale := removed_dsv4_env(env):  # model-check settings are profile fields now
+            raise GatewaySettingsError(stale)
         if "ready_timeout_s" not in data:
             data["ready_timeout_s"] = default_ready_timeout_s(env)
         for k, v in (overrides or {}).items():

@@ -8,6 +8,7 @@ the key, the value seen and what was wanted.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +171,16 @@ def removed_dsv4_setting(key: str, where: str) -> str:
         f"{where}: {key!r} is not a DeepSeek-V4 check setting; wanted a field of checks.dsv4 "
         f"({', '.join(DSV4Spec.model_fields)})"
     )
+
+
+def removed_dsv4_env(env: Mapping[str, str]) -> str | None:
+    """The error for ``SPARKPAIR_DSV4_<FIELD>`` variables in ``env`` (the removed
+    ``DSV4CheckSettings`` named them so), each with the setting that replaces it; ``None``
+    when there are none. ``SPARKPAIR_DSV4_CHECKS`` (the gateway's switch) is not one."""
+    stale = sorted(k for k in env if k.startswith("SPARKPAIR_DSV4_") and k != "SPARKPAIR_DSV4_CHECKS")
+    if not stale:
+        return None
+    return "; ".join(removed_dsv4_setting(k.removeprefix("SPARKPAIR_DSV4_").lower(), k) for k in stale)
 
 
 class DSV4Spec(_Strict):
