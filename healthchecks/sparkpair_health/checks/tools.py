@@ -37,7 +37,7 @@ from .base import (
 WRAPPER_KEYS = ("arguments", "parameters", "input", "args", "kwargs")
 """Keys a model wraps the real arguments in (vllm PR #41241, sglang#38924)."""
 
-TOOL_WEATHER: dict[str, Any] = {
+TOOL_WEATHER: JSON = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -54,7 +54,7 @@ TOOL_WEATHER: dict[str, Any] = {
         },
     },
 }
-TOOL_TIME: dict[str, Any] = {
+TOOL_TIME: JSON = {
     "type": "function",
     "function": {
         "name": "get_time",
@@ -90,7 +90,7 @@ def _whitespace_bias(ctx: CheckContext, deadline: Deadline) -> dict[str, float]:
     return bias
 
 
-def tool_request(ctx: CheckContext, deadline: Deadline, tool_choice: Any) -> dict[str, Any]:
+def tool_request(ctx: CheckContext, deadline: Deadline, tool_choice: str | JSON) -> JSON:
     """The forced tool-call request body (two strict tools, the profile's tool settings)."""
     spec = ctx.profile.checks.tools
     body = base_chat(ctx, prompt="What is the weather in Paris, in celsius?", max_tokens=spec.max_tokens)
@@ -103,8 +103,8 @@ def tool_request(ctx: CheckContext, deadline: Deadline, tool_choice: Any) -> dic
 
 
 def judge_tool_calls(
-    answer: dict[str, Any], tools: list[dict[str, Any]], want_name: str | None, finish_reasons: list[str]
-) -> tuple[list[str], dict[str, Any]]:
+    answer: JSON, tools: list[JSON], want_name: str | None, finish_reasons: list[str]
+) -> tuple[list[str], JSON]:
     """Judge a non-streamed forced tool-call answer.
 
     Returns ``(problems, evidence)``; no problems means a schema-valid call: at least one
@@ -162,7 +162,11 @@ def judge_tool_calls(
 
 
 def _tool_check(
-    ctx: CheckContext, deadline: Deadline, tool_choice: Any, want_name: str | None, finish_reasons: list[str]
+    ctx: CheckContext,
+    deadline: Deadline,
+    tool_choice: str | JSON,
+    want_name: str | None,
+    finish_reasons: list[str],
 ) -> Passed:
     spec = ctx.profile.checks.tools
     if not spec.enabled:
@@ -219,7 +223,7 @@ def check_tool_named(ctx: CheckContext, deadline: Deadline) -> Passed:
 # ---- exact tool calls of a trained model (dsv4.tool_calls)
 
 
-def _tool(name: str, description: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+def _tool(name: str, description: str, props: JSON, required: list[str]) -> JSON:
     return {
         "type": "function",
         "function": {
@@ -235,7 +239,7 @@ def _tool(name: str, description: str, props: dict[str, Any], required: list[str
     }
 
 
-TOOLS: dict[str, dict[str, Any]] = {
+TOOLS: dict[str, JSON] = {
     "get_weather": _tool(
         "get_weather",
         "Current weather for a city.",
@@ -312,7 +316,7 @@ TOOL_CASES: tuple[ToolCase, ...] = (
 
 def judge_tool_call(
     case_label: str,
-    tools: list[dict[str, Any]],
+    tools: list[JSON],
     expect_name: str,
     expect_args: dict[str, str],
     finish: str | None,
