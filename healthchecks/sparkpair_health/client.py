@@ -39,9 +39,13 @@ ENGINE_DEAD_MARKERS = (
     "EngineDeadError",
     "EngineCore encountered",
     "engine core",
+    "died unexpectedly",
 )
-"""Fragments of vLLM's HTTP error bodies when the engine core is dead (vllm/v1/engine/exceptions.py);
-each one is shown present in the image's vLLM by tests/stack/test_stack_vllm_messages.py."""
+"""Fragments vLLM writes when its engine core is dead, in HTTP error bodies and in its log
+(vllm/v1/engine/exceptions.py, vllm/v1/engine/core_client.py). The one list: the suite and the
+gateway's canary match HTTP bodies case-insensitively (:func:`engine_dead_in`), ``logscan``
+matches log lines with it case-sensitively. Each one is shown present in the image's vLLM by
+tests/stack/test_stack_vllm_messages.py."""
 
 
 class Deadline:
@@ -78,23 +82,24 @@ def within(seconds: float, fn: Callable[[], T], on_late: Callable[[], BaseExcept
     per-read timeout (the caller passes one no longer than ``seconds``) and its result is
     dropped. Exceptions of ``fn`` are re-raised here.
     """
-    box: dict[str, Any] = {}
+    results: list[T] = []
+    errors: list[BaseException] = []
     done = threading.Event()
 
     def run() -> None:
         try:
-            box["result"] = fn()
+            results.append(fn())
         except BaseException as e:  # noqa: BLE001 - handed to the caller below
-            box["error"] = e
+            errors.append(e)
         finally:
             done.set()
 
     threading.Thread(target=run, name="sparkpair-request", daemon=True).start()
     if not done.wait(max(seconds, 0.0)):
         raise on_late()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]  # type: ignore[no-any-return]
+    if errors:
+        raise errors[0]
+    return results[0]
 
 
 class HealthClient:
@@ -126,6 +131,8 @@ class HealthClient:
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=self._timeout(None))
+        self.requests = 0
+        """Requests sent so far (plain and streamed)."""
 
     def _timeout(self, read_s: float | None) -> httpx.Timeout:
         r = self.request_timeout_s if read_s is None else read_s
@@ -178,6 +185,7 @@ class HealthClient:
         """
         t = self.request_timeout_s if timeout_s is None else timeout_s
         where = f"{method} {self.base_url}{path}"
+        self.requests += 1
 
         def send() -> httpx.Response:
             try:
@@ -214,6 +222,7 @@ class HealthClient:
         and scrubbed (see :meth:`scrub`), with no lines.
         """
         t = min(chunk_timeout_s or self.request_timeout_s, deadline.left())
+        self.requests += 1
         try:
             with self._http.stream("POST", path, json=body, timeout=self._timeout(t)) as resp:
                 if resp.status_code != 200:

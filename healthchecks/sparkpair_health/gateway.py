@@ -14,7 +14,7 @@ Endpoints:
 - ``GET /metrics``: Prometheus text, every name prefixed ``sparkpair_``.
 
 Background (one daemon thread): wait for readiness -> run the suite (health v1 checks plus
-the DeepSeek-V4 checks of :mod:`sparkpair_health.checks_model`) -> record the canary's
+the DeepSeek-V4 checks: :func:`sparkpair_health.checks.check_list`) -> record the canary's
 reference answer -> a canary every ``canary_interval_s`` seconds: the readiness gate's
 decode probe (:func:`sparkpair_health.suite.decode_probe`) whose answer is judged
 (:meth:`Gateway.judge_canary`). Every exception in the suite or a canary is a verdict
@@ -137,7 +137,7 @@ class GatewaySettings(BaseModel):
         canary_prompt: the canary's user message (when the profile has no expected answer).
         peers / head_log / peer_probe_port: how a dead peer is named (:mod:`sparkpair_health.peers`).
         dsv4_checks: add the DeepSeek-V4 checks to the suite.
-        dsv4: :class:`~sparkpair_health.checks_model.DSV4CheckSettings` overrides (JSON in env).
+        dsv4: removed (refused when given): the model-check settings are the profile's ``checks.dsv4``.
         only: run only these health-v1 check ids.
         report_json / junit_xml: where each suite report is also written.
         stability: both nodes' containers and kernel logs to watch
@@ -229,18 +229,11 @@ class GatewaySettings(BaseModel):
     @field_validator("dsv4")
     @classmethod
     def _dsv4(cls, v: dict[str, Any]) -> dict[str, Any]:
-        from .checks_model import DSV4CheckSettings
+        # Removed: the DeepSeek-V4 check settings are profile fields (checks.dsv4) now.
+        from .profile import removed_dsv4_setting
 
-        try:
-            DSV4CheckSettings.model_validate({"base_url": "http://x", "served_model_name": "x", **v})
-        except ValidationError as e:
-            raise ValueError(
-                "; ".join(
-                    f"{'.'.join(str(x) for x in err['loc'])}={err.get('input')!r}: {err['msg']}"
-                    for err in e.errors()
-                )
-                + "; wanted fields of sparkpair_health.checks_model.DSV4CheckSettings"
-            ) from None
+        if v:
+            raise ValueError("; ".join(removed_dsv4_setting(k, "SPARKPAIR_DSV4 / --dsv4") for k in v))
         return v
 
     @field_validator("report_json", "junit_xml")
@@ -288,6 +281,10 @@ class GatewaySettings(BaseModel):
             elif name == "only":
                 val = [x.strip() for x in raw.split(",") if x.strip()]
             data[name], source[name] = val, var
+        from .profile import removed_dsv4_env
+
+        if stale := removed_dsv4_env(env):  # model-check settings are profile fields now
+            raise GatewaySettingsError(stale)
         if "ready_timeout_s" not in data:
             data["ready_timeout_s"] = default_ready_timeout_s(env)
         for k, v in (overrides or {}).items():
@@ -545,15 +542,11 @@ class Gateway:
 
     def run_suite(self, on_progress: Callable[[str, str], None]) -> Any:
         """Health v1's ``run_suite`` with its checks plus (``dsv4_checks``) the DeepSeek-V4 ones."""
-        from .checks import CHECKS
+        from .checks import check_list
         from .suite import run_suite
 
         settings = self.suite_settings()
-        checks = [c for c in CHECKS if self.s.only is None or c.id in self.s.only]
-        if self.s.dsv4_checks:
-            from .checks_model import dsv4_check_specs
-
-            checks += dsv4_check_specs(self.key, **self.s.dsv4)
+        checks = check_list(settings.resolved_profile(), only=self.s.only, model_checks=self.s.dsv4_checks)
         if self.monitor is not None:
             from .stability import stability_check_spec
 

@@ -11,6 +11,8 @@ import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from pydantic import ValidationError
+
 
 def check_base_url(value: str, setting: str = "base_url") -> str:
     """Return ``value`` normalised (no trailing ``/`` or ``/v1``) if it is ``http(s)://host[:port]``.
@@ -139,7 +141,7 @@ def check_output_dir(path: str | Path, setting: str) -> Path:
     return p
 
 
-def format_validation_error(exc: object, names: dict[str, str] | None = None) -> str:
+def format_validation_error(exc: ValidationError, names: dict[str, str] | None = None) -> str:
     """One line per problem of a pydantic ``ValidationError``: ``SETTING=seen: what was wanted``.
 
     ``names`` maps a field path (``timeouts.ready_s``) to the name the user typed
@@ -147,7 +149,7 @@ def format_validation_error(exc: object, names: dict[str, str] | None = None) ->
     """
     names = names or {}
     lines = []
-    for err in exc.errors():  # type: ignore[attr-defined]
+    for err in exc.errors():
         loc = ".".join(str(x) for x in err.get("loc", ()))
         msg = str(err.get("msg", "")).removeprefix("Value error, ")
         shown = names.get(loc, loc or "value")

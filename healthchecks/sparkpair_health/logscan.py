@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from .client import ENGINE_DEAD_MARKERS
+
 Severity = Literal["fatal", "warning", "fatal-if-repeated"]
 
 
@@ -102,7 +104,7 @@ CATALOGUE: tuple[Pattern, ...] = (
     ),
     Pattern(
         "engine_dead",
-        r"EngineDeadError|died unexpectedly|engine core exited unexpectedly|EngineCore encountered an issue",
+        "|".join(re.escape(m) for m in ENGINE_DEAD_MARKERS),
         "fatal",
         "B08",
         "the vLLM engine core process died; the API server can no longer serve",

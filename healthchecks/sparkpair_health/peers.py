@@ -178,9 +178,9 @@ class PeerSettings(BaseModel):
 
     peers: list[Peer] = Field(default_factory=list)
     head_log: Path | None = DEFAULT_HEAD_LOG
-    probe_port: int | None = Field(None, ge=1, le=65535)
-    probe_timeout_s: float = Field(1.0, gt=0, le=30, allow_inf_nan=False)
-    docker_timeout_s: float = Field(3.0, gt=0, le=60, allow_inf_nan=False)
+    probe_port: int | None = Field(default=None, ge=1, le=65535)
+    probe_timeout_s: float = Field(default=1.0, gt=0, le=30, allow_inf_nan=False)
+    docker_timeout_s: float = Field(default=3.0, gt=0, le=60, allow_inf_nan=False)
 
 
 def parse_peers(raw: str) -> list[dict[str, str]]:

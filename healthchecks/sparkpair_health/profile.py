@@ -8,6 +8,7 @@ the key, the value seen and what was wanted.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ class ServerSpec(_Strict):
 
     model: str = Field(description="model path or hub id; 'generated:tiny' makes the demo model")
     max_model_len: int = Field(gt=0, description="tokens; passed as --max-model-len")
-    tensor_parallel_size: int = Field(1, ge=1)
+    tensor_parallel_size: int = Field(default=1, ge=1)
     args: list[str] = Field(default_factory=list, description="further vllm serve arguments")
     env: dict[str, str] = Field(default_factory=dict, description="environment for the server")
 
@@ -55,8 +56,10 @@ class ExpectedAnswer(_Strict):
 
     prompt: str
     contains: str = Field(description="case-insensitive substring the answer must contain")
-    finish_reason: str = Field("stop", description="wanted finish_reason ('stop': the model ended by itself)")
-    max_tokens: int = Field(32, gt=0, description="tokens")
+    finish_reason: str = Field(
+        default="stop", description="wanted finish_reason ('stop': the model ended by itself)"
+    )
+    max_tokens: int = Field(default=32, gt=0, description="tokens")
 
 
 class SemanticSpec(_Strict):
@@ -97,7 +100,7 @@ class ToolsSpec(_Strict):
 
     enabled: bool = True
     skip_reason: str = ""
-    max_tokens: int = Field(96, gt=0)
+    max_tokens: int = Field(default=96, gt=0)
     suppress_whitespace_tokens: bool = False
     request_extra: dict[str, Any] = Field(default_factory=dict)
     named_finish_reasons: list[str] = Field(default_factory=lambda: ["tool_calls", "stop"])
@@ -117,7 +120,7 @@ class ThinkingSpec(_Strict):
         default_factory=lambda: {"chat_template_kwargs": {"thinking": False, "enable_thinking": False}},
         description="request fields that turn thinking off",
     )
-    max_tokens: int = Field(512, gt=0)
+    max_tokens: int = Field(default=512, gt=0)
 
 
 class LongPromptSpec(_Strict):
@@ -132,8 +135,96 @@ class LongPromptSpec(_Strict):
 
     enabled: bool = True
     skip_reason: str = ""
-    accept_tokens: int | None = Field(None, gt=0)
-    margin_tokens: int = Field(8, ge=2)
+    accept_tokens: int | None = Field(default=None, gt=0)
+    margin_tokens: int = Field(default=8, ge=2)
+
+
+REMOVED_DSV4_SETTINGS: dict[str, str] = {
+    "base_url": "the suite's base URL (--base-url / SPARKPAIR_BASE_URL)",
+    "served_model_name": "the profile's served_model_name (or --served-model-name)",
+    "api_key": "the suite's API key (SPARKPAIR_API_KEY / --api-key-file)",
+    "request_timeout_s": "the suite's long-prompt timeout (timeouts.long_prompt_s, "
+    "SPARKPAIR_LONG_PROMPT_TIMEOUT_S)",
+    "check_timeout_s": "the check's own timeout times timeouts.check_scale",
+    "semantic_enabled": "checks.semantic.enabled",
+    "semantic_skip_reason": "checks.semantic.skip_reason",
+    "thinking_enabled": "checks.thinking.enabled",
+    "thinking_skip_reason": "checks.thinking.skip_reason",
+    "thinking_max_tokens": "checks.thinking.max_tokens",
+    "thinking_default": "the server's --default-chat-template-kwargs in server.args",
+    "tools_enabled": "checks.tools.enabled",
+    "expected_answers": "checks.semantic.expected_answers",
+    "answer_max_tokens": "checks.semantic.expected_answers[].max_tokens",
+}
+"""Settings of the removed ``DSV4CheckSettings`` (once given as ``SPARKPAIR_DSV4`` JSON or
+``checks.extra.dsv4``) that are not fields of :class:`DSV4Spec`, and what replaces each."""
+
+
+def removed_dsv4_setting(key: str, where: str) -> str:
+    """The error for a removed DeepSeek-V4 check setting ``key`` given in ``where``: names
+    the setting and what replaces it (:data:`REMOVED_DSV4_SETTINGS`, else a
+    ``checks.dsv4`` field)."""
+    if key in REMOVED_DSV4_SETTINGS:
+        return f"{where}: {key!r} was removed; it is now {REMOVED_DSV4_SETTINGS[key]}"
+    if key in DSV4Spec.model_fields:
+        return f"{where}: {key!r} was removed; it is now the profile field checks.dsv4.{key}"
+    return (
+        f"{where}: {key!r} is not a DeepSeek-V4 check setting; wanted a field of checks.dsv4 "
+        f"({', '.join(DSV4Spec.model_fields)})"
+    )
+
+
+def removed_dsv4_env(env: Mapping[str, str]) -> str | None:
+    """The error for ``SPARKPAIR_DSV4_<FIELD>`` variables in ``env`` (the removed
+    ``DSV4CheckSettings`` named them so), each with the setting that replaces it; ``None``
+    when there are none. ``SPARKPAIR_DSV4_CHECKS`` (the gateway's switch) is not one."""
+    stale = sorted(k for k in env if k.startswith("SPARKPAIR_DSV4_") and k != "SPARKPAIR_DSV4_CHECKS")
+    if not stale:
+        return None
+    return "; ".join(removed_dsv4_setting(k.removeprefix("SPARKPAIR_DSV4_").lower(), k) for k in stale)
+
+
+class DSV4Spec(_Strict):
+    """Settings of the model checks (``dsv4.*``): long context and soak. Times are seconds,
+    lengths tokens. Whether a check applies comes from the rest of the profile (semantic,
+    thinking, tools).
+
+    Attributes:
+        seed: sampling seed of the model checks' requests.
+        long_context_tokens: target prompt length of the needle probe, tokens.
+        long_context_depths: where the needle sits, as fractions of the haystack.
+        long_context_shifts: neighbouring prompt lengths: this many extra filler words
+            (``"so "``, a few tokens each: 3 on the tiny demo's tokenizer) before the haystack,
+            so the needle meets different token boundaries.
+        long_context_tolerance: allowed ``|usage.prompt_tokens - target| / target``.
+        long_context_answer_tokens: ``max_tokens`` of a needle answer.
+        soak_requests: sequential soak requests; 0 turns the soak off (it is not part of the
+            3-minute suite).
+        soak_long_tokens / soak_short_tokens: output lengths of the long and short soak requests.
+        soak_first_token_budget_s: prefill + queue allowance per soak request, seconds.
+        soak_min_decode_tok_s: slowest acceptable decode, tokens/s.
+    """
+
+    seed: int = 0
+    long_context_tokens: int = Field(default=48_000, gt=0)
+    long_context_depths: list[float] = Field(default_factory=lambda: [0.1, 0.5, 0.9])
+    long_context_shifts: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    long_context_tolerance: float = Field(default=0.05, gt=0, lt=1)
+    long_context_answer_tokens: int = Field(default=32, gt=0)
+    soak_requests: int = Field(default=0, ge=0)
+    soak_long_tokens: int = Field(default=1000, gt=0)
+    soak_short_tokens: int = Field(default=64, gt=0)
+    soak_first_token_budget_s: float = Field(default=30.0, gt=0)
+    soak_min_decode_tok_s: float = Field(default=8.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            gone = [k for k in data if k in REMOVED_DSV4_SETTINGS]
+            if gone:
+                raise ValueError("; ".join(removed_dsv4_setting(k, "checks.dsv4") for k in gone))
+        return data
 
 
 class ChecksSpec(_Strict):
@@ -143,12 +234,14 @@ class ChecksSpec(_Strict):
     tools: ToolsSpec = Field(default_factory=ToolsSpec)
     thinking: ThinkingSpec = Field(default_factory=ThinkingSpec)
     long_prompt: LongPromptSpec = Field(default_factory=LongPromptSpec)
-    prompt: str = Field("Say hello to the pair of Sparks.", description="prompt of the protocol checks")
-    max_tokens: int = Field(24, gt=0, description="tokens per protocol-check completion")
+    prompt: str = Field(
+        default="Say hello to the pair of Sparks.", description="prompt of the protocol checks"
+    )
+    max_tokens: int = Field(default=24, gt=0, description="tokens per protocol-check completion")
     request_extra: dict[str, Any] = Field(
         default_factory=dict, description="fields merged into every chat request (e.g. thinking off)"
     )
-    extra: dict[str, Any] = Field(default_factory=dict, description="per-check settings (reserved)")
+    dsv4: DSV4Spec = Field(default_factory=DSV4Spec, description="model-check settings (dsv4.*)")
 
     @model_validator(mode="before")
     @classmethod
@@ -156,6 +249,11 @@ class ChecksSpec(_Strict):
         # ``tools: true`` / ``thinking: false`` (the short form) mean ``{enabled: ...}``.
         if isinstance(data, dict):
             data = dict(data)
+            if "extra" in data:
+                raise ValueError(
+                    "checks.extra was removed: the DeepSeek-V4 check settings are typed fields "
+                    "under checks.dsv4 (e.g. checks.dsv4.long_context_tokens; docs/health-verdict.md)"
+                )
             for k in ("tools", "thinking", "long_prompt"):
                 if k in data:
                     data[k] = _bool_to_enabled(data[k])

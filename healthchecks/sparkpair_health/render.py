@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -16,7 +16,7 @@ STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow", "error": "bold m
 
 
 @contextmanager
-def live_progress(console: Console) -> Iterator[object]:
+def live_progress(console: Console) -> Iterator[Callable[[str, str], None]]:
     """A progress callback (``on_progress(event, detail)``) that shows a spinner line on ``console``.
 
     Shows the readiness stage while waiting and the running check during the suite; prints

@@ -82,10 +82,12 @@ class Report(BaseModel):
     ready: ReadyInfo | None = None
     checks: list[CheckResult] = Field(default_factory=list)
     aborted: str | None = Field(
-        None, description="why the run stopped early (engine died, server went away), else null"
+        default=None, description="why the run stopped early (engine died, server went away), else null"
     )
     server_version: str | None = None
-    overlay_plan: Any | None = Field(None, description="the overlay plugin's kernel plan JSON, when given")
+    overlay_plan: Any | None = Field(
+        default=None, description="the overlay plugin's kernel plan JSON, when given"
+    )
     overlay_plan_note: str = ""
 
     @property

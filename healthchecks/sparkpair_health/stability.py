@@ -93,10 +93,10 @@ class StabilitySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     nodes: list[StabilityNode] = Field(default_factory=list)
-    log_tail: int = Field(5000, gt=0)
+    log_tail: int = Field(default=5000, gt=0)
     kernel_since: str | None = None
-    docker_timeout_s: float = Field(20.0, gt=0)
-    command_timeout_s: float = Field(20.0, gt=0)
+    docker_timeout_s: float = Field(default=20.0, gt=0)
+    command_timeout_s: float = Field(default=20.0, gt=0)
 
 
 # --------------------------------------------------------------------------- results

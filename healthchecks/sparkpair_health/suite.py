@@ -22,6 +22,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 from rich.console import Console
@@ -76,12 +77,12 @@ class Timeouts(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ready_s: float = Field(600.0, gt=0, allow_inf_nan=False)
-    connect_s: float = Field(5.0, gt=0, allow_inf_nan=False)
-    request_s: float = Field(60.0, gt=0, allow_inf_nan=False)
-    long_prompt_s: float = Field(180.0, gt=0, allow_inf_nan=False)
-    decode_probe_s: float = Field(60.0, gt=0, allow_inf_nan=False)
-    check_scale: float = Field(1.0, gt=0, allow_inf_nan=False)
+    ready_s: float = Field(default=600.0, gt=0, allow_inf_nan=False)
+    connect_s: float = Field(default=5.0, gt=0, allow_inf_nan=False)
+    request_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    long_prompt_s: float = Field(default=180.0, gt=0, allow_inf_nan=False)
+    decode_probe_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    check_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
 
 
 class SuiteSettings(BaseModel):
@@ -107,7 +108,7 @@ class SuiteSettings(BaseModel):
 
     base_url: str
     profile: Profile | str | Path = "tiny-demo"
-    served_model_name: str | None = Field(None, min_length=1)
+    served_model_name: str | None = Field(default=None, min_length=1)
     api_key: SecretStr | None = None
     api_key_source: str = "no API key configured"
     timeouts: Timeouts = Field(default_factory=Timeouts)
@@ -354,36 +355,45 @@ def wait_ready(
             c.close()
 
 
+def _no_check(ctx: CheckContext, deadline: Deadline) -> Passed:  # pragma: no cover - never run
+    raise Skip("not a server check")
+
+
+def _result(spec: CheckSpec, **fields: Any) -> CheckResult:
+    """A :class:`CheckResult` of ``spec`` (its id, title and what it catches) with ``fields``."""
+    return CheckResult(id=spec.id, title=spec.title, catches=spec.catches, **fields)
+
+
 def _load_plan(settings: SuiteSettings, report: Report) -> CheckResult:
     t0 = time.monotonic()
-    base = {"id": "overlay_plan", "title": "overlay kernel plan included", "catches": "silent kernel path"}
+    base = CheckSpec("overlay_plan", "overlay kernel plan included", "silent kernel path", _no_check)
     p = settings.plan_file
     if p is None:
         report.overlay_plan_note = "no plan file given (--plan-file / SuiteSettings.plan_file)"
-        return CheckResult(status="skip", message=report.overlay_plan_note, **base)
+        return _result(base, status="skip", message=report.overlay_plan_note)
     if not Path(p).is_file():
         report.overlay_plan_note = (
             f"plan file {p} does not exist (the overlay writes it to SPARKPAIR_PLAN_PATH)"
         )
-        return CheckResult(status="skip", message=report.overlay_plan_note, **base)
+        return _result(base, status="skip", message=report.overlay_plan_note)
     try:
         report.overlay_plan = json.loads(Path(p).read_text())
     except (OSError, ValueError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError (binary file)
         report.overlay_plan_note = f"plan file {p} is not readable JSON: {e}"
-        return CheckResult(
+        return _result(
+            base,
             status="fail",
             message=report.overlay_plan_note,
             evidence={"path": str(p)},
             latency_ms=(time.monotonic() - t0) * 1000,
-            **base,
         )
     report.overlay_plan_note = f"from {p}"
-    return CheckResult(
+    return _result(
+        base,
         status="pass",
         message=f"plan read from {p}",
         evidence={"path": str(p)},
         latency_ms=(time.monotonic() - t0) * 1000,
-        **base,
     )
 
 
@@ -396,25 +406,23 @@ def run_check(spec: CheckSpec, ctx: CheckContext, scale: float = 1.0) -> CheckRe
     """
     t0 = time.monotonic()
     deadline = Deadline(spec.timeout_s * scale, f"check {spec.id}")
-    base = {"id": spec.id, "title": spec.title, "catches": spec.catches}
+    base = spec
     try:
         out: Passed = spec.fn(ctx, deadline)
-        res = CheckResult(status="pass", message=out.message, evidence=out.evidence, **base)
+        res = _result(base, status="pass", message=out.message, evidence=out.evidence)
     except Fail as f:
-        res = CheckResult(status="fail", message=f.message, evidence=f.evidence, **base)
+        res = _result(base, status="fail", message=f.message, evidence=f.evidence)
     except Skip as s:
-        res = CheckResult(status="skip", message=str(s), **base)
+        res = _result(base, status="skip", message=str(s))
     except SuiteError as e:
         kind = "timeout" if isinstance(e, RequestTimeout) else "suite error"
-        res = CheckResult(
-            status="error", message=f"{kind}: {e}", evidence={"error": type(e).__name__}, **base
-        )
+        res = _result(base, status="error", message=f"{kind}: {e}", evidence={"error": type(e).__name__})
     except Exception as e:  # noqa: BLE001 - a bug in a check must not pass or crash the run
-        res = CheckResult(
+        res = _result(
+            base,
             status="error",
             message=f"suite defect in check {spec.id}: {type(e).__name__}: {e}",
             evidence={"traceback": traceback.format_exc()[-2000:]},
-            **base,
         )
     res.latency_ms = round((time.monotonic() - t0) * 1000, 1)
     return res
@@ -434,7 +442,8 @@ def run_suite(
         on_progress: progress callback (see :data:`ProgressFn`).
         console: when given, live progress is shown on it and the result table is printed
             at the end (``on_progress`` is still called).
-        checks: override the check list (tests); default :data:`sparkpair_health.checks.CHECKS`.
+        checks: the check list (:func:`sparkpair_health.checks.check_list`, as ``health``, ``demo``
+            and the gateway pass it); default: the protocol checks :data:`sparkpair_health.checks.CHECKS`.
 
     Returns:
         the :class:`Report`, also written to ``settings.report_json`` / ``settings.junit_xml``.
@@ -450,7 +459,7 @@ def run_suite(
         with live_progress(console) as shown:
 
             def both(event: str, detail: str) -> None:
-                shown(event, detail)  # type: ignore[operator]
+                shown(event, detail)
                 if on_progress:
                     on_progress(event, detail)
 
@@ -555,19 +564,6 @@ def redact_report(report: Report, key: SecretStr | None) -> Report:
     return Report.model_validate(redact(report.model_dump(), key))
 
 
-def full_check_list(settings: SuiteSettings) -> list[CheckSpec]:
-    """Every check the verdict runs: the protocol checks, then the DeepSeek-V4 model checks.
-
-    The model checks (``checks_model``) decide from the profile whether they apply and
-    skip with the profile's reason otherwise (the tiny demo model cannot think or answer).
-    ``settings.only`` filters the protocol checks; the model checks always run.
-    """
-    from .checks_model import dsv4_check_specs
-
-    protocol = [c for c in CHECKS if settings.only is None or c.id in settings.only]
-    return [*protocol, *dsv4_check_specs(settings.api_key)]
-
-
 def suite_exit_code(report: Report) -> int:
     """Process exit code for a report: 0 passed, 1 a check failed, 2 not ready or aborted."""
     if report.passed:
@@ -588,7 +584,6 @@ __all__ = [
     "ServerGone",
     "SuiteSettings",
     "Timeouts",
-    "full_check_list",
     "run_check",
     "run_suite",
     "suite_exit_code",

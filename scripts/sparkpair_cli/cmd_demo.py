@@ -63,8 +63,9 @@ def run_demo(
     """
     import math
 
+    from sparkpair_health.checks import check_list
     from sparkpair_health.inputs import check_output_dir
-    from sparkpair_health.suite import SuiteSettings, full_check_list, run_suite
+    from sparkpair_health.suite import SuiteSettings, run_suite
 
     if not (
         isinstance(ready_timeout_s, (int, float)) and math.isfinite(ready_timeout_s) and ready_timeout_s > 0
@@ -142,7 +143,8 @@ def run_demo(
             junit_xml=run_dir / "health-report.xml",
             plan_file=plan_path,
         )
-        report = run_suite(settings, console=console, checks=full_check_list(settings))
+        checks = check_list(settings.resolved_profile(), only=settings.only)
+        report = run_suite(settings, console=console, checks=checks)
 
         lines = plan_lines(server.log_path.read_text(errors="replace"))
         processes = [

@@ -56,13 +56,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Wait for a real decode, run the functional health suite, print the verdict table."""
         from sparkpair_health.apikey import ApiKeyError, api_key_source, resolve_api_key
+        from sparkpair_health.checks import check_list
         from sparkpair_health.inputs import format_validation_error
         from sparkpair_health.profile import ProfileError
         from sparkpair_health.report import ReportWriteError
         from sparkpair_health.suite import (
             SuiteSettings,
             Timeouts,
-            full_check_list,
             run_suite,
             suite_exit_code,
         )
@@ -107,7 +107,8 @@ def register(app: typer.Typer) -> None:
         # The reports are written here, not inside the suite: a write that fails must not
         # lose the verdict (the table is printed first, then the error names the path).
         run = settings.model_copy(update={"report_json": None, "junit_xml": None})
-        report = run_suite(run, console=console, checks=full_check_list(run))
+        checks = check_list(run.resolved_profile(), only=run.only)
+        report = run_suite(run, console=console, checks=checks)
         try:
             report.write(report_json, junit)
         except ReportWriteError as e:

@@ -26,6 +26,7 @@ VLLM_MARKERS: dict[tuple[str, str], tuple[str, ...]] = {
     ("client", "EngineDeadError"): (r"class EngineDeadError\b",),
     ("client", "EngineCore encountered"): (r"EngineCore encountered an issue",),
     ("client", "engine core"): (r"engine core",),
+    ("client", "died unexpectedly"): (r"died unexpectedly",),
     # healthchecks/sparkpair_health/logscan.py CATALOGUE, by pattern id
     ("logscan", "engine_dead"): (r"class EngineDeadError\b", r"died unexpectedly",
                                  r"engine core exited unexpectedly", r"EngineCore encountered an issue"),

@@ -24,8 +24,10 @@ def gateway(env: dict[str, str], *args: str) -> tuple[int, str]:
     [
         ({"SPARKPAIR_PROFILE": "nope"}, "SPARKPAIR_PROFILE='nope': profile 'nope': no file"),
         ({"SPARKPAIR_ONLY": "bogus"}, "no such check ['bogus']"),
-        ({"SPARKPAIR_DSV4": '{"bogus": 1}'}, "bogus=1: Extra inputs are not permitted"),
-        ({"SPARKPAIR_DSV4": '{"request_timeout_s": -1}'}, "request_timeout_s=-1"),
+        ({"SPARKPAIR_DSV4": '{"bogus": 1}'}, "'bogus' is not a DeepSeek-V4 check setting; wanted a field"),
+        ({"SPARKPAIR_DSV4": '{"request_timeout_s": -1}'}, "'request_timeout_s' was removed; it is now"),
+        ({"SPARKPAIR_DSV4": '{"soak_requests": 15}'}, "now the profile field checks.dsv4.soak_requests"),
+        ({"SPARKPAIR_DSV4_SOAK_REQUESTS": "15"}, "SPARKPAIR_DSV4_SOAK_REQUESTS: 'soak_requests' was removed"),
         ({"SPARKPAIR_BASE_URL": "http://[::1"}, "SPARKPAIR_BASE_URL='http://[::1': does not parse"),
         ({"SPARKPAIR_BASE_URL": "http://127.0.0.1:70000"}, "Port out of range"),
         ({"SPARKPAIR_STABILITY": '{"x": 1}'}, "SPARKPAIR_STABILITY: x=1"),

@@ -17,20 +17,35 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from dsv4_fault_server import FaultState, Served, serve  # noqa: E402
 
-DSV4 = {
-    "long_context_tokens": 3000,
-    "thinking_enabled": True,
-    "thinking_default": True,
-    "request_timeout_s": 10,
-}
+
+def _dsv4_profile() -> str:
+    """deepseek-v4-flash with the server's default of thinking on (as the fault server does)
+    and a needle that fits the fault server's prompts."""
+    import tempfile
+
+    import yaml
+    from sparkpair_health.profile import PROFILES_DIR
+
+    d = yaml.safe_load((PROFILES_DIR / "deepseek-v4-flash.yaml").read_text())
+    args = d["server"]["args"]
+    if "--default-chat-template-kwargs" in args:
+        i = args.index("--default-chat-template-kwargs")
+        del args[i : i + 2]
+    d["checks"]["dsv4"] = {"long_context_tokens": 3000}
+    p = Path(tempfile.mkdtemp(prefix="wt-gw-")) / "dsv4-fault.yaml"
+    p.write_text(yaml.safe_dump(d))
+    return str(p)
+
+
+DSV4_PROFILE = _dsv4_profile()
 
 
 def gw_settings(base_url: str, **kw: Any) -> GatewaySettings:
     base: dict[str, Any] = dict(
         base_url=base_url,
-        profile="deepseek-v4-flash",
-        only=["models", "chat"],
-        dsv4=DSV4,
+        profile=DSV4_PROFILE,
+        only=["models", "chat", "thinking_modes"],
+        long_prompt_timeout_s=10,
         canary_interval_s=0.5,
         canary_timeout_s=2.0,
         ready_timeout_s=20,
@@ -91,7 +106,7 @@ def test_ready_after_passing_suite_then_503_naming_the_dead_engine_within_one_ca
                 metrics = httpx.get(g.base_url + "/metrics").text
                 for name in (
                     "sparkpair_ready 1.0",
-                    'sparkpair_check_status{check="dsv4.thinking",status="pass"} 1.0',
+                    'sparkpair_check_status{check="thinking_modes",status="pass"} 1.0',
                     "sparkpair_check_duration_seconds{",
                     "sparkpair_canary_latency_seconds_count",
                     "sparkpair_suite_passed 1.0",
@@ -165,7 +180,7 @@ def test_settings_from_env_use_one_schema_and_name_the_bad_variable() -> None:
         "SPARKPAIR_BASE_URL": "http://127.0.0.1:8000/v1",
         "SPARKPAIR_CANARY_INTERVAL_S": "2.5",
         "SPARKPAIR_DSV4_CHECKS": "false",
-        "SPARKPAIR_DSV4": '{"soak_requests": 15}',
+        "SPARKPAIR_DSV4": "{}",
         "SPARKPAIR_ONLY": "models, chat",
         "SPARKPAIR_API_KEY": "k-123",
     }
@@ -174,13 +189,16 @@ def test_settings_from_env_use_one_schema_and_name_the_bad_variable() -> None:
         "http://127.0.0.1:8000",
         2.5,
         False,
-        {"soak_requests": 15},
+        {},
         ["models", "chat"],
         9000,
     )
     assert s.api_key is not None and s.api_key.get_secret_value() == "k-123"
     with pytest.raises(GatewaySettingsError, match=r"SPARKPAIR_CANARY_INTERVAL_S='-1'.*greater than 0"):
         GatewaySettings.from_env({"SPARKPAIR_CANARY_INTERVAL_S": "-1"})
+    # The model-check settings are profile fields now: the old variable is refused, naming the field.
+    with pytest.raises(GatewaySettingsError, match=r"SPARKPAIR_DSV4.*field checks\.dsv4\.soak_requests"):
+        GatewaySettings.from_env({"SPARKPAIR_DSV4": '{"soak_requests": 15}'})
     with pytest.raises(GatewaySettingsError, match=r"SPARKPAIR_DSV4=.*not valid JSON"):
         GatewaySettings.from_env({"SPARKPAIR_DSV4": "{bad"})
     with pytest.raises(GatewaySettingsError, match=r"SPARKPAIR_BASE_URL='localhost:8000'.*http://host:port"):
@@ -200,11 +218,13 @@ def test_cli_command_reads_env_and_options_the_same_way(monkeypatch: pytest.Monk
     monkeypatch.setenv("SPARKPAIR_CANARY_INTERVAL_S", "7")
     monkeypatch.setenv("SPARKPAIR_API_KEY", "never-print-me")
     r = CliRunner().invoke(
-        app, ["gateway", "--check-settings", "--port", "9123", "--dsv4", '{"soak_requests": 3}']
+        app, ["gateway", "--check-settings", "--port", "9123", "--dsv4", "{}"]
     )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    assert (d["canary_interval_s"], d["port"], d["dsv4"]) == (7.0, 9123, {"soak_requests": 3})
+    assert (d["canary_interval_s"], d["port"], d["dsv4"]) == (7.0, 9123, {})
+    r = CliRunner().invoke(app, ["gateway", "--check-settings", "--dsv4", '{"soak_requests": 3}'])
+    assert r.exit_code == 3 and "checks.dsv4.soak_requests" in r.output, r.output
     assert "never-print-me" not in r.output
     monkeypatch.setenv("SPARKPAIR_PORT", "70000")
     r = CliRunner().invoke(app, ["gateway", "--check-settings"])

@@ -7,9 +7,9 @@ import sys
 
 CODE = """
 import sys
-from sparkpair_health import apikey, checks_model, gateway, stability
+from sparkpair_health import apikey, checks, gateway, profile, stability
 import sparkpair_cli.cmd_gateway
-checks_model.dsv4_check_specs()
+checks.check_list(profile.load_profile('deepseek-v4-flash'))
 gateway.Gateway(gateway.GatewaySettings(stability={"nodes": [{"name": "head"}]}))
 import docker  # the SDK the stability check uses
 heavy = ('vllm', 'torch', 'transformers', 'triton')
@@ -19,6 +19,6 @@ print("ok")
 """
 
 
-def test_gateway_checks_model_and_stability_import_neither_vllm_nor_torch() -> None:
+def test_gateway_checks_and_stability_import_neither_vllm_nor_torch() -> None:
     r = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

@@ -222,8 +222,9 @@ def test_every_thinking_mode_passes_on_a_correct_server_and_on_the_tiny_profile(
 
 def test_a_server_dripping_bytes_is_cut_at_the_overall_deadline_by_both_clients() -> None:
     # One byte per second: httpx's per-read timeout (2 s) never fires; the deadline must.
-    from sparkpair_health import checks_model as cm
-    from sparkpair_health.client import HealthClient, RequestTimeout
+    from sparkpair_health.checks import CheckContext, post_chat
+    from sparkpair_health.client import Deadline, HealthClient, RequestTimeout
+    from sparkpair_health.profile import load_profile
 
     body = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
     with FaultServer(hang_s=30, drip_s=1.0) as srv:
@@ -233,10 +234,10 @@ def test_a_server_dripping_bytes_is_cut_at_the_overall_deadline_by_both_clients(
             with pytest.raises(RequestTimeout, match="overall deadline"):
                 c.post("/v1/chat/completions", body, timeout_s=2.0)
             assert time.monotonic() - t0 < 2.5
-        s = cm.DSV4CheckSettings(base_url=srv.base_url, served_model_name="tiny", request_timeout_s=2.0)
-        client = cm.Client(s)
-        t0 = time.monotonic()
-        with pytest.raises(cm.RequestTimeout, match="overall deadline"):
-            client.chat(body)
-        assert time.monotonic() - t0 < 2.5
-        client.close()
+        # The model checks' path: post_chat within a check's deadline, on the same client.
+        with HealthClient(srv.base_url, request_timeout_s=2.0) as c:
+            ctx = CheckContext(c, "tiny", load_profile("tiny-demo"), 2.0, 2.0)
+            t0 = time.monotonic()
+            with pytest.raises(RequestTimeout, match="overall deadline"):
+                post_chat(ctx, body, Deadline(60.0, "check"), "chat", timeout_s=2.0)
+            assert time.monotonic() - t0 < 2.5

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import pytest
-from sparkpair_health import checks_model as cm
+from sparkpair_health import checks as cm
 
 pytestmark = pytest.mark.vllm_real
 
@@ -148,18 +148,18 @@ def test_our_thinking_table_matches_vllm_request_merge_and_parser(vllm_parts, va
 def test_thinking_output_parsed_then_judged(vllm_parts) -> None:  # type: ignore[no-untyped-def]
     r, c, _ = parse(vllm_parts, "17 plus 25 is 42.</think>42", None, thinking=True)
     assert (r, c) == ("17 plus 25 is 42.", "42")
-    assert cm._judge_thinking("on", True, r, c, "stop", 64) == []
+    assert cm.judge_thinking("on", True, r or "", c or "", "stop", judge_answer=True, max_tokens=64) == []
     # thinking off, but the model still thinks: the parser splits it out -> reasoning present -> fail
     r, c, _ = parse(vllm_parts, "<think>hmm</think>42", None, thinking=False)
     assert (
         r == "hmm"
-        and "thinking off but reasoning came back" in cm._judge_thinking("off", False, r, c, "stop", 64)[0]
+        and "reasoning came back in a mode that does not think"
+        in cm.judge_thinking("off", False, r or "", c or "", "stop", judge_answer=True, max_tokens=64)[0]
     )
     # thinking on, but the answer never leaves <think> (truncated): content empty -> fail
     r, c, _ = parse(vllm_parts, "still thinking about 42", None, thinking=True)
-    assert c is None and any(
-        "lacks the answer" in p for p in cm._judge_thinking("on", True, r, c, "stop", 64)
-    )
+    problems = cm.judge_thinking("on", True, r or "", c or "", "stop", judge_answer=True, max_tokens=64)
+    assert c is None and any("lacks the answer" in p for p in problems)
 
 
 @pytest.fixture(scope="module")

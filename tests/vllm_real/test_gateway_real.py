@@ -42,7 +42,6 @@ def test_gateway_ready_on_a_real_server_then_503_naming_the_dead_engine(  # type
             canary_interval_s=CANARY_INTERVAL_S,
             canary_timeout_s=CANARY_TIMEOUT_S,
             ready_timeout_s=float(os.environ.get("SPARKPAIR_TEST_SERVER_TIMEOUT", "420")),
-            dsv4={"long_context_tokens": 1500, "long_context_depths": [0.5]},
             report_json=tmp_path / "report.json",
         )
         gw = Gateway(settings)
@@ -65,7 +64,7 @@ def test_gateway_ready_on_a_real_server_then_503_naming_the_dead_engine(  # type
             assert r.status_code == 200, f"{r.text}; failing checks: {bad}"
             ids = {c["id"]: c["status"] for c in report["checks"]}
             assert ids["dsv4.stream_equality"] == "pass" and ids["dsv4.long_context"] == "pass"
-            assert ids["dsv4.greedy_sanity"] == "skip" and ids["dsv4.thinking"] == "skip"
+            assert ids["dsv4.greedy_sanity"] == "skip" and ids["thinking"] == "skip"
             assert (tmp_path / "report.json").is_file()
             dsv4_s = sum(c["latency_ms"] for c in report["checks"] if c["id"].startswith("dsv4.")) / 1000
             print(f"suite {report['duration_s']:.1f} s on the tiny server, of which dsv4.* {dsv4_s:.1f} s")

@@ -1,0 +1,124 @@
+"""The one check list: the protocol checks, then the model checks, in run order.
+
+``sparkpair health``, ``sparkpair demo`` and the gateway all run :func:`check_list`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from ..profile import Profile
+from .api import check_chat, check_models, check_stream, check_stream_no_usage
+from .base import CheckSpec
+from .greedy import check_determinism, check_greedy_sanity, check_semantic, check_stream_equality
+from .long_context import check_long_context, check_long_prompt_accepted, check_long_prompt_rejected
+from .soak import check_soak
+from .thinking import check_thinking, check_thinking_modes
+from .tools import check_tool_calls, check_tool_named, check_tool_required
+
+CHECKS: list[CheckSpec] = [
+    CheckSpec("models", "/v1/models lists the served name", "B15 (served id), sparkrun#9", check_models, 30),
+    CheckSpec(
+        "chat", "greedy chat completion with consistent usage", "HTTP-200-but-broken decode", check_chat, 60
+    ),
+    CheckSpec("stream", "stream: one [DONE], one usage chunk, text == non-streamed", "B11", check_stream, 90),
+    CheckSpec(
+        "stream_no_usage",
+        "stream without include_usage carries no usage",
+        "B11, vllm#36379",
+        check_stream_no_usage,
+        90,
+    ),
+    CheckSpec(
+        "tool_required", "tool_choice=required, strict tool: valid arguments", "B10", check_tool_required, 120
+    ),
+    CheckSpec("tool_named", "named tool_choice, strict tool: valid arguments", "B10", check_tool_named, 120),
+    CheckSpec(
+        "long_prompt_accepted",
+        "prompt near max_model_len served",
+        "B13, vllm#44376",
+        check_long_prompt_accepted,
+        300,
+    ),
+    CheckSpec(
+        "long_prompt_rejected",
+        "prompt over max_model_len: HTTP 400, no hang",
+        "hang on over-long prompt",
+        check_long_prompt_rejected,
+        120,
+    ),
+    CheckSpec("determinism", "two identical greedy requests, identical text", "B15", check_determinism, 90),
+    CheckSpec("semantic", "greedy answers contain the expected text", "B15", check_semantic, 120),
+    CheckSpec("thinking", "reasoning when thinking is on, none when off", "B11", check_thinking, 300),
+    CheckSpec(
+        "thinking_modes",
+        "every thinking mode (unspecified too, every way to ask with a model that answers), streamed "
+        "and not: no leaks, reasoning only when thinking, answer in content",
+        "B11, thinking/reasoning_effort conflict (leaks only in one mode)",
+        check_thinking_modes,
+        600,
+    ),
+]
+"""The protocol checks, in run order (``only`` selects among these)."""
+
+MODEL_CHECKS: list[CheckSpec] = [
+    CheckSpec(
+        "dsv4.greedy_sanity",
+        "greedy known answers, finish_reason stop, twice byte-identical",
+        "B15",
+        check_greedy_sanity,
+        120,
+    ),
+    CheckSpec(
+        "dsv4.tool_calls",
+        "exact tool calls: auto/required, one and several tools, stream; no wrapper, no DSML",
+        "B10",
+        check_tool_calls,
+        300,
+    ),
+    CheckSpec(
+        "dsv4.stream_equality",
+        "greedy streamed reasoning/content/tool args == non-streamed",
+        "B11",
+        check_stream_equality,
+        300,
+    ),
+    CheckSpec(
+        "dsv4.long_context",
+        "needle returned exactly at several depths and neighbouring prompt lengths; usage verified",
+        "B13 envelope, truncation",
+        check_long_context,
+        600,
+    ),
+    CheckSpec(
+        "dsv4.soak",
+        "N sequential mixed-length requests (>= 1000-token outputs) within a latency budget",
+        "B08",
+        check_soak,
+        3600,
+    ),
+]
+"""The model checks (settings: the profile's ``checks.dsv4``); each skips with the profile's
+reason where it does not apply."""
+
+
+def check_list(
+    profile: Profile, *, only: Collection[str] | None = None, model_checks: bool = True
+) -> list[CheckSpec]:
+    """Every check one run of the suite makes for ``profile``, in run order.
+
+    Args:
+        profile: the model profile; each check reads its settings from it and skips with
+            the profile's reason where it does not apply.
+        only: protocol check ids to keep (``None``: all); the model checks are not filtered.
+        model_checks: add :data:`MODEL_CHECKS` (the gateway's ``dsv4_checks``).
+
+    Raises:
+        ValueError: ``only`` names an id that is not a protocol check.
+    """
+    known = [c.id for c in CHECKS]
+    bad = sorted(set(only or ()) - set(known))
+    if bad:
+        raise ValueError(f"profile {profile.name!r}: no such check {bad}; wanted ids from {known}")
+    protocol = [c for c in CHECKS if only is None or c.id in only]
+    return [*protocol, *(MODEL_CHECKS if model_checks else [])]
