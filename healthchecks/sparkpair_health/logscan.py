@@ -302,7 +302,7 @@ CATALOGUE: tuple[Pattern, ...] = (
         "run `sparkpair preflight` (deepgemm check) for the reason; DeepSeek-V4 cannot serve without it",
     ),
 )
-"""The catalogue (field-bugs.md §4 candidate list, plus vLLM 0.32's own wording of engine death)."""
+"""The catalogue (the field bugs of docs/reference/field-bugs.md, plus vLLM 0.32's own wording of engine death)."""
 
 
 @dataclass
