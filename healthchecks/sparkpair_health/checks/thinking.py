@@ -34,7 +34,8 @@ from .base import (
 
 
 def check_thinking(ctx: CheckContext, deadline: Deadline) -> Passed:
-    """Thinking on gives reasoning and an answer; thinking off gives no reasoning (docs/reference/vllm-code-paths.md#thinking)."""
+    """Thinking on gives reasoning and an answer; thinking off gives no reasoning
+    (docs/reference/vllm-code-paths.md#thinking)."""
     spec = ctx.profile.checks.thinking
     if not spec.enabled:
         raise Skip(spec.skip_reason or "profile disables thinking checks")
