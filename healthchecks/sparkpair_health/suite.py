@@ -563,9 +563,10 @@ def full_check_list(settings: SuiteSettings) -> list[CheckSpec]:
     ``settings.only`` filters the protocol checks; the model checks always run.
     """
     from .checks_model import dsv4_check_specs
+    from .checks_spec import SPEC_FIRST, SPEC_LAST  # speculation: skip unless the profile sets it
 
     protocol = [c for c in CHECKS if settings.only is None or c.id in settings.only]
-    return [*protocol, *dsv4_check_specs(settings.api_key)]
+    return [*SPEC_FIRST, *protocol, *dsv4_check_specs(settings.api_key), *SPEC_LAST]
 
 
 def suite_exit_code(report: Report) -> int:
