@@ -114,3 +114,18 @@ def test_counters_parse_summed_over_label_sets_and_absent_means_none() -> None:
         "vllm:spec_decode_num_draft_tokens_total",
         "vllm:spec_decode_num_accepted_tokens_total",
     }
+
+
+def test_the_gateway_exports_the_suites_acceptance_rate_as_a_metric() -> None:
+    from prometheus_client import generate_latest
+    from sparkpair_health.gateway import GatewayMetrics
+
+    with FaultServer(spec_k=3, acceptance=0.7) as srv:
+        report = run(srv.base_url, spec_profile())
+    m = GatewayMetrics()
+    m.record_report([c.model_dump() for c in report.checks], report.passed, 1.0)
+    text = generate_latest(m.registry).decode()
+    rate = report.check("spec_acceptance").evidence["acceptance_rate"]
+    assert f"sparkpair_spec_acceptance_rate {rate}" in text, text
+    m.record_report([{"id": "spec_acceptance", "status": "skip", "evidence": {}}], True, 1.0)
+    assert "sparkpair_spec_acceptance_rate NaN" in generate_latest(m.registry).decode()
