@@ -101,3 +101,38 @@ def test_vllm_033_exports_the_speculation_counters_the_checks_and_the_bench_read
     assert s["spec_acceptance_rate"] == pytest.approx(0.4) and s["spec_acceptance_length"] == pytest.approx(
         3.0
     )
+
+
+def _capture_sizes(compilation_config: str, max_size: int) -> tuple[list[int], int]:
+    """The capture sizes vLLM 0.33's own ``VllmConfig._set_cudagraph_sizes`` settles on for the
+    profile's 6 sequences x (5 + 1) tokens (the rest of VllmConfig is not needed by it)."""
+    from types import SimpleNamespace
+
+    from vllm.config import VllmConfig
+    from vllm.config.compilation import CompilationConfig
+
+    cc = CompilationConfig(**json.loads(compilation_config), max_cudagraph_capture_size=max_size)
+    cfg = SimpleNamespace(
+        model_config=SimpleNamespace(enforce_eager=False),
+        compilation_config=cc,
+        scheduler_config=SimpleNamespace(max_num_seqs=6, max_num_batched_tokens=8192),
+        speculative_config=None,
+        uniform_decode_query_len=6,
+        performance_mode="balanced",
+    )
+    VllmConfig._set_cudagraph_sizes(cfg)  # type: ignore[arg-type]
+    return list(cc.cudagraph_capture_sizes), int(cc.max_cudagraph_capture_size)
+
+
+def test_vllm_033_captures_the_full_verify_step_only_with_the_listed_sizes() -> None:
+    from sparkpair_health.profile import arg_value
+
+    server = load_profile("deepseek-v4-flash").server
+    comp = arg_value(server.args, "--compilation-config")
+    cap = int(arg_value(server.args, "--max-cudagraph-capture-size") or 0)
+    assert comp is not None and cap == server.verify_tokens() == 36
+    sizes, top = _capture_sizes(comp, cap)
+    assert top == 36 and all(n * 6 in sizes for n in range(1, 7)), sizes
+    # Without the list vLLM truncates the max to 32: a full verify step would run uncaptured.
+    bare, bare_top = _capture_sizes('{"cudagraph_mode": "PIECEWISE"}', cap)
+    assert bare_top == 32 and 36 not in bare, bare
