@@ -31,3 +31,32 @@ def test_the_aot_variants_serve_every_token_count_because_the_count_is_never_spe
     assert "M" in router_gemm._router_dot_kernel.do_not_specialize
     assert "M" in router_gemm._router_rows_kernel.do_not_specialize
     assert "T" in fp8_einsum._fp8_einsum_kernel.do_not_specialize
+
+
+def test_inspect_requires_the_dspark_draft_weights_for_the_dspark_profile(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import shutil
+    from pathlib import Path
+
+    from sparkpair_cli.preflight.checkpoint import expects_draft, inspect_checkpoint, resolve_model_dir
+
+    good = Path(__file__).resolve().parents[1] / "fixtures/hosts/spark-head-good/models"
+    d = resolve_model_dir("deepseek-ai/DeepSeek-V4-Flash", good)
+    assert d is not None
+    assert expects_draft(load_profile("deepseek-v4-flash")) and not expects_draft(
+        load_profile("deepseek-v4-flash-nospec")
+    )
+    rep = inspect_checkpoint(d, gate_dtype="BF16", need_draft=True)
+    assert rep.problems == [] and rep.draft_tensors == 1 and "draft (mtp.*) tensors 1" in rep.summary
+    # The same checkpoint without its draft (the preview): named, with what is wanted.
+    nodraft = tmp_path / "ckpt"
+    shutil.copytree(d, nodraft)
+    idx = nodraft / "model.safetensors.index.json"
+    data = json.loads(idx.read_text())
+    data["weight_map"] = {k: v for k, v in data["weight_map"].items() if not k.startswith("mtp.")}
+    idx.write_text(json.dumps(data))
+    bad = inspect_checkpoint(nodraft, need_draft=True)
+    assert any("draft weights: no mtp.* tensors in 2 shards" in p and "0731" in p for p in bad.problems), (
+        bad.problems
+    )
+    assert inspect_checkpoint(nodraft).problems == []

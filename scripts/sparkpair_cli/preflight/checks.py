@@ -758,7 +758,13 @@ def check_flashinfer_table(c: Ctx) -> None:
 def check_checkpoint(c: Ctx) -> None:
     """The checkpoint is complete and its gate weights have the dtype the profile assumes
     (``sparkpair inspect``)."""
-    from .checkpoint import InspectError, expected_gate_dtype, inspect_checkpoint, resolve_model_dir
+    from .checkpoint import (
+        InspectError,
+        expected_gate_dtype,
+        expects_draft,
+        inspect_checkpoint,
+        resolve_model_dir,
+    )
 
     model = c.env.SPARKPAIR_MODEL or c.profile.server.model
     hf_home = c.host.path(os.environ.get("HF_HOME", "/models"))
@@ -774,7 +780,8 @@ def check_checkpoint(c: Ctx) -> None:
         )
         return
     try:
-        rep = inspect_checkpoint(d, gate_dtype=expected_gate_dtype(c.profile))
+        gate, draft = expected_gate_dtype(c.profile), expects_draft(c.profile)
+        rep = inspect_checkpoint(d, gate_dtype=gate, need_draft=draft)
     except InspectError as e:
         c.add("checkpoint", "fail", "checkpoint", d, "a complete safetensors checkpoint", str(e))
         return
