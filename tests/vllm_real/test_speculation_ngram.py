@@ -68,9 +68,9 @@ def test_bench_reports_acceptance_rate_and_mean_accepted_length_per_cell(
 ) -> None:
     wl = tmp_path / "wl.yaml"
     wl.write_text(
-        "name: spec\nseed: 3\nrequests_per_user: 2\nwarmup_requests: 0\nmetrics_interval_s: 0.5\n"
+        "name: spec\nseed: 3\nrequests_per_user: 1\nwarmup_requests: 0\nmetrics_interval_s: 0.5\n"
         "thinking_modes: {off: {}}\nsampling: {temperature: 0.0}\n"
-        "grid: {context_tokens: [64], output_tokens: [24], concurrency: [2], thinking: [off]}\n"
+        "grid: {context_tokens: [64], output_tokens: [16], concurrency: [2], thinking: [off]}\n"
     )
     out = tmp_path / "out"
     proc = subprocess.run(
