@@ -1,6 +1,6 @@
 """Shared timing and recording for the kernel benchmarks (bench_router_gemm, bench_fp8_einsum).
 
-Timing method (issue 3): CUDA-graph replay per call. ``calls`` invocations of ``fn`` are captured
+Timing method: CUDA-graph replay per call. ``calls`` invocations of ``fn`` are captured
 in one graph; the graph is replayed ``reps`` times, each replay timed with CUDA events; the
 per-call time of a replay is its elapsed time / ``calls``; p20/p50/p80 are over the replays.
 ``fn`` may rotate over several input sets (``cold`` L2: the sets together exceed the L2 cache).

@@ -623,7 +623,8 @@ def check_semantic(ctx: CheckContext, deadline: Deadline) -> Passed:
 
 
 def check_thinking(ctx: CheckContext, deadline: Deadline) -> Passed:
-    """Thinking on gives reasoning and an answer; thinking off gives no reasoning (audit §6)."""
+    """Thinking on gives reasoning and an answer; thinking off gives no reasoning
+    (docs/reference/vllm-code-paths.md#thinking)."""
     spec = ctx.profile.checks.thinking
     if not spec.enabled:
         raise Skip(spec.skip_reason or "profile disables thinking checks")
@@ -661,7 +662,8 @@ def check_thinking(ctx: CheckContext, deadline: Deadline) -> Passed:
 # ---- every thinking mode, streamed and not
 
 THINKING_KEYS = ("thinking", "enable_thinking")
-"""``chat_template_kwargs`` keys that switch DeepSeek-V4-style thinking (audit §6)."""
+"""``chat_template_kwargs`` keys that switch DeepSeek-V4-style thinking
+(docs/reference/vllm-code-paths.md#thinking)."""
 
 
 def thinking_modes(profile: Profile) -> list[tuple[str, dict[str, Any], bool]]:
@@ -786,12 +788,16 @@ CHECKS: list[CheckSpec] = [
     CheckSpec("determinism", "two identical greedy requests, identical text", "B15", check_determinism, 90),
     CheckSpec("semantic", "greedy answers contain the expected text", "B15", check_semantic, 120),
     CheckSpec(
-        "thinking", "reasoning when thinking is on, none when off", "B11, audit §6", check_thinking, 300
+        "thinking",
+        "reasoning when thinking is on, none when off",
+        "B11, docs/reference/vllm-code-paths.md#thinking",
+        check_thinking,
+        300,
     ),
     CheckSpec(
         "thinking_modes",
         "every thinking mode (unspecified too), streamed and not: no leaks, reasoning only when thinking",
-        "audit §6, B11 (leaks only in one mode)",
+        "docs/reference/vllm-code-paths.md#thinking, B11 (leaks only in one mode)",
         check_thinking_modes,
         300,
     ),

@@ -5,7 +5,8 @@ Each check answers one question an operator of a DeepSeek-V4-Flash pair has, fro
 server's own HTTP answers (never from its ``/health``):
 
 - ``dsv4.thinking``: answer in the wrong field, reasoning when thinking is off (or none when
-  on), think tags / DSML / special tokens leaking (audit §6, incl. the ``thinking: false`` +
+  on), think tags / DSML / special tokens leaking (docs/reference/vllm-code-paths.md#thinking, incl. the
+  ``thinking: false`` +
   ``reasoning_effort`` conflict);
 - ``dsv4.tool_calls`` (B10): no ``tool_calls`` / raw DSML in content, wrong name, arguments
   that do not parse or validate, a spurious ``arguments`` wrapper;
@@ -363,7 +364,8 @@ LEAK_PATTERNS: dict[str, re.Pattern[str]] = {
 """What must never reach ``content`` or ``reasoning``: think tags, DSML markup, special tokens."""
 
 NO_THINKING = {"chat_template_kwargs": {"thinking": False, "enable_thinking": False}}
-"""Request fields that turn DeepSeek-V4 thinking off (``enable_thinking`` too: audit §6 conflict)."""
+"""Request fields that turn DeepSeek-V4 thinking off (``enable_thinking`` too:
+docs/reference/vllm-code-paths.md#thinking)."""
 
 WRAPPER_KEYS = ("arguments", "parameters", "input", "args", "kwargs")
 """Keys a model wraps the real arguments in (vllm PR #41241, sglang#38924)."""
@@ -414,7 +416,8 @@ THINKING_VARIANTS: tuple[ThinkingVariant, ...] = (
     ThinkingVariant("thinking=true", {"chat_template_kwargs": {"thinking": True}}, True),
     ThinkingVariant("enable_thinking=true", {"chat_template_kwargs": {"enable_thinking": True}}, True),
     ThinkingVariant("reasoning_effort=none", {"reasoning_effort": "none"}, False),
-    # audit §6: reasoning_effort != "none" injects enable_thinking=True unless the client set it,
+    # docs/reference/vllm-code-paths.md#thinking: reasoning_effort != "none" injects enable_thinking=True
+    # unless the client set it,
     # and the tokenizer ORs it with 'thinking': this still thinks.
     ThinkingVariant(
         "thinking=false + reasoning_effort=high",
@@ -1151,7 +1154,7 @@ CHECKS: tuple[ModelCheck, ...] = (
         check_thinking,
         _need_thinking,
         "every way to ask for thinking: reasoning exactly when on, answer in content, no leaks",
-        "audit §6 (thinking/reasoning_effort conflict), B11",
+        "docs/reference/vllm-code-paths.md#thinking, B11",
         600.0,
     ),
     ModelCheck(

@@ -1,7 +1,7 @@
 # ruff: noqa: E501  (the catalogue reads as a table; one entry per call)
 """Log scanner v1: a catalogue of log patterns from field reports, and a scanner over log lines.
 
-Each :class:`Pattern` names the field bug it covers (``shared/reference/field-bugs.md`` §1-§4),
+Each :class:`Pattern` names the field bug it covers (``docs/reference/field-bugs.md``),
 what a match means, and what to do. Severities:
 
 * ``fatal``: one match means the server is broken (or about to be);

@@ -189,7 +189,8 @@ class ToolsSpec(_Strict):
 
 
 class ThinkingSpec(_Strict):
-    """Thinking-mode checks: reasoning present when on, absent when off (audit §6)."""
+    """Thinking-mode checks: reasoning present when on, absent when off
+    (docs/reference/vllm-code-paths.md#thinking)."""
 
     enabled: bool = False
     skip_reason: str = "the model has no thinking mode"
@@ -277,6 +278,11 @@ class Profile(_Strict):
     description: str = ""
     server: ServerSpec
     checks: ChecksSpec = Field(default_factory=ChecksSpec)
+
+    @property
+    def is_dsv4(self) -> bool:
+        """Whether this profile serves DeepSeek-V4 (its tokenizer mode or its model id)."""
+        return "deepseek_v4" in " ".join(self.server.args) or "deepseek-v4" in self.server.model.lower()
 
 
 def _looks_like_path(name: str) -> bool:

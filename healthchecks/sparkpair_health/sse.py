@@ -3,7 +3,7 @@
 An OpenAI-style stream is a sequence of SSE events whose ``data`` field is a JSON chunk,
 ending with one ``data: [DONE]``. SDKs hide framing errors (a second ``[DONE]``, data after
 ``[DONE]``, a chunk that is not JSON), which are exactly what the health suite must see
-(``shared/reference/field-bugs.md`` B11), so this module works on the raw lines.
+(``docs/reference/field-bugs.md`` B11), so this module works on the raw lines.
 
 Framing follows the WHATWG HTML "server-sent events" parsing rules: a line ``field: value``
 (one optional space after the colon is dropped), a line starting with ``:`` is a comment,

@@ -19,7 +19,8 @@ Router (vLLM ``GateLinear``, ``vllm/model_executor/layers/fused_moe/router/gate_
 * ``upstream``: vLLM's own tiers.
 
 On GB10 (capability 12.1) vLLM enables none of its specialised tiers because they are
-gated on Hopper or family 100 (gate_linear.py:63-82; audit §1), so the overlay acts on
+gated on Hopper or family 100 (gate_linear.py:63-82; docs/reference/vllm-code-paths.md#router-tiers), so the
+overlay acts on
 capability family 120 only and is a no-op elsewhere.
 
 o_proj (``fp8_einsum("bhr,hdr->bhd", ...)`` in
@@ -67,7 +68,7 @@ RECIPE_SM90: Recipe = (1, 128, 128)
 #: weight sf). ``ue8m0-int32``: four UE8M0 bytes packed per int32 (byte k at bits 8k),
 #: the layout of ``fused_inv_rope_fp8_quant(tma_aligned_scales=True)``
 #: (fused_inv_rope_fp8_quant.py:402-405, :455-461) and of DeepGEMM's weight transform on
-#: arch 10/12 (audit §2 "Weight side" step 5). ``fp32``: one fp32 per 128 block
+#: arch 10/12 (docs/reference/vllm-code-paths.md#o_proj-scales). ``fp32``: one fp32 per 128 block
 #: (``tma_aligned_scales=False``). For ``(1,128,128)`` on family 120 the weight scale stays
 #: whatever vLLM's weight post-processing made of it: DeepGEMM's
 #: ``transform_sf_into_required_layout`` packs it per row as ``ue8m0-int32`` on arch 12,
@@ -92,7 +93,7 @@ def capability_family(cap: Capability | None) -> int | None:
 
     Mirrors ``Platform.is_device_capability_family`` (platforms/interface.py:577-588 in
     0.32.0): 12.1 is family 120, not family 100, although ``has_device_capability(100)`` is
-    True (audit §1). ``None`` (no CUDA device) has no family.
+    True (docs/reference/vllm-code-paths.md#router-tiers). ``None`` (no CUDA device) has no family.
     """
     if cap is None:
         return None
@@ -400,7 +401,8 @@ def decide_o_proj(
     Returns:
         An :class:`OProjDecision`. On family 120 with ``auto``: the fastest (backend, recipe)
         the probe found correct at every probed T; DeepGEMM is never chosen without a probe
-        that shows it correct on this device (audit §0: its SM120 path is unproven; field
+        that shows it correct on this device (docs/reference/vllm-code-paths.md#gb10-on-deepgemm: its SM120
+        path is unproven; field
         reports show NaNs/asserts, #48052/#52357); without probe results, Triton with
         upstream's recipe.
 
@@ -645,7 +647,8 @@ def einsum_route(
     :data:`TRITON_SCALE_ENCODINGS` with the (activation, weight) scale encodings listed
     there; ``a = (x, sa)`` with x ``float8_e4m3fn [T, G, K]`` on a CUDA device,
     ``b = (w, sw)`` with w ``float8_e4m3fn [G, R, K]``, ``out`` ``bfloat16 [T, G, R]``
-    (shapes from o_proj.py:78-95 and audit §2 table). Anything else goes to the original
+    (shapes from o_proj.py:78-95 and docs/reference/vllm-code-paths.md#dsv4-shapes). Anything else goes to
+    the original
     (DeepGEMM) with the reason. Never decided by architecture family alone.
 
     Args are the call's own arguments (tensors are only inspected, never read).

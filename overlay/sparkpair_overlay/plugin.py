@@ -3,7 +3,8 @@
 vLLM calls :func:`sparkpair_overlay.register` once per process (``load_general_plugins``
 with its ``plugins_loaded`` guard, vllm/plugins/__init__.py:77-90 in 0.32.0): in the API
 server (``EngineArgs.__post_init__``), the engine core (``EngineCore.__init__``) and every
-worker (``WorkerWrapperBase.init_worker``) (audit §4). A ``fork``ed child inherits both the
+worker (``WorkerWrapperBase.init_worker``) (docs/reference/vllm-code-paths.md#plugin-load-order). A
+``fork``ed child inherits both the
 patched modules and ``plugins_loaded=True`` and so never calls us; an ``os.register_at_fork``
 hook logs the plan line in such a child so that every process still logs it exactly once.
 

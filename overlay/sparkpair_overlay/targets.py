@@ -14,7 +14,8 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# Modules whose global ``fp8_einsum`` the o_proj patch rebinds (audit §2 "Names an overlay
+# Modules whose global ``fp8_einsum`` the o_proj patch rebinds
+# (docs/reference/vllm-code-paths.md#o_proj-callers
 # must rebind", items 1-2). The first two are required; the others only if present.
 FP8_EINSUM_SOURCE = "vllm.utils.deep_gemm"
 FP8_EINSUM_CONSUMERS_REQUIRED: tuple[str, ...] = (
@@ -26,7 +27,8 @@ FP8_EINSUM_CONSUMERS_OPTIONAL: tuple[str, ...] = (
     "vllm.model_executor.kernels.linear.mxfp8.deep_gemm",
 )
 # Modules that bind ``compute_fp8_einsum_recipe`` by name and call it in ``__init__``
-# (audit §2 item 3); patched only when the plan selects a non-upstream recipe.
+# (docs/reference/vllm-code-paths.md#o_proj-callers); patched only when the plan selects a non-upstream
+# recipe.
 RECIPE_SOURCE = "vllm.models.deepseek_v4.nvidia.ops.o_proj"
 RECIPE_CONSUMERS_REQUIRED: tuple[str, ...] = (
     RECIPE_SOURCE,

@@ -11,7 +11,6 @@ serving without a stop request (a peer died) the node exits non-zero, so compose
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
@@ -23,13 +22,8 @@ import typer
 from rich.console import Console
 
 from .deploy import launch, liveness, supervise
-from .deploy.nodeenv import (
-    SECRET_KEYS,
-    NodeEnv,
-    NodeEnvError,
-    load_node_env_file,
-    load_node_env_from_environ,
-)
+from .deploy.nodeenv import NodeEnv, load_node_env_file, load_node_env_from_environ
+from .deploy.nodeenv_values import SECRET_KEYS, NodeEnvError
 
 err = Console(stderr=True)
 out = Console()
@@ -113,14 +107,6 @@ def _load_profile(env: NodeEnv):  # type: ignore[no-untyped-def]
 
 def _say(env: NodeEnv, msg: str) -> None:
     err.print(f"[bold]sparkpair node {env.SPARKPAIR_NODE_NAME} ({env.role}):[/bold] {msg}", highlight=False)
-
-
-def _has_command(module: str) -> bool:
-    """Whether ``sparkpair_cli.<module>`` exists and the CLI registers it (main.COMMAND_MODULES)."""
-    from . import main
-
-    name = f"sparkpair_cli.{module}"
-    return name in main.COMMAND_MODULES and importlib.util.find_spec(name) is not None
 
 
 def _apply_probe(env: NodeEnv, profile, out_path: Path, base_env: dict[str, str]):  # type: ignore[no-untyped-def]
@@ -253,6 +239,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_CONFIG)
 
         from .preflight import checks as pf
+        from .preflight.fabric import resolve_gid_index
 
         _say(env, "preflight --local")
         report = pf.run_local(env, profile, root=root)
@@ -285,35 +272,32 @@ def register(app: typer.Typer) -> None:
                 )
 
         base_env = child_base_env(dict(os.environ))
-        if _has_command("cmd_probe"):
-            out_path = Path(
-                os.environ.get("SPARKPAIR_PROBE_OUT", "/var/cache/sparkpair/vllm/sparkpair-probe.json")
+        out_path = Path(
+            os.environ.get("SPARKPAIR_PROBE_OUT", "/var/cache/sparkpair/vllm/sparkpair-probe.json")
+        )
+        _say(env, f"sparkpair probe (on-device kernel self-test) -> {out_path}")
+        tp = str(profile.server.tensor_parallel_size)
+        rc = subprocess.call(
+            [sys.executable, "-m", "sparkpair_cli.main", "probe", "--out", str(out_path), "--tp", tp]
+        )
+        if rc in (0, 3):
+            base_env, profile = _apply_probe(env, profile, out_path, base_env)
+        elif "probe" in env.waived:
+            _say(
+                env,
+                f"[yellow]sparkpair probe exited {rc}; waived by SPARKPAIR_PREFLIGHT_WAIVE: "
+                "the kernel plan uses its built-in defaults[/yellow]",
             )
-            _say(env, f"sparkpair probe (on-device kernel self-test) -> {out_path}")
-            tp = str(profile.server.tensor_parallel_size)
-            rc = subprocess.call(
-                [sys.executable, "-m", "sparkpair_cli.main", "probe", "--out", str(out_path), "--tp", tp]
-            )
-            if rc in (0, 3):
-                base_env, profile = _apply_probe(env, profile, out_path, base_env)
-            elif "probe" in env.waived:
-                _say(
-                    env,
-                    f"[yellow]sparkpair probe exited {rc}; waived by SPARKPAIR_PREFLIGHT_WAIVE: "
-                    "the kernel plan uses its built-in defaults[/yellow]",
-                )
-            else:
-                _say(
-                    env,
-                    f"[red]sparkpair probe exited {rc}; wanted 0 (a GPU to run on); not starting[/red]",
-                )
-                raise typer.Exit(EXIT_PREFLIGHT)
         else:
-            _say(env, "sparkpair probe is not in this build; kernel plan comes from predicates only")
+            _say(
+                env,
+                f"[red]sparkpair probe exited {rc}; wanted 0 (a GPU to run on); not starting[/red]",
+            )
+            raise typer.Exit(EXIT_PREFLIGHT)
 
         gid = None
         if env.NCCL_IB_GID_INDEX == "auto":
-            gid = pf.resolve_gid_index(env, root)
+            gid = resolve_gid_index(env, root)
             _say(
                 env,
                 f"NCCL_IB_GID_INDEX=auto resolved to {gid if gid is not None else 'unset (no RoCEv2 entry; waived)'}",  # noqa: E501
@@ -364,16 +348,7 @@ def register(app: typer.Typer) -> None:
         against this node's API server and answers ``/readyz``."""
         env = _load_env(None)
         base = f"http://{_url_host(env.probe_host())}:{env.SPARKPAIR_API_PORT}"
-        if not _has_command("cmd_gateway"):
-            err.print(
-                "sparkpair node health: `sparkpair gateway` is not in this build; wanted the health gateway "
-                "(healthchecks/) to serve /readyz",
-                highlight=False,
-            )
-            raise typer.Exit(EXIT_CONFIG)
-        from .preflight.checks import is_dsv4
-
-        dsv4 = is_dsv4(_load_profile(env))
+        dsv4 = _load_profile(env).is_dsv4
         reports = Path(os.environ.get("SPARKPAIR_REPORTS_DIR", "/var/lib/sparkpair/reports"))
         argv = [
             sys.executable, "-m", "sparkpair_cli.main", "gateway",

@@ -31,9 +31,10 @@ def register(app: typer.Typer) -> None:
         """Check this node (fabric, memory, shm, logind, kernel, driver, ptxas, FlashInfer,
         checkpoint); with --compare, check the nodes agree. Exit 1 on any failure."""
         from .preflight import checks as pf
+        from .preflight.ids import CHECK_IDS
 
         if list_ids:
-            for k, v in pf.CHECK_IDS.items():
+            for k, v in CHECK_IDS.items():
                 print(f"{k:20s} {v}")
             return
         try:

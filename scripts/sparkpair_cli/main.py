@@ -1,15 +1,31 @@
 """Entry point of the ``sparkpair`` CLI (typer).
 
-Each command lives in its own module that exposes ``register(app)``; the list below is
-the whole command set, so ``sparkpair --help`` lists every command.
+Each command lives in its own module that exposes ``register(app)``; :data:`COMMANDS` is
+the whole command set, imported by name so a reader (and a tool) can follow each command to its
+module. The command modules import only what ``--help`` needs at module level; heavy packages
+(torch, triton, numpy, vLLM) are imported inside the commands that run them, so the slim
+``pip install .`` starts the CLI.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 import typer
+
+from . import (
+    cmd_bench,
+    cmd_demo,
+    cmd_gateway,
+    cmd_health,
+    cmd_inspect,
+    cmd_kernels,
+    cmd_logscan,
+    cmd_node,
+    cmd_plan,
+    cmd_preflight,
+    cmd_probe,
+)
 
 app = typer.Typer(
     name="sparkpair",
@@ -19,27 +35,26 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-COMMAND_MODULES = (
-    "sparkpair_cli.cmd_demo",
-    "sparkpair_cli.cmd_health",
-    "sparkpair_cli.cmd_logscan",
-    "sparkpair_cli.cmd_bench",
-    "sparkpair_cli.cmd_gateway",
-    "sparkpair_cli.cmd_kernels",
-    "sparkpair_cli.cmd_probe",
-    "sparkpair_cli.cmd_plan",
-    "sparkpair_cli.cmd_preflight",
-    "sparkpair_cli.cmd_node",
-    "sparkpair_cli.cmd_inspect",
+COMMANDS = (
+    cmd_demo,
+    cmd_health,
+    cmd_logscan,
+    cmd_bench,
+    cmd_gateway,
+    cmd_kernels,
+    cmd_probe,
+    cmd_plan,
+    cmd_preflight,
+    cmd_node,
+    cmd_inspect,
 )
+"""Every command module, in ``--help`` order; each registers its commands with ``register(app)``."""
 
+COMMAND_MODULES = tuple(m.__name__ for m in COMMANDS)
+"""Their import names."""
 
-def _load() -> None:
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(app)
-
-
-_load()
+for _cmd in COMMANDS:
+    _cmd.register(app)
 
 
 EXTRA_OF_MODULE = {

@@ -16,13 +16,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
 import httpx
 from sparkpair_health.profile import Profile
+from sparkpair_health.waiting import PollTimeout, poll_until
 
 
 class ServerStartError(RuntimeError):
@@ -189,9 +189,10 @@ class VllmServer:
             ServerStartError: the process exited (with the log tail), or ``timeout_s``
                 passed without a 200.
         """
-        t0 = time.monotonic()
-        while True:
-            waited = time.monotonic() - t0
+        state = "not probed yet"
+
+        def healthy() -> bool | None:
+            nonlocal state
             if not self.alive():
                 code = self.proc.returncode if self.proc else None
                 raise ServerStartError(
@@ -201,18 +202,24 @@ class VllmServer:
             try:
                 r = httpx.get(self.base_url + "/health", timeout=2.0)
                 if r.status_code == 200:
-                    return waited
+                    return True
                 state = f"/health answered {r.status_code}"
             except httpx.HTTPError:
                 state = "not listening yet"
-            if on_tick:
-                on_tick(waited, state)
-            if waited > timeout_s:
-                raise ServerStartError(
-                    f"vLLM server at {self.base_url} not ready after {timeout_s:.0f} s ({state}); "
-                    f"log {self.log_path}:\n{self.log_tail()}"
-                )
-            time.sleep(1.0)
+            return None
+
+        try:
+            return poll_until(
+                healthy,
+                timeout_s=timeout_s,
+                interval_s=1.0,
+                on_wait=(lambda waited: on_tick(waited, state)) if on_tick else None,
+            ).waited_s
+        except PollTimeout:
+            raise ServerStartError(
+                f"vLLM server at {self.base_url} not ready after {timeout_s:.0f} s ({state}); "
+                f"log {self.log_path}:\n{self.log_tail()}"
+            ) from None
 
     def pids(self) -> list[int]:
         """PIDs of every live process in the server's process group (API server, engine, workers)."""
@@ -257,7 +264,12 @@ class VllmServer:
         """
         if self.proc is None:
             return
-        pgid = self.proc.pid
+        proc, pgid = self.proc, self.proc.pid
+
+        def gone() -> bool | None:
+            proc.poll()  # reap the child so its pid leaves /proc
+            return True if not self.pids() else None
+
         steps = (
             (lambda: os.kill(pgid, signal.SIGTERM), grace_s),
             (lambda: os.killpg(pgid, signal.SIGTERM), 5.0),
@@ -270,12 +282,10 @@ class VllmServer:
                 send()
             except ProcessLookupError:
                 pass
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline:
-                self.proc.poll()
-                if not self.pids():
-                    break
-                time.sleep(0.2)
+            try:
+                poll_until(gone, timeout_s=wait, interval_s=0.2)
+            except PollTimeout:
+                pass  # the next, harder signal
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

@@ -12,11 +12,11 @@ tests/unit/test_gateway_peers.py against a real head log.)
 The worker "dies" as a node does: its container's init process is SIGKILLed from the host
 (exit 137, which compose's ``restart: on-failure`` restarts, unlike ``docker kill``/``stop``).
 
-Bars (issue 14): ``/readyz`` answers 503 within one canary interval (plus the canary's
+Bars: ``/readyz`` answers 503 within one canary interval (plus the canary's
 deadline and the time one ``docker exec`` poll takes) with the worker's name in the cause;
 then the pair comes back under the restart policy and ``/readyz`` is 200 again. The second
-half needs the head to exit non-zero when its peer dies (the node entrypoint's part of
-issue 14); until that is merged it fails here at "head restarted".
+half needs the head to exit non-zero when its peer dies (the node entrypoint's part); without
+that it fails here at "head restarted".
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class PeerSim(Sim):
     def compose(
         self, *args: str, timeout: float = 600, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        from sparkpair_cli.deploy.compose_rules import compose_binary
+        from compose_rules import compose_binary
 
         files = ["-f", str(REPO / "compose.yaml"), "-f", str(REPO / "tests" / "docker" / "compose.sim.yaml")]
         if self.extra is not None:

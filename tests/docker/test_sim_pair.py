@@ -91,7 +91,7 @@ class Sim:
     ) -> subprocess.CompletedProcess[str]:
         import os
 
-        from sparkpair_cli.deploy.compose_rules import compose_binary
+        from compose_rules import compose_binary
 
         env = dict(os.environ) | self.env
         return sh(*compose_binary(), "-p", self.project, "--project-directory", str(REPO),

@@ -2,22 +2,24 @@
 
 Served on 127.0.0.1 by uvicorn in a thread (:func:`serve`). With no faults it behaves as a
 correct DeepSeek-V4 server does for the health checks' prompts (thinking rules of
-``tokenizers/deepseek_v4.py`` and ``chat_completion/protocol.py`` as the audit §6 describes,
-exact tool calls, the needle, "Paris", usage). Each fault reproduces one field bug:
+``tokenizers/deepseek_v4.py`` and ``chat_completion/protocol.py``, [T] below), exact tool calls,
+the needle, "Paris", usage). Each fault reproduces one field bug:
+
+[T]: docs/reference/vllm-code-paths.md#thinking
 
 | fault | behaviour | field bug |
 |---|---|---|
-| ``think_in_content`` | ``<think>…</think>`` left inside content, no reasoning field | audit §6 |
-| ``reasoning_when_off`` | reasoning returned although thinking is off | audit §6 |
-| ``no_reasoning`` | no reasoning although thinking is on | audit §6 |
-| ``conflict_ignored`` | ``thinking:false`` + ``reasoning_effort=high`` does not think | audit §6 |
+| ``think_in_content`` | ``<think>…</think>`` left inside content, no reasoning field | [T] |
+| ``reasoning_when_off`` | reasoning returned although thinking is off | [T] |
+| ``no_reasoning`` | no reasoning although thinking is on | [T] |
+| ``conflict_ignored`` | ``thinking:false`` + ``reasoning_effort=high`` does not think | [T] |
 | ``special_token_leak`` | ``<｜end▁of▁sentence｜>`` at the end of content | — |
 | ``dsml_in_content`` | raw DSML in content, no tool_calls, finish ``stop`` | B10 (a) |
 | ``arguments_wrapper`` | tool arguments wrapped as ``{"arguments": {...}}`` | B10 (b) |
 | ``needle_off_by_one`` | the needle comes back with its last character changed | — |
 | ``needle_chatty`` | the needle comes back inside a sentence ("The secret code is …") | — |
 | ``needle_split_odd`` | the needle is garbled only at odd prompt token counts (boundary bug) | — |
-| ``leak_when_unspecified`` | streamed, no thinking field: ``<think>``, ``<｜end▁of▁sentence｜>`` | audit §6 |
+| ``leak_when_unspecified`` | streamed, no thinking field: ``<think>``, ``<｜end▁of▁sentence｜>`` | [T] |
 | ``truncates_prompt`` | prompts longer than 512 tokens are cut (usage says 512) | — |
 | ``garbage`` | "capital of France" answers repeated junk, ``length``; /health still 200 | B15 |
 | ``nondeterministic`` | every answer carries a request counter | B15 (determinism) |
@@ -87,7 +89,8 @@ def _thinking(body: dict[str, Any], st: FaultState) -> bool:
     ck = body.get("chat_template_kwargs") or {}
     effort = body.get("reasoning_effort")
     if effort and effort != "none" and "enable_thinking" not in ck and "conflict_ignored" not in st.faults:
-        ck = {**ck, "enable_thinking": True}  # protocol.py injection (audit §6)
+        # protocol.py injection (docs/reference/vllm-code-paths.md#thinking)
+        ck = {**ck, "enable_thinking": True}
     on = bool(ck.get("thinking")) or bool(ck.get("enable_thinking"))
     if "thinking" not in ck and "enable_thinking" not in ck:
         on = True

@@ -77,7 +77,8 @@ def pack_ue8m0(exps: torch.Tensor) -> torch.Tensor:
 def tma_mn_major(x: torch.Tensor) -> torch.Tensor:
     """[A, B, C] -> same values in vLLM's MN-major layout: strides (1, C*A4, A4), A4 = 4*ceil(A/4).
 
-    Padding rows are zero, as vLLM's activation quant leaves them (audit §2).
+    Padding rows are zero, as vLLM's activation quant leaves them
+    (docs/reference/vllm-code-paths.md#o_proj-scales).
     """
     a, b, c = x.shape
     a4 = (a + 3) // 4 * 4
@@ -103,7 +104,7 @@ def make_fp8_operands(
     encoding: "fp32" | "int32" (packed UE8M0; sa in the TMA-aligned MN-major layout, sw MN-major)
     | "int32-bcast" (the same, with per-row recipes drawing one weight scale per 128x128 block and
     repeating it on every row of the block, as DeepGEMM's weight transform stores the checkpoint's
-    block scales on sm_10x/sm_12x, audit section 2) | "e8m0" (torch.float8_e8m0fnu, one byte per
+    block scales on sm_10x/sm_12x, vllm-code-paths.md) | "e8m0" (torch.float8_e8m0fnu, one byte per
     block). Exponents are drawn so the scales are powers of two of the real scale (activations
     ~2**-8 .. 2**-4, weights ~2**-12 .. 2**-8).
     Returns (a, sa, w, sw, sa_f32 [T,G,Kb], sw_f32 [G, D or D/128, Kb]).

@@ -10,7 +10,7 @@ from sparkpair_overlay.kernels import fp8_einsum as fe
 pytestmark = pytest.mark.gpu
 
 TS = (1, 3, 17, 31, 129, 4099)
-G, D, R = 4, 1024, 4096  # TP=2 (audit §2, §5)
+G, D, R = 4, 1024, 4096  # TP=2 (docs/reference/vllm-code-paths.md#dsv4-shapes)
 CASES = [
     ((1, 128, 128), "fp32"),
     ((1, 1, 128), "int32"),

@@ -10,7 +10,7 @@ from sparkpair_overlay.kernels import router_gemm as rg
 pytestmark = pytest.mark.gpu
 
 MS = (1, 3, 17, 31, 129, 4099)
-N, K = 256, 4096  # DeepSeek-V4-Flash gate (audit §5)
+N, K = 256, 4096  # DeepSeek-V4-Flash gate (docs/reference/vllm-code-paths.md#dsv4-shapes)
 
 
 def _inputs(m: int, n: int, k: int, w_dtype: torch.dtype, seed: int = 0):
@@ -24,7 +24,7 @@ def _ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return x.double() @ w.double().t()
 
 
-TOL = {torch.bfloat16: 1e-5, torch.float32: 2e-6}  # max|err| / max|ref|; fp32 bar from issue 3
+TOL = {torch.bfloat16: 1e-5, torch.float32: 2e-6}  # max|err| / max|ref|; the kernels' fp32 bar
 
 
 def _planes(w: torch.Tensor) -> torch.Tensor | None:

@@ -1,4 +1,4 @@
-"""vLLM's own DeepSeek-V4 o_proj activation path feeding our fp8_einsum dispatcher (issue 4 item 6).
+"""vLLM's own DeepSeek-V4 o_proj activation path feeding our fp8_einsum dispatcher.
 
 What runs, per recipe x T (TP=2: G=4 groups x 8 heads x head_dim 512 -> R=4096, D=o_lora_rank=1024):
 
@@ -8,7 +8,8 @@ What runs, per recipe x T (TP=2: G=4 groups x 8 heads x head_dim 512 -> R=4096, 
    strides) and its scales: fp32 ``[T, 4, 32]`` (``tma_aligned_scales=False``, recipe (1,128,128))
    or packed-UE8M0 int32 ``[T, 4, 8]`` (``True``, recipe (1,1,128)), both MN-major TMA-padded.
 2. The weight: an e4m3 checkpoint ``wo_a`` ``[G*D, R]`` with UE8M0 128x128 block scales
-   ``[G*D/128, R/128]``, post-processed the way the audit (§2 "Weight side") describes vLLM's
+   ``[G*D/128, R/128]``, post-processed the way docs/reference/vllm-code-paths.md#o_proj-scales describes
+   vLLM's
    DeepGEMM post-processing (our own code, :func:`postprocess_wo_a`): ``[G, D, R]`` weight and fp32
    ``[G, D/128, R/128]`` scales (SM90 form) or per-row packed int32 ``[G, D, R/512]`` MN-major
    (arch 10/12 form).
@@ -16,7 +17,7 @@ What runs, per recipe x T (TP=2: G=4 groups x 8 heads x head_dim 512 -> R=4096, 
    ``SPARKPAIR_O_PROJ=triton``, ``SPARKPAIR_O_PROJ_RECIPE``) routes the call to our Triton kernel.
 4. Checks: the route is ``triton``; the output vs an fp64 einsum of the dequantised ``a`` and ``w``
    (relative Frobenius <= 1e-2); vLLM's quantised activation round-trips (layout and strides as the
-   audit says, zeroed padding rows, power-of-two scales bracketing each block's amax/448, e4m3
+   reference page says, zeroed padding rows, power-of-two scales bracketing each block's amax/448, e4m3
    values equal to an fp64 re-quantisation, dequantised error <= 2**-4 relative Frobenius).
 
 How vLLM's code gets here (harness, documented): the GPU machine has no vLLM, and importing the real
@@ -66,7 +67,7 @@ VLLM_FILES = dict(vh.O_PROJ.files)
 VLLM_PACKAGES = vh.O_PROJ.packages
 SHIMMED = vh.O_PROJ.shims
 
-# DeepSeek-V4-Flash at TP=2 (audit §2 table, §5)
+# DeepSeek-V4-Flash at TP=2 (docs/reference/vllm-code-paths.md#dsv4-shapes)
 G, HEADS_PER_GROUP, HEAD_DIM, ROPE_DIM = 4, 8, 512, 64
 NOPE_DIM = HEAD_DIM - ROPE_DIM
 R = HEADS_PER_GROUP * HEAD_DIM  # 4096
@@ -177,7 +178,8 @@ def make_checkpoint_wo_a(g: int, d: int, r: int, device: str, seed: int = 0):  #
 
 
 def postprocess_wo_a(w2d, exp2d, g: int, form: str):  # noqa: ANN001, ANN201
-    """Our version of vLLM's ``wo_a`` post-processing for ``is_bmm`` (audit §2 "Weight side").
+    """Our version of vLLM's ``wo_a`` post-processing for ``is_bmm``
+    (docs/reference/vllm-code-paths.md#o_proj-scales).
 
     1. weight ``view(g, d, r)``; 2. scales ``view(g, d/128, r/128)``; 3. UE8M0 -> fp32;
     4. ``form="fp32"``: keep fp32 ``[g, d/128, r/128]`` (SM90); ``form="int32"``: broadcast each

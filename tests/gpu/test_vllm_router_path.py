@@ -75,7 +75,7 @@ import vllm_harness as vh
 
 pytestmark = pytest.mark.gpu
 
-HIDDEN, N_EXPERTS = 4096, 256  # DeepSeek-V4-Flash gate (audit §5)
+HIDDEN, N_EXPERTS = 4096, 256  # DeepSeek-V4-Flash gate (docs/reference/vllm-code-paths.md#dsv4-shapes)
 MS = (1, 8, 32, 512)
 FAKE_CAPABILITY = "12.1"
 TOL = {"bf16": 1e-5, "fp32": 2e-6}  # max|err| / max|ref| vs fp64 (tests/gpu/test_router_gemm.py)

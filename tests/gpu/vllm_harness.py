@@ -152,7 +152,7 @@ ROUTER = VllmSet(
     ),
 )
 
-#: The router peer of issue 3 (benchmarks/bench_router_peer.py): vLLM's CuteDSL low-latency bf16
+#: The router's peer (benchmarks/bench_router_peer.py): vLLM's CuteDSL low-latency bf16
 #: router GEMM (Tier 1 of GateLinear on Hopper / family 100), imported at benchmark time, never
 #: copied into the project. Its modules import from vLLM only ``vllm.platforms.current_platform``
 #: and ``vllm.utils.torch_utils.current_stream`` (both shims here); CuteDSL itself

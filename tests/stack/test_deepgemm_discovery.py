@@ -1,4 +1,4 @@
-"""Which DeepGEMM vLLM 0.33 uses, found the way vLLM itself finds it (issue 13 defect 4).
+"""Which DeepGEMM vLLM 0.33 uses, found the way vLLM itself finds it.
 
 Each case runs in a fresh stack-venv process (this checkout first on the path) and asks both
 ``sparkpair_overlay.deepgemm.locate_deepgemm`` and vLLM 0.33's own ``vllm.utils.deep_gemm``

@@ -25,13 +25,15 @@ triton = pytest.importorskip("triton")
 
 from sparkpair_cli.deploy.nodeenv import load_node_env_file  # noqa: E402
 from sparkpair_cli.preflight import checks as pf  # noqa: E402
+from sparkpair_cli.preflight import toolchain  # noqa: E402
+from sparkpair_cli.preflight.result import Result  # noqa: E402
 from sparkpair_health.profile import load_profile  # noqa: E402
 
 HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 BUNDLED = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
-def _run(check: str, profile: str = "deepseek-v4-flash") -> pf.Result:
+def _run(check: str, profile: str = "deepseek-v4-flash") -> Result:
     env = load_node_env_file(HOSTS / "spark-head-good" / "node.env")
     rep = pf.run_local(env, load_profile(profile), Path("/"), only=[check])
     assert rep.results, f"check group {check} gave no result"
@@ -55,10 +57,13 @@ def test_flashinfer_0_7_2_envelope_iterates_without_the_pair_vllm_asks() -> None
 def test_the_pair_asked_is_the_pair_vllm_0_33_asks_at_tp2() -> None:
     from vllm.models.deepseek_v4.nvidia import flashinfer_sparse as fs
 
-    heads_per_rank = pf.DSV4_DECODE_HEADS // 2
-    assert pf.dsv4_decode_pair(2) == (fs._pad_to_supported_q_heads(heads_per_rank), pf.DSV4_DECODE_TOPK)
-    assert pf.dsv4_decode_pair(2) == (32, 128)
-    assert pf.DSV4_Q_HEAD_SPECIALISATIONS == tuple(fs._SPARSE_MLA_SUPPORTED_Q_HEADS)
+    heads_per_rank = toolchain.DSV4_DECODE_HEADS // 2
+    assert toolchain.dsv4_decode_pair(2) == (
+        fs._pad_to_supported_q_heads(heads_per_rank),
+        toolchain.DSV4_DECODE_TOPK,
+    )
+    assert toolchain.dsv4_decode_pair(2) == (32, 128)
+    assert toolchain.DSV4_Q_HEAD_SPECIALISATIONS == tuple(fs._SPARSE_MLA_SUPPORTED_Q_HEADS)
 
 
 def test_flashinfer_check_passes_on_the_real_flashinfer_as_vllm_0_33_does() -> None:
@@ -127,7 +132,7 @@ def test_the_ptxas_triton_uses_for_sm_121a_is_cuda_12_9_and_the_check_passes(
 ) -> None:
     monkeypatch.delenv("TRITON_PTXAS_BLACKWELL_PATH", raising=False)
     monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
-    exe, setting = pf.ptxas_path("sm_121a")
+    exe, setting = toolchain.ptxas_path("sm_121a")
     assert exe == str(BUNDLED / "ptxas-blackwell") and setting == "TRITON_PTXAS_BLACKWELL_PATH"
     assert _ptxas_release(exe) >= (12, 9)
     res = _run("ptxas")
@@ -145,7 +150,7 @@ def test_the_ptxas_check_fails_on_tritons_cuda_12_8_ptxas(monkeypatch: pytest.Mo
 def test_the_recorded_trees_answer_in_the_format_the_live_check_prints() -> None:
     """tests/fixtures/hosts recordings are this venv's real FlashInfer answer."""
     live = subprocess.run(
-        [sys.executable, "-c", pf.FLASHINFER_DSV4_CMD, json.dumps([[32, 128]])],
+        [sys.executable, "-c", toolchain.FLASHINFER_DSV4_CMD, json.dumps([[32, 128]])],
         capture_output=True,
         text=True,
         timeout=300,

@@ -5,7 +5,7 @@ for real against the installed vLLM 0.33 and its vendored DeepGEMM. DeepGEMM's k
 run on a CPU, so the fault cases replace a candidate's ``run`` (and, where the fault needs a
 DeepGEMM that imports, its ``discover``) with one that raises, returns perturbed numbers, or is
 absent, then go through the real ``run_probe`` JSON, the ``sparkpair probe`` command's exit
-code and the node's probe step. Bar (issue 13): DeepGEMM absent, crashing or wrong on a path
+code and the node's probe step. Bar: DeepGEMM absent, crashing or wrong on a path
 either picks a correct alternative and says why in the plan, or stops the node with a verdict
 naming the path and each candidate's error.
 """

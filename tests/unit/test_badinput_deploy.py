@@ -185,7 +185,7 @@ def test_inspect_missing_path_still_says_not_a_folder(tmp_path: Path) -> None:
     assert "is not a folder" in out
 
 
-# 7. node env values issue 14 found slipping through: refused by every command that reads
+# 7. node env values that once slipped through: refused by every command that reads
 # the env file, exit 2, naming node, key, value (cut, never a file's content) and wanted.
 
 

@@ -1,5 +1,5 @@
 """Bad input to the router GEMM's Python API: a ValueError naming the setting, the value seen and
-the value wanted, before anything reaches Triton (found by a reviewing helper, 2026-11-30)."""
+the value wanted, before anything reaches Triton."""
 
 from __future__ import annotations
 

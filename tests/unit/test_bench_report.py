@@ -161,7 +161,7 @@ def test_result_table_has_a_row_per_cell(tmp_path: Path) -> None:
 
 
 def test_reference_figures_name_their_source_and_ranges_are_ordered() -> None:
-    assert reference.FIELD_NOTES.startswith("shared/reference/dsv4-on-gb10-field-notes.md")
+    assert reference.FIELD_NOTES.startswith("docs/reference/spark-deployments.md")
     for f in reference.FIGURES:
         assert f.source and f.stack
         assert 0 < f.low <= f.high

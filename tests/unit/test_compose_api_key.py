@@ -1,12 +1,12 @@
-"""compose.yaml's API key secret and restart policy (issue 14, items 4 and 6), rendered by
+"""compose.yaml's API key secret and restart policy, rendered by
 the real Compose v2 binary from configs/node.env.example."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import compose_rules as cr
 import pytest
-from sparkpair_cli.deploy import compose_rules as cr
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "/run/secrets/sparkpair_api_key"

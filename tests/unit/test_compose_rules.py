@@ -9,8 +9,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import compose_rules as cr
 import pytest
-from sparkpair_cli.deploy import compose_rules as cr
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE_SETS = [("head",), ("worker",), ("health",), ("head", "health")]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkpair_cli.deploy import compose_rules as cr
+import compose_rules as cr
 
 REPO = Path(__file__).resolve().parents[2]
 ALLOWED = {

@@ -1,4 +1,4 @@
-"""The gateway can only say ready while it is still judging (issue 14).
+"""The gateway can only say ready while it is still judging.
 
 A real gateway (uvicorn on 127.0.0.1) is walked through every malformed answer the fault
 server (tests/faults/health_fault_server.py) can give the canary: malformed 200 bodies,

@@ -93,7 +93,7 @@ def test_entries_are_complete() -> None:
         assert p.meaning and p.fix and p.bug and re.compile(p.regex)
     assert len({p.id for p in CATALOGUE}) == len(CATALOGUE)
     with pytest.raises(ValueError, match="threshold"):
-        Pattern("x", "x", "fatal-if-repeated", "B00", "m", "f", threshold=1)
+        Pattern("x", "x", "fatal-if-repeated", "general", "m", "f", threshold=1)
 
 
 @pytest.mark.parametrize("pid", ["shm_broadcast_starved", "placement_group_wait", "startup_memory_check"])

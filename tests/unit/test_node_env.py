@@ -20,7 +20,8 @@ def test_the_example_is_valid_and_documents_every_key() -> None:
     env = load_node_env_file(EXAMPLE)
     assert env.role == "head" and env.hcas == ["rocep1s0f1", "roceP2p1s0f1"]
     text = EXAMPLE.read_text()
-    from sparkpair_cli.deploy.nodeenv import WANTED, NodeEnv
+    from sparkpair_cli.deploy.nodeenv import NodeEnv
+    from sparkpair_cli.deploy.nodeenv_values import WANTED
 
     for key in NodeEnv.model_fields:
         assert f"\n{key}=" in text, f"{key} is not in {EXAMPLE.name}"
@@ -120,7 +121,7 @@ def test_env_file_syntax(tmp_path: Path) -> None:
         parse_env_file(p)
 
 
-# --- issue 14 (7): holes in the node env -------------------------------------------------
+# --- holes in the node env --------------------------------------------------------------
 
 
 def bad_line(key: str, value: str, **extra: str) -> str:
@@ -256,7 +257,7 @@ def test_fabric_like_cidrs_pass(cidr: str) -> None:
 def test_waiver_ids_are_checked_against_the_known_ids() -> None:
     line = bad_line("SPARKPAIR_PREFLIGHT_WAIVE", "rdma-devices,everything")
     assert "unknown check ids ['everything']" in line and "known: rdma-devices," in line, line
-    from sparkpair_cli.preflight.checks import CHECK_IDS
+    from sparkpair_cli.preflight.ids import CHECK_IDS
 
     env = load_node_env(example() | {"SPARKPAIR_PREFLIGHT_WAIVE": ",".join(CHECK_IDS)})
     assert env.waived == set(CHECK_IDS)

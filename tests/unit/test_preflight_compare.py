@@ -1,5 +1,5 @@
 """``preflight --compare`` judges the GID facts and the failures inside the reports it is
-given (issue 14, item 7), on reports made from the recorded host trees."""
+given, on reports made from the recorded host trees."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from sparkpair_cli.deploy.nodeenv import load_node_env_file
 from sparkpair_cli.main import app
 from sparkpair_cli.preflight import checks as pf
+from sparkpair_cli.preflight.result import Result
 from sparkpair_health.profile import load_profile
 from typer.testing import CliRunner
 
@@ -36,7 +37,7 @@ def compare_cli(tmp_path: Path, *reports: dict) -> tuple[int, str]:
     return res.exit_code, " ".join(res.output.split())
 
 
-def by_id(results: list[pf.Result], cid: str) -> list[pf.Result]:
+def by_id(results: list[Result], cid: str) -> list[Result]:
     return [r for r in results if r.id == cid]
 
 

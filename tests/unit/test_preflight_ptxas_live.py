@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from sparkpair_cli.deploy.nodeenv import load_node_env_file
-from sparkpair_cli.preflight import checks as pf
+from sparkpair_cli.preflight import toolchain
 from sparkpair_cli.preflight.host import Host
+from sparkpair_cli.preflight.result import Ctx, Result
 from sparkpair_health.profile import load_profile
 
 triton = pytest.importorskip("triton")
@@ -17,10 +18,10 @@ HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 BUNDLED = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
-def _check() -> pf.Result:
+def _check() -> Result:
     env = load_node_env_file(HOSTS / "spark-head-good" / "node.env")
-    ctx = pf.Ctx(env, load_profile("deepseek-v4-flash"), Host(Path("/")))
-    pf.check_ptxas(ctx, "sm_121a")
+    ctx = Ctx(env, load_profile("deepseek-v4-flash"), Host(Path("/")))
+    toolchain.check_ptxas(ctx, "sm_121a")
     (res,) = [r for r in ctx.report.results if r.id == "ptxas"]
     return res
 
@@ -28,7 +29,10 @@ def _check() -> pf.Result:
 @pytest.mark.skipif(not (BUNDLED / "ptxas-blackwell").exists(), reason="this Triton has no ptxas-blackwell")
 def test_the_ptxas_triton_uses_for_sm_121a_accepts_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRITON_PTXAS_BLACKWELL_PATH", raising=False)
-    assert pf.ptxas_path("sm_121a") == (str(BUNDLED / "ptxas-blackwell"), "TRITON_PTXAS_BLACKWELL_PATH")
+    assert toolchain.ptxas_path("sm_121a") == (
+        str(BUNDLED / "ptxas-blackwell"),
+        "TRITON_PTXAS_BLACKWELL_PATH",
+    )
     res = _check()
     assert res.status == "pass", res
 

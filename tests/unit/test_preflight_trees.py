@@ -7,12 +7,14 @@ from pathlib import Path
 import pytest
 from sparkpair_cli.deploy.nodeenv import load_node_env_file
 from sparkpair_cli.preflight import checks as pf
+from sparkpair_cli.preflight.fabric import resolve_gid_index
+from sparkpair_cli.preflight.result import Result
 from sparkpair_health.profile import load_profile
 
 HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 
 
-def run(tree: str, **env_over: str) -> dict[str, pf.Result]:
+def run(tree: str, **env_over: str) -> dict[str, Result]:
     env = load_node_env_file(HOSTS / tree / "node.env")
     if env_over:
         env = env.model_copy(update=env_over)
@@ -107,8 +109,8 @@ def test_a_roce_v1_gid_index_is_named_with_the_right_index() -> None:
 
 def test_gid_auto_resolves_from_sysfs_per_node() -> None:
     env = load_node_env_file(HOSTS / "spark-head-good" / "node.env")
-    assert pf.resolve_gid_index(env, HOSTS / "spark-head-good") == 3
-    assert pf.resolve_gid_index(env, HOSTS / "bare-vm") is None
+    assert resolve_gid_index(env, HOSTS / "spark-head-good") == 3
+    assert resolve_gid_index(env, HOSTS / "bare-vm") is None
 
 
 def test_one_hca_when_both_halves_are_up_fails() -> None:

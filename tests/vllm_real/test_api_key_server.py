@@ -5,7 +5,7 @@ entrypoint's own code path -- with the API key in a file (as compose's secret pr
 - the key is in no process's command line and not in the node's log;
 - the API binds ``SPARKPAIR_API_HOST=127.0.0.1`` only: the host's other address refuses;
 - when vLLM's engine dies, vLLM exits 0 (docs/reference/node-env.md) and the node exits 5
-  with a last line saying vLLM stopped without a stop request (issue 14, item 4).
+  with a last line saying vLLM stopped without a stop request.
 
 Preflight runs as on a node; the checks this CPU machine cannot pass (no RDMA, GPU, ...)
 are found by a first preflight run and waived, each by its id, so the test is about the
@@ -92,7 +92,7 @@ def test_the_node_serves_with_the_key_from_a_file_and_exits_5_when_its_engine_di
     tiny_model: Path, tmp_path: Path
 ) -> None:
     pytest.importorskip("vllm", reason="the vLLM CPU build is not installed")
-    from sparkpair_cli.preflight.checks import CHECK_IDS
+    from sparkpair_cli.preflight.ids import CHECK_IDS
     from sparkpair_cli.server import cpu_server_env
 
     addr = host_address()

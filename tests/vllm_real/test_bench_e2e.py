@@ -143,7 +143,7 @@ def test_quick_completes_in_budget_and_its_summaries_match_a_recount_of_the_raw_
     if plan:
         assert prov["overlay_plan"]["source"] == plan
     assert prov["bench_client"]["vllm_version"] == "0.32.0"
-    assert result["reference"]["source"].startswith("shared/reference/dsv4-on-gb10-field-notes.md")
+    assert result["reference"]["source"].startswith("docs/reference/spark-deployments.md")
 
     # the grid ran: every cell complete with the number of requests it asked for
     cells = result["cells"]

@@ -34,7 +34,8 @@ from sparkpair_overlay.targets import (FP8_EINSUM_CONSUMERS_OPTIONAL, FP8_EINSUM
 EINSUM_MODS = FP8_EINSUM_CONSUMERS_REQUIRED + FP8_EINSUM_CONSUMERS_OPTIONAL
 RECIPE_MODS = RECIPE_CONSUMERS_REQUIRED + RECIPE_CONSUMERS_OPTIONAL
 if setup.get("preimport"):
-    # The spawn order (audit §4): DSv4 modules are imported before plugins load.
+    # The spawn order (docs/reference/vllm-code-paths.md#plugin-load-order): DSv4 modules are imported
+    # before plugins load.
     for m in EINSUM_MODS + RECIPE_MODS + (GATE_LINEAR_MODULE,):
         importlib.import_module(m)
 if setup.get("platform_cap"):

@@ -206,7 +206,7 @@ def compile_variant(v: AotVariant, arch: str, cache_dir: str | None = None) -> A
 
 # ----------------------------------------------------------------------------------------------
 # What to compile: every config of every kernel, with the served model's argument values
-# (DeepSeek-V4-Flash, audit §5) so the shipped cache hits at run time.
+# (DeepSeek-V4-Flash, docs/reference/vllm-code-paths.md#dsv4-shapes) so the shipped cache hits at run time.
 # ----------------------------------------------------------------------------------------------
 
 
@@ -269,7 +269,8 @@ def fp8_einsum_variants(layouts: Sequence[str] = ("fp32", "ue8m0-int32", "ue8m0-
 
     ``fp32``: recipe (1,128,128), sw fp32 [G, D/128, R/128] contiguous (SM90 layout).
     ``ue8m0-int32``: recipe (1,1,128), sa/sw int32 packed, sw MN-major TMA-aligned [G, D, R/512]
-    with strides (D*R/512, 1, D) (DeepGEMM's transformed layout, audit §2).
+    with strides (D*R/512, 1, D) (DeepGEMM's transformed layout,
+    docs/reference/vllm-code-paths.md#o_proj-scales).
     ``ue8m0-u8``: float8_e8m0fnu scales viewed as uint8, sw [G, D, R/128] contiguous.
     """
     from . import fp8_einsum as fe

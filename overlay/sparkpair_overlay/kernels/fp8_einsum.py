@@ -5,7 +5,8 @@ Computes, for every token t, group g and output row d::
     out[t, g, d] = sum_r a[t, g, r] * sa[t, g, r // 128] * w[g, d, r] * sw_(g, d, r // 128)
 
 with fp8 e4m3 products on the tensor cores, one fp32 partial per 128-wide K block, scaled and
-accumulated in fp32, written as bf16. Shapes (audit §2, §5): TP=2: G=4, R=4096, D=1024; TP=1: G=8.
+accumulated in fp32, written as bf16. Shapes (docs/reference/vllm-code-paths.md#dsv4-shapes): TP=2: G=4,
+R=4096, D=1024; TP=1: G=8.
 
 Calling convention: the same as ``vllm.utils.deep_gemm.fp8_einsum`` as
 ``vllm/models/deepseek_v4/nvidia/ops/o_proj.py`` calls it::
@@ -94,7 +95,7 @@ __all__ = [
 ]
 
 SUPPORTED_EQUATION = "bhr,hdr->bhd"
-SCALE_BLOCK = 128  # K elements per scale (both recipes; audit §2: quant_group_size = recipe[2] = 128)
+SCALE_BLOCK = 128  # K elements per scale, both recipes (docs/reference/vllm-code-paths.md#o_proj-scales)
 
 # Scale kinds (constexpr SA_KIND / SW_KIND).
 _SCALE_FP32 = 0
@@ -549,7 +550,7 @@ if HAS_TRITON:
             sw_mask = first_ok
         if SW_PER_ROW and SHARE_CHECK:
             # Per-row scales that are block scales broadcast to every row (DeepGEMM's weight
-            # transform on sm_10x/sm_12x, audit section 2) take the one-scale-per-tile loop: the
+            # transform on sm_10x/sm_12x, vllm-code-paths.md) take the one-scale-per-tile loop: the
             # same values, so the same bits. Other tiles take the per-row loop, pipelined at its
             # own depth (the two loops share their shared-memory buffers).
             if SW_KIND == 1:  # four K blocks' exponents per int32 word
@@ -737,7 +738,8 @@ def _dcfg(name: str, bt: int, bd: int, kb_per: int, warps: int, pdl: bool = True
     )
 
 
-_SERVED_KB = 4096 // SCALE_BLOCK  # K blocks of the served o_proj (R = 4096, audit section 5)
+# K blocks of the served o_proj (R = 4096, docs/reference/vllm-code-paths.md#dsv4-shapes)
+_SERVED_KB = 4096 // SCALE_BLOCK
 
 #: Decode configs (PATH 1). Names: dec_t<BLOCK_T>_d<BLOCK_D>_k<KB_PER>_w<warps>[_nopdl]. Grid on
 #: the served TP=2 shape (G=4, D=1024, R=4096, one T tile): (1024/BLOCK_D, 4, 32/KB_PER) CTAs
@@ -946,7 +948,7 @@ def _prepare(
     _check_scale_shape(sa, sa_kind, (t, g), r, "sa")
     # The weight-scale granularity is read from sw's shape, never from the recipe alone: with
     # recipe (1,128,128) on sm_10x/sm_12x, vLLM's DeepGEMM weight post-processing
-    # (fp8_utils.py deepgemm_post_process_fp8_weight_block, audit section 2) still broadcasts
+    # (fp8_utils.py deepgemm_post_process_fp8_weight_block, vllm-code-paths.md) still broadcasts
     # each 128x128 block scale to one packed int32 scale per row, so a (1,128,128) call can
     # carry fp32 activation scales with per-row int32 weight scales. Both describe the same
     # numbers; the kernel reads either. Recipe (1,1,128) asks for per-row weight scales.

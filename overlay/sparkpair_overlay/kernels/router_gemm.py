@@ -1,6 +1,7 @@
 """MoE router GEMM: ``logits[M, N] (fp32) = x[M, K] (bf16) @ weight[N, K].T``.
 
-DeepSeek-V4-Flash's gate (``GateLinear``, audit §1): K = hidden = 4096, N = n_routed_experts
+DeepSeek-V4-Flash's gate (``GateLinear``, docs/reference/vllm-code-paths.md#router-tiers): K = hidden =
+4096, N = n_routed_experts
 = 256, weight bf16 by default (fp32 when a config forces fp32 routing); M = tokens in the
 batch (1..16384). On GB10 vLLM 0.33 sends every call to cuBLAS (``torch.mm(..., out_dtype=fp32)``,
 tier 5 of gate_linear.py's docstring in 0.32.0) or to a true fp32 ``F.linear`` (tier 6, fp32 weight).

@@ -1,6 +1,7 @@
 """o_proj patch: rebind ``fp8_einsum`` in its consumer modules to a per-call dispatcher.
 
-Why rebinding the consumers (audit §2 "Names an overlay must rebind", §4 timing):
+Why rebinding the consumers (docs/reference/vllm-code-paths.md#o_proj-callers,
+docs/reference/vllm-code-paths.md#plugin-load-order):
 ``vllm/models/deepseek_v4/nvidia/ops/o_proj.py:16`` does ``from vllm.utils.deep_gemm import
 fp8_einsum`` and reads that module global at call time (:89); in spawned engine/worker
 processes that module is imported (via the pickled quant config) *before* plugins run,

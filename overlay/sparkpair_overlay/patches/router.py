@@ -7,7 +7,7 @@ cls.__name__`` of the class it is called on and asserts on duplicates (:82-99). 
 ``GateLinear.register_oot(SparkpairGateLinear)`` stores under ``"GateLinear"``; the
 subclass must subclass ``GateLinear`` or Python would skip ``__init__``. Models construct
 ``GateLinear(...)`` (DeepSeek-V4: models/deepseek_v4/nvidia/model.py) after plugins load,
-so registering in :func:`apply` is early enough (audit §1, §4).
+so registering in :func:`apply` is early enough (docs/reference/vllm-code-paths.md#plugin-load-order).
 
 ``GateLinear`` is a ``PluggableLayer``, not a ``CustomOp``: vLLM's
 ``compilation_config.custom_ops`` switches do not apply to it. Under torch.compile our

@@ -1,8 +1,7 @@
 """The field's DeepSeek-V4-Flash throughput figures on 2x DGX Spark (GB10), TP=2.
 
-Transcribed from ``shared/reference/dsv4-on-gb10-field-notes.md`` §(d) ("Throughput
-anchors"), which cites each figure's own source (repository file or vLLM issue); both are
-kept in :attr:`Figure.source`. The plots draw these next to a run's numbers; they are
+Where they come from: ``docs/reference/spark-deployments.md#throughput-figures``; each figure's
+own source (repository file or vLLM issue) is kept in :attr:`Figure.source`. The plots draw these next to a run's numbers; they are
 other people's measurements on other stacks (speculative decoding, KV dtype, prompts),
 so they are anchors, not targets.
 
@@ -24,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-FIELD_NOTES = "shared/reference/dsv4-on-gb10-field-notes.md §(d)"
+FIELD_NOTES = "docs/reference/spark-deployments.md#throughput-figures"
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ class ThinkingMode(_Strict):
     """How one thinking mode is requested: ``chat_template_kwargs`` sent with every request.
 
     DeepSeek-V4 reads ``thinking`` (and ``reasoning_effort``); Qwen-style templates read
-    ``enable_thinking`` (field notes §(c)).
+    ``enable_thinking`` (docs/reference/spark-deployments.md#deepseek-v4-flash-model-facts).
     """
 
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)

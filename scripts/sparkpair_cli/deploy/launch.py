@@ -18,13 +18,13 @@ import os
 import shutil
 import socket
 import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from sparkpair_health.profile import Profile
+from sparkpair_health.waiting import PollTimeout, poll_until
 
 from .nodeenv import NodeEnv
 
@@ -235,22 +235,20 @@ def wait_tcp(host: str, port: int, timeout_s: float, on_tick: Callable[[float], 
     Raises:
         TimeoutError: not reachable within ``timeout_s``.
     """
-    t0 = time.monotonic()
-    delay = 1.0
-    while True:
+
+    def connects() -> bool | None:
         try:
             with socket.create_connection((host, port), timeout=3):
-                return time.monotonic() - t0
+                return True
         except OSError:
-            waited = time.monotonic() - t0
-            if waited > timeout_s:
-                raise TimeoutError(
-                    f"{host}:{port} did not accept a connection within {timeout_s:.0f} s"
-                ) from None
-            if on_tick:
-                on_tick(waited)
-            time.sleep(delay)
-            delay = min(delay * 1.5, 10.0)
+            return None
+
+    try:
+        return poll_until(
+            connects, timeout_s=timeout_s, interval_s=1.0, backoff=1.5, max_interval_s=10.0, on_wait=on_tick
+        ).waited_s
+    except PollTimeout:
+        raise TimeoutError(f"{host}:{port} did not accept a connection within {timeout_s:.0f} s") from None
 
 
 def seed_triton_cache(shipped: Path, cache: Path) -> int:

@@ -8,11 +8,14 @@ the header) and the data. A complete shard is exactly ``8 + header_len + max(end
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .result import Ctx
 
 GATE_RE = re.compile(r"(^|\.)gate\.weight$")
 """MoE router gate weights (``...mlp.gate.weight`` / ``...ffn.gate.weight``), not ``gate_proj``."""
@@ -145,13 +148,11 @@ def inspect_checkpoint(
 
 def expected_gate_dtype(profile: Any) -> str | None:
     """Gate dtype the profile assumes: ``server.env.SPARKPAIR_GATE_DTYPE`` if set, else BF16
-    for DeepSeek-V4 (field notes (c): "gate: BF16"; audit §5: bf16 [256, 4096]), else none."""
+    for DeepSeek-V4 (docs/reference/vllm-code-paths.md#dsv4-shapes: bf16 [256, 4096]), else none."""
     env = getattr(getattr(profile, "server", None), "env", {}) or {}
     if env.get("SPARKPAIR_GATE_DTYPE"):
         return str(env["SPARKPAIR_GATE_DTYPE"])
-    from .checks import is_dsv4
-
-    return "BF16" if is_dsv4(profile) else None
+    return "BF16" if profile.is_dsv4 else None
 
 
 def expects_draft(profile: Any) -> bool:
@@ -177,3 +178,46 @@ def resolve_model_dir(model: str, hf_home: Path) -> Path | None:
         return snaps / ref.read_text().strip()
     dirs = sorted((d for d in snaps.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
     return dirs[-1] if dirs else None
+
+
+def check_checkpoint(c: Ctx) -> None:
+    """The checkpoint is complete and its gate weights have the dtype the profile assumes
+    (``sparkpair inspect``)."""
+    model = c.env.SPARKPAIR_MODEL or c.profile.server.model
+    hf_home = c.host.path(os.environ.get("HF_HOME", "/models"))
+    d = resolve_model_dir(model, hf_home)
+    if d is None:
+        c.add(
+            "checkpoint",
+            "fail",
+            "model",
+            model,
+            f"downloaded under HF_HOME ({hf_home})",
+            f"hf download {model} on this node",
+        )
+        return
+    try:
+        gate, draft = expected_gate_dtype(c.profile), expects_draft(c.profile)
+        rep = inspect_checkpoint(d, gate_dtype=gate, need_draft=draft)
+    except InspectError as e:
+        c.add("checkpoint", "fail", "checkpoint", d, "a complete safetensors checkpoint", str(e))
+        return
+    c.report.facts["checkpoint_bytes"] = rep.total_bytes
+    if rep.problems:
+        c.add(
+            "checkpoint",
+            "fail",
+            "checkpoint",
+            d,
+            "complete, gate dtype as the profile assumes",
+            "; ".join(rep.problems[:5]),
+        )
+    else:
+        c.add(
+            "checkpoint",
+            "pass",
+            "checkpoint",
+            f"{len(rep.shards)} shards, {rep.total_bytes / (1 << 30):.1f} GiB",
+            "complete",
+            rep.summary,
+        )

@@ -7,7 +7,7 @@ same parser reads both. The verdict requires:
 - data channels ``via NET/IB`` and none ``via NET/Socket`` (nor ``Using network Socket``);
 - every listed HCA of NCCL_IB_HCA in NCCL's ``NET/IB : Using [...]`` line (both halves);
 - ``busbw`` at the largest size >= the floor (default 15 GB/s: Reederey87's gate; a healthy
-  Spark pair measures ~23 GB/s, sockets ~2-3 GB/s, spark-deployment-anchors.md (b));
+  Spark pair measures ~23 GB/s, sockets ~2-3 GB/s, docs/reference/spark-deployments.md#fabric-settings);
 - ``busbw = algbw x 2(n-1)/n`` on every row (nccl-tests' all-reduce bus factor), and no
   wrong results.
 

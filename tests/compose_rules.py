@@ -1,4 +1,5 @@
-"""Rules a rendered ``compose.yaml`` must keep, and the renderer that produces it.
+"""Rules a rendered ``compose.yaml`` must keep, and the renderer that produces it (test-only:
+the unit and docker tiers import it from ``tests/``; the shipped package does not need it).
 
 The rules are checked on the output of the real Compose v2 binary
 (``docker compose config --format json``), so what is checked is what the engine gets:
@@ -30,7 +31,7 @@ MAX_RESTARTS = 5
 
 MIN_START_PERIOD_S = 30 * 60
 """Head/worker health start period floor: a cold ~155 GiB load plus JIT and graph capture
-(spark-deployment-anchors.md (d): >= 30 min)."""
+(docs/reference/spark-deployments.md#start-period-and-restarts: >= 30 min)."""
 
 MIN_SHM_BYTES = 8 << 30
 """``shm_size`` floor where ``ipc`` is not ``host``: NCCL buffers and vLLM's shared-memory
