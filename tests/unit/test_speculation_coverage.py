@@ -60,3 +60,43 @@ def test_inspect_requires_the_dspark_draft_weights_for_the_dspark_profile(tmp_pa
         bad.problems
     )
     assert inspect_checkpoint(nodraft).problems == []
+
+
+def test_preflight_memory_counts_the_nodes_checkpoint_share_with_the_draft(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import json
+    from pathlib import Path
+
+    from sparkpair_cli.deploy.nodeenv import load_node_env_file
+    from sparkpair_cli.preflight import checks as pf
+
+    hosts = Path(__file__).resolve().parents[1] / "fixtures/hosts"
+    monkeypatch.delenv("HF_HOME", raising=False)
+    (tmp_path / "proc").mkdir()
+    gib = 1 << 30
+    (tmp_path / "proc/meminfo").write_text(
+        "".join(
+            f"{k}: {v * gib // 1024} kB\n"
+            for k, v in (("MemTotal", 128), ("MemFree", 126), ("MemAvailable", 126))
+        )
+    )
+    env = load_node_env_file(hosts / "spark-head-good" / "node.env")
+    snap = tmp_path / "models/hub/models--deepseek-ai--DeepSeek-V4-Flash/snapshots/9e165c30"
+    snap.mkdir(parents=True)
+    (tmp_path / "models/hub/models--deepseek-ai--DeepSeek-V4-Flash/refs").mkdir()
+    (tmp_path / "models/hub/models--deepseek-ai--DeepSeek-V4-Flash/refs/main").write_text("9e165c30")
+    (snap / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"mtp.0.x": "a.safetensors"}})
+    )
+    with (snap / "a.safetensors").open("wb") as f:  # sparse: the size stat reports, no disk used
+        f.truncate(156 * gib)
+    rep = pf.run_local(env, load_profile("deepseek-v4-flash"), root=tmp_path, only=["memory"])
+    got = {r.id: r for r in rep.results}
+    assert (
+        got["memory-weights"].status == "pass"
+        and "78.0 GiB (incl. the DSpark draft" in got["memory-weights"].message
+    )
+    with (snap / "a.safetensors").open("r+b") as f:
+        f.truncate(230 * gib)
+    rep = pf.run_local(env, load_profile("deepseek-v4-flash"), root=tmp_path, only=["memory"])
+    bad = {r.id: r for r in rep.results}["memory-weights"]
+    assert bad.status == "fail" and "115.0 GiB" in bad.message and "< 108.8 GiB" in bad.message, bad.message
