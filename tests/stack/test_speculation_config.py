@@ -136,3 +136,19 @@ def test_vllm_033_captures_the_full_verify_step_only_with_the_listed_sizes() -> 
     # Without the list vLLM truncates the max to 32: a full verify step would run uncaptured.
     bare, bare_top = _capture_sizes('{"cudagraph_mode": "PIECEWISE"}', cap)
     assert bare_top == 32 and 36 not in bare, bare
+
+
+def test_flashinfer_072_has_the_decode_specialisation_the_dspark_draft_asks_for() -> None:
+    """With DSpark the draft's non-causal SWA attention asks FlashInfer's SM120 DSv4 decode table
+    for top_k = vLLM's padded DSpark width of the 128-token window plus k, not the window alone."""
+    from sparkpair_cli.preflight.toolchain import dsv4_decode_pair
+    from vllm.utils.flashinfer import has_flashinfer_sparse_mla_sm120_config
+    from vllm.v1.attention.backends.mla.compressor_utils import get_dspark_swa_index_width
+
+    server = load_profile("deepseek-v4-flash").server
+    k = server.speculation.num_speculative_tokens  # type: ignore[union-attr]
+    heads, window = dsv4_decode_pair(server.tensor_parallel_size)
+    width = get_dspark_swa_index_width(window, k)
+    assert (heads, window, width) == (32, 128, 192)
+    assert has_flashinfer_sparse_mla_sm120_config(heads, window)
+    assert has_flashinfer_sparse_mla_sm120_config(heads, width)
