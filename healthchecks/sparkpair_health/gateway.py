@@ -346,6 +346,9 @@ class GatewayMetrics:
             ["check"],
             registry=r,
         )
+        self.spec_acceptance = Gauge(  # from the spec_acceptance check (checks/speculation.py); NaN: no rate
+            "sparkpair_spec_acceptance_rate", "accepted / drafted tokens, latest suite run", registry=r
+        )
         self.suite_runs = Counter("sparkpair_suite_runs", "suite runs started", registry=r)
         self.suite_passed = Gauge("sparkpair_suite_passed", "1 when the latest report passed", registry=r)
         self.suite_duration = Gauge(
@@ -404,6 +407,9 @@ class GatewayMetrics:
             for st in self.STATUSES:
                 self.check_status.labels(c["id"], st).set(1.0 if c["status"] == st else 0.0)
             self.check_duration.labels(c["id"]).set(float(c.get("latency_ms", 0.0)) / 1000.0)
+            if c["id"] == "spec_acceptance":
+                rate = (c.get("evidence") or {}).get("acceptance_rate")
+                self.spec_acceptance.set(float("nan") if rate is None else float(rate))
         self.suite_passed.set(1.0 if passed else 0.0)
         self.suite_duration.set(duration_s)
 

@@ -7,10 +7,11 @@ the key, the value seen and what was wanted.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -41,6 +42,49 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class SpeculationSpec(_Strict):
+    """Speculative decoding of the served model, rendered as ``--speculative-config`` JSON.
+
+    Every field's meaning is vLLM's ``SpeculativeConfig`` (``vllm/config/speculative.py``,
+    vLLM 0.32 and 0.33); the tests of the ``stack`` tier construct 0.33's own config from
+    :meth:`config_json` (docs/reference/speculation.md).
+
+    Attributes:
+        method: vLLM's speculative method (``dspark`` for DeepSeek-V4's DSpark draft, ``ngram``
+            for prompt lookup, which the CPU build runs).
+        num_speculative_tokens: draft tokens per step, k. A verify step of ``max_num_seqs``
+            sequences scores ``max_num_seqs * (k + 1)`` tokens (:meth:`ServerSpec.verify_tokens`).
+        draft_sample_method: ``greedy`` or ``probabilistic`` (vLLM 0.33's
+            ``DraftSampleMethod``); ``None`` leaves vLLM's default and sends no key (vLLM 0.32
+            has no such field).
+        extra: further ``SpeculativeConfig`` fields (e.g. ``prompt_lookup_max`` for ngram).
+    """
+
+    method: str = Field(min_length=1)
+    num_speculative_tokens: int = Field(ge=1, le=64)
+    draft_sample_method: Literal["greedy", "probabilistic"] | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    def config_json(self) -> str:
+        """The ``--speculative-config`` value: compact JSON, keys in a fixed order."""
+        d: dict[str, Any] = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+        if self.draft_sample_method is not None:
+            d["draft_sample_method"] = self.draft_sample_method
+        d.update(self.extra)
+        return json.dumps(d, separators=(",", ":"))
+
+
+def arg_value(args: list[str], *names: str) -> str | None:
+    """The value of the first of ``names`` in an argv list (``--x V`` or ``--x=V``), else ``None``."""
+    for i, a in enumerate(args):
+        for n in names:
+            if a == n and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(n + "="):
+                return a.split("=", 1)[1]
+    return None
+
+
 class ServerSpec(_Strict):
     """How ``vllm serve`` is started for this model."""
 
@@ -49,6 +93,47 @@ class ServerSpec(_Strict):
     tensor_parallel_size: int = Field(default=1, ge=1)
     args: list[str] = Field(default_factory=list, description="further vllm serve arguments")
     env: dict[str, str] = Field(default_factory=dict, description="environment for the server")
+    speculation: SpeculationSpec | None = Field(default=None, description="speculative decoding; None: off")
+
+    def max_num_seqs(self) -> int | None:
+        """``--max-num-seqs`` of :attr:`args` (sequences), ``None`` when the profile leaves vLLM's default."""
+        v = arg_value(self.args, "--max-num-seqs")
+        return int(v) if v is not None else None
+
+    def verify_tokens(self) -> int | None:
+        """Tokens of the largest verify step, ``max_num_seqs * (k + 1)``; ``None`` without
+        speculation or without ``--max-num-seqs``. With speculation every decode step of
+        ``max_num_seqs`` sequences scores the last accepted token plus k drafts per sequence
+        (docs/reference/speculation.md)."""
+        seqs = self.max_num_seqs()
+        if self.speculation is None or seqs is None:
+            return None
+        return seqs * (self.speculation.num_speculative_tokens + 1)
+
+    def serve_args(self) -> list[str]:
+        """:attr:`args` followed by ``--speculative-config <json>`` when :attr:`speculation` is set."""
+        if self.speculation is None:
+            return list(self.args)
+        return [*self.args, "--speculative-config", self.speculation.config_json()]
+
+    @model_validator(mode="after")
+    def _speculation_consistent(self) -> ServerSpec:
+        if self.speculation is None:
+            return self
+        if arg_value(self.args, "--speculative-config", "-sc") is not None:
+            raise ValueError(
+                "server.args has --speculative-config and server.speculation is set; wanted only "
+                "server.speculation (it renders --speculative-config)"
+            )
+        cap, want = arg_value(self.args, "--max-cudagraph-capture-size"), self.verify_tokens()
+        if cap is not None and want is not None and int(cap) != want:
+            k = self.speculation.num_speculative_tokens
+            raise ValueError(
+                f"server.args --max-cudagraph-capture-size is {cap}; wanted max_num_seqs x (k + 1) = "
+                f"{self.max_num_seqs()} x ({k} + 1) = {want}, so every verify step of a full batch "
+                "runs in a captured graph (docs/reference/speculation.md)"
+            )
+        return self
 
 
 class ExpectedAnswer(_Strict):
@@ -227,6 +312,28 @@ class DSV4Spec(_Strict):
         return data
 
 
+class SpeculationChecksSpec(_Strict):
+    """Settings of the speculation checks (``checks.speculation``); they run only when
+    ``server.speculation`` is set.
+
+    Attributes:
+        acceptance_floor: lowest acceptance rate (accepted / drafted tokens, 0..1) over the
+            suite's requests that passes. The field measured ~0.73 for DSpark on chat and
+            0.15-0.22 once a tool-call grammar constrained the output
+            (docs/reference/speculation.md).
+        min_draft_tokens: draft tokens the server must count during the suite for speculation
+            to be called active.
+        concurrency: concurrent greedy requests of the batch check; ``None`` means the
+            profile's ``--max-num-seqs`` (so the verify step is the largest captured size).
+        max_tokens: tokens per request of the batch check.
+    """
+
+    acceptance_floor: float = Field(default=0.3, ge=0.0, le=1.0)
+    min_draft_tokens: int = Field(default=1, ge=1)
+    concurrency: int | None = Field(default=None, ge=2)
+    max_tokens: int = Field(default=48, gt=0)
+
+
 class ChecksSpec(_Strict):
     """Which checks run and with which request settings."""
 
@@ -234,6 +341,7 @@ class ChecksSpec(_Strict):
     tools: ToolsSpec = Field(default_factory=ToolsSpec)
     thinking: ThinkingSpec = Field(default_factory=ThinkingSpec)
     long_prompt: LongPromptSpec = Field(default_factory=LongPromptSpec)
+    speculation: SpeculationChecksSpec = Field(default_factory=SpeculationChecksSpec)
     prompt: str = Field(
         default="Say hello to the pair of Sparks.", description="prompt of the protocol checks"
     )

@@ -18,6 +18,9 @@ def register(app: typer.Typer) -> None:
         gate_dtype: str = typer.Option(
             "", help="dtype the gate weights must have (e.g. BF16); empty: report only"
         ),
+        need_draft: bool = typer.Option(
+            False, "--need-draft", help="require draft (mtp.*) weights: a DSpark profile's checkpoint (0731)"
+        ),
     ) -> None:
         """Check every shard named by model.safetensors.index.json is present and complete, and
         report (or require) the dtype of the MoE gate weights. Exit 1 on a problem."""
@@ -34,7 +37,7 @@ def register(app: typer.Typer) -> None:
             )
             raise typer.Exit(1)
         try:
-            rep = inspect_checkpoint(d, gate_dtype=gate_dtype or None)
+            rep = inspect_checkpoint(d, gate_dtype=gate_dtype or None, need_draft=need_draft)
         except InspectError as e:
             print(f"inspect: {e}")
             raise typer.Exit(1) from None

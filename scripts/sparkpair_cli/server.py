@@ -113,7 +113,7 @@ class VllmServer:
             str(spec.max_model_len),
             "--tensor-parallel-size",
             str(spec.tensor_parallel_size),
-            *spec.args,
+            *spec.serve_args(),
             *extra_args,
         ]
         merged = {**spec.env, **(env or {})}

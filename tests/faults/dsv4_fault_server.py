@@ -71,7 +71,7 @@ class FaultState:
 
     faults: set[str] = field(default_factory=set)
     served_model_name: str = "dsv4-fault"
-    max_model_len: int = 65_536
+    max_model_len: int = 524_288  # configs/profiles/deepseek-v4-flash.yaml server.max_model_len
     api_key: str | None = None
     wedge_after: int = 3
     wedge_s: float = 30.0

@@ -17,7 +17,13 @@ Faults (strings in :attr:`FaultServer.faults`):
     no thinking field gets ``<think>`` in content, ``<|im_end|>`` at the end of content, or a
     reasoning field; with ``unspecified_stream_only`` only when streamed),
     echo_auth (every error body quotes the request's ``Authorization`` header, as a careless
-    proxy does).
+    proxy does),
+    spec_not_drafting (speculation counters exported but never rising), batch_differs (a chat
+    answer served while another is in flight gets other text; each answer then takes 0.3 s).
+
+Speculation (``spec_k`` set): ``/metrics`` exports vLLM's ``vllm:spec_decode_num_*_total``
+counters; each chat answer of ``n`` tokens adds ``ceil(n / (k + 1))`` drafts of k tokens, of
+which the fraction ``acceptance`` is accepted.
 
 Malformed answers (:attr:`FaultServer.chat_mode`, for non-streamed chat requests: what the
 gateway's canary sends), one of :data:`CHAT_MODES`. ``api_key``: when set, every request
@@ -184,6 +190,11 @@ class _Handler(BaseHTTPRequestHandler):
             )
         elif self.path == "/version":
             self._send(200, {"version": "fault-server"})
+        elif self.path == "/metrics":
+            c = self.server.owner.spec if self.server.owner.spec_k else {}
+            lines = [f"# TYPE vllm:spec_decode_{k} counter\nvllm:spec_decode_{k}_total {v}"
+                     for k, v in c.items()]
+            self._raw(200, "text/plain; version=0.0.4", ("\n".join(lines) + "\n").encode())
         else:
             self._send(404, {"error": {"message": "not found", "code": 404}})
 
@@ -310,6 +321,21 @@ class _Handler(BaseHTTPRequestHandler):
             text, ctoks = msg["content"] or "", 20
         else:
             text, ctoks, fr = self._text(body)
+            if "batch_differs" in self.faults:
+                with o.lock:
+                    o.in_flight += 1
+                time.sleep(0.3)
+                with o.lock:
+                    crowded = o.in_flight > 1
+                    o.in_flight -= 1
+                if crowded:
+                    text = text.replace(" ", "  ", 1)
+            if o.spec_k and "spec_not_drafting" not in self.faults:
+                with o.lock:
+                    drafts = -(-ctoks // (o.spec_k + 1))
+                    o.spec["num_drafts"] += drafts
+                    o.spec["num_draft_tokens"] += drafts * o.spec_k
+                    o.spec["num_accepted_tokens"] += round(drafts * o.spec_k * o.acceptance)
             msg["content"] = text
             if "chat_empty" in self.faults:
                 msg["content"] = ""
@@ -470,8 +496,14 @@ class FaultServer:
         hang_s: float = 30.0,
         drip_s: float = 2.0,
         api_key: str | None = None,
+        spec_k: int | None = None,
+        acceptance: float = 0.7,
     ) -> None:
         self.faults = set(faults or ())
+        self.spec_k = spec_k
+        self.acceptance = acceptance
+        self.spec = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
+        self.in_flight = 0
         self.chat_mode = "ok"
         self.drip_s = drip_s
         self.api_key = api_key

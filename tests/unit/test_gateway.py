@@ -19,14 +19,16 @@ from dsv4_fault_server import FaultState, Served, serve  # noqa: E402
 
 
 def _dsv4_profile() -> str:
-    """deepseek-v4-flash with the server's default of thinking on (as the fault server does)
-    and a needle that fits the fault server's prompts."""
+    """deepseek-v4-flash without speculation (the DeepSeek-V4 fault server counts no draft
+    tokens; the speculation checks have their own tests) with the server's default of thinking
+    on (as the fault server does) and a needle that fits the fault server's prompts."""
     import tempfile
 
     import yaml
     from sparkpair_health.profile import PROFILES_DIR
 
     d = yaml.safe_load((PROFILES_DIR / "deepseek-v4-flash.yaml").read_text())
+    d["server"].pop("speculation", None)
     args = d["server"]["args"]
     if "--default-chat-template-kwargs" in args:
         i = args.index("--default-chat-template-kwargs")

@@ -27,13 +27,13 @@ def test_a_complete_checkpoint_with_bf16_gates_passes() -> None:
     d = resolve_model_dir(ID, GOOD)
     assert d is not None and d.name == "9e165c30"
     rep = inspect_checkpoint(d, gate_dtype="BF16")
-    assert rep.problems == [] and rep.gate_dtypes == {"BF16": 2} and len(rep.shards) == 2 and rep.tensors == 8
+    assert rep.problems == [] and rep.gate_dtypes == {"BF16": 2} and len(rep.shards) == 2 and rep.tensors == 9
 
 
 def test_missing_and_truncated_shards_and_the_wrong_gate_dtype_are_each_named() -> None:
     rep = inspect_checkpoint(resolve_model_dir(ID, BAD), gate_dtype="BF16")  # type: ignore[arg-type]
     text = "\n".join(rep.problems)
-    assert "model-00002-of-00002.safetensors: missing (4 tensors)" in text
+    assert "model-00002-of-00002.safetensors: missing (5 tensors)" in text
     assert "model-00001-of-00002.safetensors: 3357 bytes; wanted 3457" in text
     assert "gate weights: dtypes {'F32': 1}; wanted all BF16" in text
 

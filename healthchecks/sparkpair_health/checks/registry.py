@@ -13,6 +13,7 @@ from .base import CheckSpec
 from .greedy import check_determinism, check_greedy_sanity, check_semantic, check_stream_equality
 from .long_context import check_long_context, check_long_prompt_accepted, check_long_prompt_rejected
 from .soak import check_soak
+from .speculation import SPEC_FIRST, SPEC_LAST
 from .thinking import check_thinking, check_thinking_modes
 from .tools import check_tool_calls, check_tool_named, check_tool_required
 
@@ -110,15 +111,21 @@ def check_list(
     Args:
         profile: the model profile; each check reads its settings from it and skips with
             the profile's reason where it does not apply.
-        only: protocol check ids to keep (``None``: all); the model checks are not filtered.
+        only: protocol and speculation check ids to keep (``None``: all); the model checks
+            are not filtered.
         model_checks: add :data:`MODEL_CHECKS` (the gateway's ``dsv4_checks``).
 
     Raises:
-        ValueError: ``only`` names an id that is not a protocol check.
+        ValueError: ``only`` names an id that is not a protocol or speculation check.
     """
-    known = [c.id for c in CHECKS]
+    known = [c.id for c in [*SPEC_FIRST, *CHECKS, *SPEC_LAST]]
     bad = sorted(set(only or ()) - set(known))
     if bad:
         raise ValueError(f"profile {profile.name!r}: no such check {bad}; wanted ids from {known}")
-    protocol = [c for c in CHECKS if only is None or c.id in only]
-    return [*protocol, *(MODEL_CHECKS if model_checks else [])]
+    def kept(checks: list[CheckSpec]) -> list[CheckSpec]:
+        return [c for c in checks if only is None or c.id in only]
+
+    # speculation checks skip unless the profile sets server.speculation: spec_active first
+    # (before any request moves the counters), spec_acceptance last (over the whole suite)
+    model = MODEL_CHECKS if model_checks else []
+    return [*kept(SPEC_FIRST), *kept(CHECKS), *model, *kept(SPEC_LAST)]

@@ -1,9 +1,9 @@
 """On-device probes of the overlay's own patched kernels: the router GEMM and the o_proj ``fp8_einsum``.
 
 Runs every candidate path of each patched kernel at the served model's shapes (router: M in
-{1, 8, 32, 64, 128, 512}, bf16 and fp32 gate weights [256, 4096]; o_proj: T in {1, 32, 2048},
-G = 8 / TP groups, D=1024, R=4096, both recipes), compares each against an fp64 reference, and
-times it as CUDA-graph replay per call. A path that raises, returns NaN/inf or misses its
+{1, 8, 32, 36, 64, 128, 512}, bf16 and fp32 gate weights [256, 4096]; o_proj: T in
+{1, 32, 36, 2048}, G = 8 / TP groups, D=1024, R=4096, both recipes), compares each against an
+fp64 reference, and times it as CUDA-graph replay per call. A path that raises, returns NaN/inf or misses its
 tolerance is recorded with ``ok: false`` (and the error), so the plan never picks it. Rows are
 the ``router`` and ``o_proj`` lists of the probe JSON (:class:`sparkpair_overlay.plan.ProbeResults`).
 Needs CUDA.
@@ -15,8 +15,10 @@ from typing import Any
 
 from ..deepgemm import locate_deepgemm
 
-ROUTER_MS = (1, 8, 32, 64, 128, 512)
-O_PROJ_TS = (1, 32, 2048)
+#: 36 = a DSpark verify / draft step of the default profile (serve_paths.VERIFY_TOKENS), so the
+#: router's Triton/cuBLAS crossover and the o_proj paths are measured at that token count too.
+ROUTER_MS = (1, 8, 32, 36, 64, 128, 512)
+O_PROJ_TS = (1, 32, 36, 2048)
 ROUTER_TOL = {"bfloat16": 1e-5, "float32": 2e-6}  # max|err| / max|ref| (docs/kernels.md "Probe")
 O_PROJ_TOL = 1e-2  # relative Frobenius (docs/kernels.md "Probe")
 

@@ -4,8 +4,9 @@ Facts (file and line in vLLM 0.33.0) are restated in ``docs/reference/deepgemm-s
 are DeepSeek-V4-Flash per rank at ``tp`` (hidden 4096, 256 routed experts, top-6,
 moe_intermediate 2048, o_groups 8, o_lora_rank 1024, index heads 64 x 128, hc_mult 4:
 ``docs/reference/deepgemm-sm120.md`` "Served shapes"); token counts: one decode token, the
-profile's decode batch (``--max-num-seqs 6``, ``configs/profiles/deepseek-v4-flash.yaml``) and a
-2048-token prefill chunk (the o_proj probe's largest T).
+profile's decode batch (``--max-num-seqs 6``, ``configs/profiles/deepseek-v4-flash.yaml``), a
+speculative verify / DSpark draft step of 6 x (5 + 1) = 36 tokens, and a 2048-token prefill
+chunk (the o_proj probe's largest T).
 
 Discovery (``Candidate.discover``) runs anywhere: it asks the installed vLLM which backends it
 offers for the path and asks :func:`sparkpair_overlay.deepgemm.locate_deepgemm` which DeepGEMM
@@ -24,6 +25,11 @@ from .choice import Candidate, ServePath, Shape, Switch, Trial
 
 #: Decode batch of the DSv4 profile (``--max-num-seqs 6`` in configs/profiles/deepseek-v4-flash.yaml).
 DECODE_BATCH = 6
+#: Draft tokens per step of the DSpark profile (``speculation.num_speculative_tokens: 5``).
+DSPARK_K = 5
+#: Tokens of a full verify step and of a DSpark draft step, ``max_num_seqs * (k + 1)``: the
+#: profile's largest CUDA-graph capture size (docs/reference/speculation.md).
+VERIFY_TOKENS = DECODE_BATCH * (DSPARK_K + 1)
 #: Prefill chunk probed (the largest T of the o_proj probe, sparkpair_overlay.probe.kernels).
 PREFILL_TOKENS = 2048
 #: DeepSeek-V4-Flash sizes (docs/reference/deepgemm-sm120.md "Served shapes").
@@ -38,7 +44,9 @@ _DG_OFF = (("VLLM_USE_DEEP_GEMM", "0"),)
 
 
 def _tokens() -> tuple[tuple[str, int], ...]:
-    return (("decode", 1), ("decode-batch", DECODE_BATCH), ("prefill", PREFILL_TOKENS))
+    return (
+        ("decode", 1), ("decode-batch", DECODE_BATCH), ("verify", VERIFY_TOKENS), ("prefill", PREFILL_TOKENS)
+    )
 
 
 @lru_cache(maxsize=1)

@@ -3,7 +3,9 @@
 - ``tokps_vs_concurrency.png``: aggregate output tok/s and per-user decode tok/s (p50)
   against concurrency, one line per (context, output, thinking) group of the run;
 - ``ttft_vs_context.png``: TTFT (p50, seconds) and prefill tok/s (p50) against context
-  length, one line per (concurrency, output, thinking) group.
+  length, one line per (concurrency, output, thinking) group;
+- ``acceptance_vs_concurrency.png`` (only when the server counted speculative drafts): the
+  acceptance rate per cell from the server's counters, beside the field's DSpark figures.
 
 Reference figures (:mod:`.reference`) are grey-scale-free coloured markers with range bars;
 prefill ranges are also drawn on the TTFT panel as bands ``TTFT = context / rate``. Both
@@ -240,9 +242,46 @@ def _div(x: float | None, d: float) -> float | None:
     return None if x is None else x / d
 
 
+def _acceptance(c: dict[str, Any]) -> float | None:
+    return ((c.get("server_metrics") or {}).get("summary") or {}).get("spec_acceptance_rate")
+
+
+def plot_acceptance_vs_concurrency(result: dict[str, Any], path: Path) -> Path:
+    """Write the acceptance-rate-vs-concurrency figure (server counters per cell) to ``path``."""
+    plt = _mpl()
+    styles = _ref_styles()
+    fig, ax = plt.subplots(1, 1, figsize=(15, 6))
+    groups: dict[tuple[int, int, str], list[dict[str, Any]]] = defaultdict(list)
+    for c in result.get("cells", []):
+        if _acceptance(c) is not None:
+            groups[(c["context_tokens"], c["output_tokens"], c["thinking"])].append(c)
+    for i, ((ctx, out, thinking), cells) in enumerate(sorted(groups.items())):
+        pts = sorted((c["concurrency"], _acceptance(c), c.get("status")) for c in cells)
+        _run_line(
+            ax, [p[0] for p in pts], [p[1] for p in pts],  # type: ignore[misc]
+            f"ctx {ctx}, out {out}, thinking {thinking}", i, any(p[2] != "complete" for p in pts),
+        )  # fmt: skip
+    _draw_refs_vs_concurrency(ax, "spec_acceptance_rate", styles)
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0.0, 1.05)
+    ax.set_xlabel("concurrency (users in flight)")
+    ax.set_ylabel("acceptance rate (accepted / drafted tokens)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.suptitle(_title(result, "speculative acceptance vs concurrency"), fontsize=9.5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 def write_plots(result: dict[str, Any], out_dir: Path) -> list[Path]:
-    """Write both figures into ``out_dir``; return their paths."""
-    return [
+    """Write the figures into ``out_dir`` (the acceptance one only when a cell has a rate);
+    return their paths."""
+    paths = [
         plot_tokps_vs_concurrency(result, out_dir / "tokps_vs_concurrency.png"),
         plot_ttft_vs_context(result, out_dir / "ttft_vs_context.png"),
     ]
+    if any(_acceptance(c) is not None for c in result.get("cells", [])):
+        paths.append(plot_acceptance_vs_concurrency(result, out_dir / "acceptance_vs_concurrency.png"))
+    return paths

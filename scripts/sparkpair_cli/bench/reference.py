@@ -9,7 +9,9 @@ Metrics:
 - ``per_user_decode_tok_s``: decode tok/s one stream sees (the field's "C1 tok/s");
 - ``aggregate_output_tok_s``: output tok/s summed over all streams at ``concurrency``;
 - ``prefill_tok_s``: prompt tokens per second of time to first token;
-- ``ttft_s``: time to first token for a prompt of ``context_tokens``.
+- ``ttft_s``: time to first token for a prompt of ``context_tokens``;
+- ``spec_acceptance_rate``: accepted / drafted tokens of speculative decoding (0..1), restated
+  in ``docs/reference/speculation.md``.
 
 A figure is a range ``[low, high]`` (equal for a single number). ``context_tokens`` is
 ``None`` where the source does not say, ``(lo, hi)`` for a stated span.
@@ -76,6 +78,10 @@ FIGURES: tuple[Figure, ...] = (  # noqa: E501 - one figure per line reads like t
     Figure("prefill_tok_s", 875, 875, 1, (900000, 900000), "Anemll+MiaAI MTP5", _MIAAI, "900K prompt"),
     Figure("prefill_tok_s", 2240, 2240, 1, (524288, 524288), "ecohash 0.27.1 fp8 KV", "ecohash docs/02", "512K in 234 s"),
     Figure("prefill_tok_s", 1600, 1800, 1, None, "jasl preview", "vllm#41834"),
+    # --- speculative acceptance (accepted / drafted tokens; docs/reference/speculation.md) ---
+    Figure("spec_acceptance_rate", 0.80, 0.80, 1, None, "Reederey87 MTP2 thinking", "Reederey87 README", "k=2"),
+    Figure("spec_acceptance_rate", 0.73, 0.73, 1, None, "ecohash 0.27.1 fp8 KV", "ecohash (docs/reference/speculation.md)", "DSpark k=5, chat"),
+    Figure("spec_acceptance_rate", 0.15, 0.22, 1, None, "ecohash DSML tool grammar", "ecohash (docs/reference/speculation.md)", "DSpark k=5, tool calls"),
     # --- time to first token ---
     Figure("ttft_s", 79, 79, 1, (131072, 131072), "Anemll+MiaAI MTP5", _MIAAI, "128K"),
     Figure("ttft_s", 234, 234, 1, (524288, 524288), "ecohash 0.27.1 fp8 KV", "ecohash docs/02", "512K"),

@@ -93,6 +93,7 @@ def result_table(result: dict[str, Any]) -> Table:
     t.add_column("KV max\n%", justify="right")
     t.add_column("preempt", justify="right")
     t.add_column("spec acc\n%", justify="right")
+    t.add_column("acc len\ntok", justify="right")
     for c in result.get("cells", []):
         s = c.get("summary") or {}
         sm = (c.get("server_metrics") or {}).get("summary") or {}
@@ -109,6 +110,7 @@ def result_table(result: dict[str, Any]) -> Table:
             _fmt(kv * 100 if kv is not None else None),
             _fmt(sm.get("preemptions")),
             _fmt(acc * 100 if acc is not None else None),
+            _fmt(sm.get("spec_acceptance_length")),
         )
     return t
 

@@ -161,7 +161,7 @@ def serve_argv(env: NodeEnv, profile: Profile, python: str = sys.executable) -> 
         str(spec.max_model_len),
         "--tensor-parallel-size",
         str(spec.tensor_parallel_size),
-        *spec.args,
+        *spec.serve_args(),
         "--distributed-executor-backend",
         "mp",
     ]

@@ -20,6 +20,10 @@ from .result import Ctx
 GATE_RE = re.compile(r"(^|\.)gate\.weight$")
 """MoE router gate weights (``...mlp.gate.weight`` / ``...ffn.gate.weight``), not ``gate_proj``."""
 
+DRAFT_RE = re.compile(r"^mtp\.\d+\.")
+"""Tensors of the DeepSeek-V4 draft layers shipped inside the checkpoint (``mtp.<layer>.*``; vLLM
+0.33's DSpark loader reads them from the target checkpoint: docs/reference/speculation.md)."""
+
 MAX_HEADER = 100 << 20
 """Refuse absurd header lengths (a corrupt file) instead of reading them."""
 
@@ -38,13 +42,14 @@ class CheckpointReport:
     total_bytes: int
     gate_dtypes: dict[str, int]
     problems: list[str] = field(default_factory=list)
+    draft_tensors: int = 0
 
     @property
     def summary(self) -> str:
         """One line: shards, tensors, size, gate dtypes."""
         return (
             f"{len(self.shards)} shards, {self.tensors} tensors, {self.total_bytes / (1 << 30):.2f} GiB, "
-            f"gate dtypes {self.gate_dtypes or 'none'}"
+            f"gate dtypes {self.gate_dtypes or 'none'}, draft (mtp.*) tensors {self.draft_tensors}"
         )
 
 
@@ -70,9 +75,13 @@ def read_header(path: Path) -> tuple[int, dict[str, Any]]:
         raise InspectError(f"{path.name}: header is not JSON ({e})") from None
 
 
-def inspect_checkpoint(folder: Path, gate_dtype: str | None = None) -> CheckpointReport:
+def inspect_checkpoint(
+    folder: Path, gate_dtype: str | None = None, need_draft: bool = False
+) -> CheckpointReport:
     """Check every shard the index names exists, is complete, and holds the tensors the index
-    maps to it; collect gate-weight dtypes and compare with ``gate_dtype`` when given.
+    maps to it; collect gate-weight dtypes and compare with ``gate_dtype`` when given; count the
+    draft (``mtp.*``) tensors the index names and, with ``need_draft``, require some (a DSpark
+    profile reads its draft from the checkpoint: the 0731 checkpoint has them, 48 shards).
 
     Raises:
         InspectError: no index and no ``model.safetensors``, or an index that is not JSON.
@@ -90,6 +99,12 @@ def inspect_checkpoint(folder: Path, gate_dtype: str | None = None) -> Checkpoin
     else:
         raise InspectError(f"{folder}: no model.safetensors.index.json or model.safetensors")
     shards = sorted(set(weight_map.values()))
+    draft = sum(1 for k in weight_map if DRAFT_RE.match(k))
+    if need_draft and not draft:
+        problems.append(
+            f"draft weights: no mtp.* tensors in {len(shards)} shards; wanted the DSpark draft inside the "
+            "checkpoint (the profile's speculation method is dspark: the 0731 checkpoint, 48 shards)"
+        )
     total = 0
     tensors = 0
     gates: dict[str, int] = {}
@@ -128,7 +143,7 @@ def inspect_checkpoint(folder: Path, gate_dtype: str | None = None) -> Checkpoin
             problems.append(
                 f"gate weights: dtypes {gates}; wanted all {gate_dtype} (the profile's router path assumes it)"  # noqa: E501
             )
-    return CheckpointReport(folder, shards, tensors, total, gates, problems)
+    return CheckpointReport(folder, shards, tensors, total, gates, problems, draft)
 
 
 def expected_gate_dtype(profile: Any) -> str | None:
@@ -138,6 +153,12 @@ def expected_gate_dtype(profile: Any) -> str | None:
     if env.get("SPARKPAIR_GATE_DTYPE"):
         return str(env["SPARKPAIR_GATE_DTYPE"])
     return "BF16" if profile.is_dsv4 else None
+
+
+def expects_draft(profile: Any) -> bool:
+    """True when the profile's speculation reads its draft from the target checkpoint (DSpark)."""
+    spec = getattr(getattr(profile, "server", None), "speculation", None)
+    return spec is not None and spec.method == "dspark" and "model" not in spec.extra
 
 
 def resolve_model_dir(model: str, hf_home: Path) -> Path | None:
@@ -176,7 +197,8 @@ def check_checkpoint(c: Ctx) -> None:
         )
         return
     try:
-        rep = inspect_checkpoint(d, gate_dtype=expected_gate_dtype(c.profile))
+        gate, draft = expected_gate_dtype(c.profile), expects_draft(c.profile)
+        rep = inspect_checkpoint(d, gate_dtype=gate, need_draft=draft)
     except InspectError as e:
         c.add("checkpoint", "fail", "checkpoint", d, "a complete safetensors checkpoint", str(e))
         return

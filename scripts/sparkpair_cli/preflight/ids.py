@@ -13,6 +13,7 @@ CHECK_IDS = {
     "gid-index": "NCCL_IB_GID_INDEX is the RoCEv2 IPv4 entry",
     "gid-index-twin": "the twin HCA has a RoCEv2 IPv4 entry at the same index",
     "memory": "MemAvailable covers the planned budget (B14)",
+    "memory-weights": "this node's checkpoint share (a DSpark draft included) fits the vLLM budget",
     "kernel-cma": "kernel CMA/KHO state (B04)",
     "shm": "/dev/shm room for NCCL and vLLM's shared-memory queues (B17)",
     "logind-removeipc": "logind RemoveIPC/linger (B18)",

@@ -74,6 +74,35 @@ def check_memory(c: Ctx) -> None:
         )
     else:
         c.add("memory", "pass", "MemAvailable", f"{avail / gib:.1f} GiB", f">= {budget / gib:.1f} GiB")
+    _check_weight_share(c, budget)
+
+
+def _check_weight_share(c: Ctx, budget: int) -> None:
+    """This node's share of the checkpoint (all shards / TP; a DSpark checkpoint's draft layers are
+    in its shards) must fit the vLLM budget with room left for the KV cache. Skipped silently when
+    the checkpoint is not local (the checkpoint check names that)."""
+    from .checkpoint import expects_draft, resolve_model_dir
+
+    model = c.env.SPARKPAIR_MODEL or c.profile.server.model
+    d = resolve_model_dir(model, c.host.path(os.environ.get("HF_HOME", "/models")))
+    if d is None:
+        return
+    tp = max(1, c.profile.server.tensor_parallel_size)
+    share = sum(p.stat().st_size for p in d.glob("*.safetensors")) // tp
+    gib = 1 << 30
+    what = "incl. the DSpark draft" if expects_draft(c.profile) else "no draft"
+    if share >= budget:
+        c.add(
+            "memory-weights",
+            "fail",
+            "checkpoint share per node",
+            f"{share / gib:.1f} GiB ({what}; shards / tensor_parallel_size)",
+            f"< {budget / gib:.1f} GiB (gpu_memory_utilization x MemTotal), with room for the KV cache",
+            "more nodes (tensor_parallel_size) or a higher --gpu-memory-utilization",
+        )
+    else:
+        c.add("memory-weights", "pass", "checkpoint share per node", f"{share / gib:.1f} GiB ({what})",
+              f"< {budget / gib:.1f} GiB")  # fmt: skip
 
 
 def check_cma(c: Ctx) -> None:

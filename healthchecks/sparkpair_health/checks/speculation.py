@@ -1,0 +1,293 @@
+"""Speculative-decoding checks of the health suite, in the :mod:`.checks` framework.
+
+They apply when the profile sets ``server.speculation`` and skip otherwise:
+
+* ``spec_active`` (first in the suite): the server's ``/metrics`` counts draft tokens, and one
+  greedy request raises the count; it also records the counters the suite starts from.
+* ``spec_batch_greedy``: ``concurrency`` greedy requests (default the profile's
+  ``--max-num-seqs``) sent at once, so every verify step scores ``max_num_seqs * (k + 1)``
+  tokens, the largest captured CUDA-graph size, give the same text as each request served
+  alone. Invalid text at the largest capture size fails here (docs/reference/speculation.md,
+  "The capture-size cap of 12").
+* ``spec_acceptance`` (last): accepted / drafted tokens over every request of the suite is at
+  least the profile's ``checks.speculation.acceptance_floor``.
+
+Counter names are vLLM's (``vllm/v1/spec_decode/metrics.py``, 0.32 and 0.33, proven in
+``tests/stack/test_speculation_config.py`` and ``tests/vllm_real/test_speculation_ngram.py``).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from ..client import Deadline
+from .base import (
+    CheckContext,
+    CheckSpec,
+    Fail,
+    Passed,
+    Skip,
+    base_chat,
+    message_of,
+    post_chat,
+    raise_for_status,
+)
+
+SPEC_COUNTERS = {
+    "drafts": "vllm:spec_decode_num_drafts_total",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+}
+"""Short name -> Prometheus sample name of vLLM's speculation counters (the counter
+``vllm:spec_decode_num_drafts`` is exposed as ``..._total``)."""
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    """vLLM's speculation counters at one moment, summed over engines and models (counts)."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+
+    def minus(self, start: SpecCounters) -> SpecCounters:
+        """Counts since ``start``."""
+        return SpecCounters(
+            self.drafts - start.drafts,
+            self.draft_tokens - start.draft_tokens,
+            self.accepted_tokens - start.accepted_tokens,
+        )
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted / drafted tokens (0..1); ``None`` with no draft token."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens > 0 else None
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        """Tokens emitted per verify step, ``1 + accepted / drafts`` (vLLM's "mean acceptance
+        length", ``vllm/v1/spec_decode/metrics.py``); ``None`` with no draft."""
+        return 1.0 + self.accepted_tokens / self.drafts if self.drafts > 0 else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Counts, rate and mean accepted length, for evidence and metrics."""
+        return {
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+        }
+
+
+def parse_spec_counters(text: str) -> SpecCounters | None:
+    """The speculation counters in Prometheus text, or ``None`` when the server exports none
+    (vLLM registers them only when speculative decoding is configured).
+
+    Raises:
+        ValueError: the text is not Prometheus exposition format.
+    """
+    wanted = {v: k for k, v in SPEC_COUNTERS.items()}
+    got: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = wanted.get(sample.name)
+            if key is not None:
+                got[key] = got.get(key, 0.0) + float(sample.value)
+    if not got:
+        return None
+    return SpecCounters(got.get("drafts", 0.0), got.get("draft_tokens", 0.0), got.get("accepted_tokens", 0.0))
+
+
+def read_spec_counters(ctx: CheckContext, deadline: Deadline) -> SpecCounters | None:
+    """``GET /metrics`` and parse the speculation counters.
+
+    Raises:
+        Fail: ``/metrics`` answers other than 200 or with text that is not Prometheus format.
+        ServerGone, RequestTimeout: from the client.
+    """
+    r = ctx.client.get("/metrics", timeout_s=min(ctx.request_timeout_s, deadline.left()))
+    raise_for_status(r, "GET /metrics")
+    try:
+        return parse_spec_counters(r.text)
+    except ValueError as e:
+        raise Fail(f"GET /metrics: not Prometheus text ({e}): {r.text[:200]!r}") from None
+
+
+def _speculation(ctx: CheckContext) -> tuple[str, int]:
+    spec = ctx.profile.server.speculation
+    if spec is None:
+        raise Skip(f"profile {ctx.profile.name} sets no server.speculation")
+    return spec.method, spec.num_speculative_tokens
+
+
+STATE_START = "spec_counters_at_start"
+"""``CheckContext.state`` key: the counters ``spec_active`` read before the suite's requests."""
+
+STATE_RESULT = "spec_acceptance"
+"""``CheckContext.state`` key: the acceptance result of ``spec_acceptance`` (a dict)."""
+
+ACTIVE_PROMPT = "Repeat after me, twice: red green blue red green blue red green blue red green blue."
+"""A prompt whose continuation repeats it, so prompt-lookup (ngram) drafting finds matches too."""
+
+
+def check_spec_active(ctx: CheckContext, deadline: Deadline) -> Passed:
+    """The server exports speculation counters and one greedy request raises the draft count."""
+    method, k = _speculation(ctx)
+    want = ctx.profile.checks.speculation.min_draft_tokens
+    before = read_spec_counters(ctx, deadline)
+    if before is None:
+        raise Fail(
+            f"/metrics has no {SPEC_COUNTERS['draft_tokens']}; the profile sets speculation "
+            f"method {method!r} with k={k}, so the server must count draft tokens "
+            "(is --speculative-config missing from the serve command?)",
+            {"method": method, "k": k},
+        )
+    ctx.state[STATE_START] = before
+    body = base_chat(ctx, prompt=ACTIVE_PROMPT, max_tokens=max(ctx.profile.checks.max_tokens, 48))
+    post_chat(ctx, body, deadline, "greedy request for the draft count")
+    after = read_spec_counters(ctx, deadline)
+    delta = (after or before).minus(before)
+    ev = {"method": method, "k": k, "before": before.as_dict(), "delta": delta.as_dict()}
+    if delta.draft_tokens < want:
+        raise Fail(
+            f"one greedy request raised {SPEC_COUNTERS['draft_tokens']} by {delta.draft_tokens:g}; "
+            f"wanted at least {want} (profile checks.speculation.min_draft_tokens): speculation "
+            f"method {method!r} is configured but not drafting",
+            ev,
+        )
+    return Passed(f"{method} k={k} drafting: {delta.draft_tokens:g} draft tokens for one request", ev)
+
+
+BATCH_PROMPTS = (
+    "List three colours.",
+    "Count from one to ten.",
+    "Name a large city.",
+    "Say hello to the pair of Sparks.",
+    "What is two plus two?",
+    "Describe the sea in one sentence.",
+    "Spell the word spark.",
+    "Name three animals.",
+)
+"""Prompts of the batch check, one per concurrent request (cycled past eight)."""
+
+
+def _first_difference(a: str, b: str) -> int:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def check_spec_batch_greedy(ctx: CheckContext, deadline: Deadline) -> Passed:
+    """``n`` concurrent greedy requests give each the text it gets alone (n = concurrency or
+    ``--max-num-seqs``; verify steps of ``n * (k + 1)`` tokens)."""
+    method, k = _speculation(ctx)
+    sc = ctx.profile.checks.speculation
+    n = sc.concurrency or ctx.profile.server.max_num_seqs() or 4
+    bodies = [
+        base_chat(
+            ctx,
+            prompt=BATCH_PROMPTS[i % len(BATCH_PROMPTS)] + ("" if i < 8 else f" ({i})"),
+            max_tokens=sc.max_tokens,
+        )
+        for i in range(n)
+    ]
+
+    def text(i: int) -> str:
+        d = post_chat(ctx, bodies[i], deadline, f"greedy request {i}")
+        return str(message_of(d)[0].get("content") or "")
+
+    alone = [text(i) for i in range(n)]
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        together = list(pool.map(text, range(n)))
+    verify = n * (k + 1)
+    ev: dict[str, Any] = {
+        "concurrency": n,
+        "k": k,
+        "verify_tokens": verify,
+        "alone": [t[:120] for t in alone],
+    }
+    bad = [i for i in range(n) if alone[i] != together[i]]
+    if bad:
+        i = bad[0]
+        at = _first_difference(alone[i], together[i])
+        a, b = alone[i][max(0, at - 20) : at + 40], together[i][max(0, at - 20) : at + 40]
+        ev["differs"] = {str(j): {"alone": alone[j][:200], "batched": together[j][:200]} for j in bad}
+        raise Fail(
+            f"{len(bad)} of {n} greedy requests sent together (verify steps of {n} x ({k} + 1) = "
+            f"{verify} tokens) gave other text than alone; request {i} differs at char {at}: "
+            f"alone {a!r}, batched {b!r}",
+            ev,
+        )
+    if not any(alone):
+        raise Fail(f"all {n} greedy requests gave empty text; wanted text", ev)
+    return Passed(f"{n} concurrent greedy requests == alone ({method}, verify steps of {verify} tokens)", ev)
+
+
+def check_spec_acceptance(ctx: CheckContext, deadline: Deadline) -> Passed:
+    """Acceptance rate (accepted / drafted tokens) over the suite's requests >= the profile's floor."""
+    method, k = _speculation(ctx)
+    floor = ctx.profile.checks.speculation.acceptance_floor
+    now = read_spec_counters(ctx, deadline)
+    if now is None:
+        raise Fail(
+            f"/metrics has no {SPEC_COUNTERS['draft_tokens']}; the profile sets speculation {method!r}"
+        )
+    start = ctx.state.get(STATE_START)
+    since = "the suite's requests" if isinstance(start, SpecCounters) else "the server's start"
+    delta = now.minus(start) if isinstance(start, SpecCounters) else now
+    ev = {"method": method, "k": k, "floor": floor, "over": since, **delta.as_dict()}
+    ctx.state[STATE_RESULT] = ev
+    rate = delta.acceptance_rate
+    if rate is None:
+        raise Fail(f"no draft tokens over {since}; speculation {method!r} k={k} never drafted", ev)
+    length = delta.mean_accepted_length
+    counts = f"{delta.accepted_tokens:g} of {delta.draft_tokens:g} draft tokens accepted"
+    if rate < floor:
+        raise Fail(
+            f"acceptance rate {rate:.3f} over {since} ({counts}) is below the profile's floor "
+            f"{floor:g} (checks.speculation.acceptance_floor)",
+            ev,
+        )
+    return Passed(
+        f"acceptance rate {rate:.3f} >= floor {floor:g} over {since} ({counts}; "
+        f"mean accepted length {length:.2f})"
+        if length is not None
+        else f"acceptance rate {rate:.3f}",
+        ev,
+    )
+
+
+SPEC_FIRST: list[CheckSpec] = [
+    CheckSpec(
+        "spec_active",
+        "speculation on: /metrics counts draft tokens for a request",
+        "speculation silently off (serve command without --speculative-config)",
+        check_spec_active,
+        90,
+    ),
+]
+"""Runs before every other check: it records the counters the acceptance rate starts from."""
+
+SPEC_LAST: list[CheckSpec] = [
+    CheckSpec(
+        "spec_batch_greedy",
+        "concurrent greedy requests at the largest capture size == each alone",
+        "invalid text at large CUDA-graph capture sizes (docs/reference/speculation.md)",
+        check_spec_batch_greedy,
+        300,
+    ),
+    CheckSpec(
+        "spec_acceptance",
+        "acceptance rate over the suite's requests >= profile floor",
+        "acceptance collapse (tool grammars: 0.73 -> 0.15-0.22, docs/reference/speculation.md)",
+        check_spec_acceptance,
+        30,
+    ),
+]
+"""Runs after every other check, so the acceptance rate covers the whole suite."""
