@@ -235,7 +235,7 @@ def test_decode_all_t_loop_gives_the_bits_of_one_cta_per_t_tile() -> None:
     for recipe, enc in (CASES[0], CASES[4]):
         a, sa, w, sw, sa_f, sw_f = make_fp8_operands(37, G, D, R, recipe, enc, seed=31)
         outs = []
-        for name in ("dec_t16_d64_k8_w4", "dec_t16_d64_k8_w4_at"):
+        for name in ("dec_t16_d64_k4_w4_tg", "dec_t16_d64_k4_w4_at_tg"):
             out = torch.full((37, G, D), float("nan"), dtype=torch.bfloat16, device="cuda")
             fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe, name)
             outs.append(out)

@@ -213,6 +213,34 @@ if HAS_TRITON:
         return a, s_a
 
     @triton.jit
+    def _together4(x0, x1, x2, x3):
+        """Identity on four fp8 tiles of one shape and layout, as one inline-asm block that needs
+        all four: every load behind them is issued before any of them is stored to shared memory
+        (without it the compiler stores each tile right after its own load, so the tiles' memory
+        round trips run one after another). Not for Triton's interpreter (no inline asm)."""
+        return tl.inline_asm_elementwise(
+            "mov.b32 $0, $4; mov.b32 $1, $5; mov.b32 $2, $6; mov.b32 $3, $7;",
+            "=r,=r,=r,=r,r,r,r,r",
+            [x0, x1, x2, x3],
+            dtype=(tl.float8e4nv, tl.float8e4nv, tl.float8e4nv, tl.float8e4nv),
+            is_pure=False,
+            pack=4,
+        )
+
+    @triton.jit
+    def _together8(x0, x1, x2, x3, x4, x5, x6, x7):
+        """:func:`_together4` for eight tiles."""
+        return tl.inline_asm_elementwise(
+            "mov.b32 $0, $8; mov.b32 $1, $9; mov.b32 $2, $10; mov.b32 $3, $11; "
+            "mov.b32 $4, $12; mov.b32 $5, $13; mov.b32 $6, $14; mov.b32 $7, $15;",
+            "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r,r",
+            [x0, x1, x2, x3, x4, x5, x6, x7],
+            dtype=(tl.float8e4nv,) * 8,
+            is_pure=False,
+            pack=4,
+        )
+
+    @triton.jit
     def _dec_mma(acc, w, s_w, a, s_a, SW_VEC: tl.constexpr):
         """PATH 1: ``acc[d, t] += dot(w, a.T)[d, t] * s_w * s_a[t]`` (weight rows on the MMA's M side)."""
         part = tl.dot(w, tl.trans(a))
@@ -256,6 +284,7 @@ if HAS_TRITON:
         KB_PER: tl.constexpr,
         USE_PDL: tl.constexpr,
         ALL_T: tl.constexpr,
+        TOGETHER: tl.constexpr,
     ):
         """PATH 1, decode: one CTA per (D tile, T tile) x group x KB_PER K blocks (split-K over R).
 
@@ -310,6 +339,11 @@ if HAS_TRITON:
             w5, s_w5 = _dec_w(w_ptrs + 5 * BLOCK_R, *sws, kb0 + 5, num_kb, d_mask, stride_swk, SW_KIND)
             w6, s_w6 = _dec_w(w_ptrs + 6 * BLOCK_R, *sws, kb0 + 6, num_kb, d_mask, stride_swk, SW_KIND)
             w7, s_w7 = _dec_w(w_ptrs + 7 * BLOCK_R, *sws, kb0 + 7, num_kb, d_mask, stride_swk, SW_KIND)
+        if TOGETHER:
+            if KB_PER == 4:
+                w0, w1, w2, w3 = _together4(w0, w1, w2, w3)
+            elif KB_PER == 8:
+                w0, w1, w2, w3, w4, w5, w6, w7 = _together8(w0, w1, w2, w3, w4, w5, w6, w7)
         if USE_PDL:
             gdc_wait()  # a, sa (and the workspace, out) may be written by the kernels before this one
         ws = (w0, s_w0, w1, s_w1, w2, s_w2, w3, s_w3, w4, s_w4, w5, s_w5, w6, s_w6, w7, s_w7)
@@ -320,12 +354,13 @@ if HAS_TRITON:
                     out_ptr, ws_ptr, a_ptr, sa_ptr, pid_tt, pid_s, g, offs_d, d_mask, kb0, num_kb, T, D,
                     stride_ot, stride_og, stride_at, stride_ag, stride_sat, stride_sag, stride_sak,
                     stride_wss, *ws, SA_KIND, SW_PER_ROW, BLOCK_T, BLOCK_D, BLOCK_R, SPLIT_R, KB_PER,
+                    TOGETHER,
                 )  # fmt: skip
         else:
             _dec_t_tile(
                 out_ptr, ws_ptr, a_ptr, sa_ptr, pid_t, pid_s, g, offs_d, d_mask, kb0, num_kb, T, D,
                 stride_ot, stride_og, stride_at, stride_ag, stride_sat, stride_sag, stride_sak,
-                stride_wss, *ws, SA_KIND, SW_PER_ROW, BLOCK_T, BLOCK_D, BLOCK_R, SPLIT_R, KB_PER,
+                stride_wss, *ws, SA_KIND, SW_PER_ROW, BLOCK_T, BLOCK_D, BLOCK_R, SPLIT_R, KB_PER, TOGETHER,
             )  # fmt: skip
 
     @triton.jit
@@ -335,6 +370,7 @@ if HAS_TRITON:
         w0, s_w0, w1, s_w1, w2, s_w2, w3, s_w3, w4, s_w4, w5, s_w5, w6, s_w6, w7, s_w7,
         SA_KIND: tl.constexpr, SW_PER_ROW: tl.constexpr, BLOCK_T: tl.constexpr,
         BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr, SPLIT_R: tl.constexpr, KB_PER: tl.constexpr,
+        TOGETHER: tl.constexpr,
     ):  # fmt: skip
         """PATH 1, one T tile ``pid_t`` against the CTA's loaded weight tiles ``w0 .. w{KB_PER-1}``:
         its activations and scales (all loads issued first), KB_PER MMAs in K order, the store."""
@@ -354,6 +390,11 @@ if HAS_TRITON:
             a5, s_a5 = _dec_a(a_ptrs + 5 * BLOCK_R, *sas, kb0 + 5, num_kb, t_mask, stride_sak, SA_KIND)
             a6, s_a6 = _dec_a(a_ptrs + 6 * BLOCK_R, *sas, kb0 + 6, num_kb, t_mask, stride_sak, SA_KIND)
             a7, s_a7 = _dec_a(a_ptrs + 7 * BLOCK_R, *sas, kb0 + 7, num_kb, t_mask, stride_sak, SA_KIND)
+        if TOGETHER:
+            if KB_PER == 4:
+                a0, a1, a2, a3 = _together4(a0, a1, a2, a3)
+            elif KB_PER == 8:
+                a0, a1, a2, a3, a4, a5, a6, a7 = _together8(a0, a1, a2, a3, a4, a5, a6, a7)
         # K blocks in order from 0: the same additions on every run.
         acc = tl.zeros((BLOCK_D, BLOCK_T), dtype=tl.float32)
         acc = _dec_mma(acc, w0, s_w0, a0, s_a0, SW_PER_ROW)
@@ -444,6 +485,7 @@ if HAS_TRITON:
         KB_PER: tl.constexpr = 1,  # PATH 1: K blocks (of 128) per CTA, all loaded at once
         USE_PDL: tl.constexpr = False,  # PATH 1/2: launched with programmatic dependent launch
         ALL_T: tl.constexpr = False,  # PATH 1: one CTA per D tile loops over every T tile
+        TOGETHER: tl.constexpr = False,  # PATH 1: all weight (then activation) loads issued at once
     ):
         if PATH == 1:
             _decode_tile(
@@ -479,6 +521,7 @@ if HAS_TRITON:
                 KB_PER,
                 USE_PDL,
                 ALL_T,
+                TOGETHER,
             )
         elif PATH == 2:
             _split_sum(out_ptr, ws_ptr, D, stride_ot, stride_og, stride_wss, BLOCK_D, SPLIT_R, USE_PDL)
@@ -766,7 +809,14 @@ FP8_EINSUM_CONFIGS: tuple[KernelConfig, ...] = (
 
 
 def _dcfg(
-    name: str, bt: int, bd: int, kb_per: int, warps: int, pdl: bool = True, all_t: bool = False
+    name: str,
+    bt: int,
+    bd: int,
+    kb_per: int,
+    warps: int,
+    pdl: bool = True,
+    all_t: bool = False,
+    together: bool = False,
 ) -> KernelConfig:
     """A decode config (PATH 1): a BLOCK_D x BLOCK_T tile over ``kb_per`` K blocks per CTA.
 
@@ -791,6 +841,7 @@ def _dcfg(
         KB_PER=kb_per,
         USE_PDL=pdl,
         ALL_T=all_t,
+        TOGETHER=together,
     )
 
 
@@ -810,14 +861,17 @@ FP8_EINSUM_DECODE_CONFIGS: tuple[KernelConfig, ...] = (
     _dcfg("dec_t32_d128_k4_w8", 32, 128, 4, 8),
     # Reference (no plan uses it): the same tile launched without PDL, split sum included.
     _dcfg("dec_t16_d64_k4_w4_nopdl", 16, 64, 4, 4, pdl=False),
-    # mid T (issue 17, round 2): 8 K blocks per CTA (half the K splits, so half the partials'
-    # bytes; 64 KB of weight per CTA), and ``_at``: one CTA per D tile keeps its weight while it
-    # loops over every T tile, so the weight is read once for any T (the loop costs a dependent
-    # activation load and MMA chain per T tile: about 1.7 us per 16 tokens on the H200).
-    _dcfg("dec_t32_d64_k8_w8", 32, 64, 8, 8),
-    _dcfg("dec_t16_d64_k8_w4", 16, 64, 8, 4),
-    _dcfg("dec_t32_d64_k8_w4", 32, 64, 8, 4),
-    _dcfg("dec_t16_d64_k8_w4_at", 16, 64, 8, 4, all_t=True),
+    # issue 17, round 2 (candidates). ``_tg``: each tile's loads issued all at once (see
+    # _together4); ``_at``: one CTA per D tile keeps its weight while it loops over every T tile.
+    _dcfg("dec_t16_d64_k4_w4_tg", 16, 64, 4, 4, together=True),
+    _dcfg("dec_t16_d128_k4_w8_tg", 16, 128, 4, 8, together=True),
+    _dcfg("dec_t16_d64_k8_w4_tg", 16, 64, 8, 4, together=True),
+    _dcfg("dec_t32_d64_k4_w4_tg", 32, 64, 4, 4, together=True),
+    _dcfg("dec_t32_d128_k4_w8_tg", 32, 128, 4, 8, together=True),
+    _dcfg("dec_t64_d64_k4_w4_tg", 64, 64, 4, 4, together=True),
+    _dcfg("dec_t64_d128_k4_w8_tg", 64, 128, 4, 8, together=True),
+    _dcfg("dec_t16_d64_k4_w4_at_tg", 16, 64, 4, 4, all_t=True, together=True),
+    _dcfg("dec_t32_d64_k4_w4_at_tg", 32, 64, 4, 4, all_t=True, together=True),
 )
 FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_DECODE_CONFIGS
 
@@ -879,7 +933,6 @@ _CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
 FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
     (16, "dec_t16_d64_k4_w4"),
     (32, "dec_t32_d128_k4_w8"),
-    (64, "dec_t16_d64_k8_w4_at"),
     (128, "t64_d64_r2_s4"),
     (256, "t64_d64_s4"),
     (1 << 62, "t64_d128_s4_bc"),
@@ -887,7 +940,7 @@ FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
 FP8_EINSUM_PLAN_FP32: tuple[tuple[int, str], ...] = (
     (16, "dec_t16_d128_k4_w8"),
     (32, "dec_t32_d128_k4_w8"),
-    (64, "dec_t16_d64_k8_w4_at"),
+    (64, "t64_d64_r2_s4"),
     (256, "t64_d64_s4"),
     (1 << 62, "t128_d64_s3_w8"),
 )
@@ -1123,8 +1176,9 @@ def _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_
     """PATH 1 (and its PATH 2 split sum when R is split): see ``_decode_tile``."""
     t, g, r = x.shape
     d = w.shape[1]
-    if _kernels_interpreted():  # Triton's interpreter has no griddepcontrol
+    if _kernels_interpreted():  # Triton's interpreter has no griddepcontrol and no inline asm
         meta["USE_PDL"] = False
+        meta["TOGETHER"] = False
         cfg = make_config(cfg.name, cfg.kernel, cfg.num_warps, cfg.num_stages, **meta)
     split = cdiv(r // SCALE_BLOCK, meta["KB_PER"])
     meta["SPLIT_R"] = split
