@@ -872,6 +872,9 @@ FP8_EINSUM_DECODE_CONFIGS: tuple[KernelConfig, ...] = (
     _dcfg("dec_t64_d128_k4_w8_tg", 64, 128, 4, 8, together=True),
     _dcfg("dec_t16_d64_k4_w4_at_tg", 16, 64, 4, 4, all_t=True, together=True),
     _dcfg("dec_t32_d64_k4_w4_at_tg", 32, 64, 4, 4, all_t=True, together=True),
+    _dcfg("dec_t16_d64_k8_w4_at", 16, 64, 8, 4, all_t=True),
+    _dcfg("dec_t16_d32_k8_w4_at", 16, 32, 8, 4, all_t=True),
+    _dcfg("dec_t16_d32_k8_w2_at", 16, 32, 8, 2, all_t=True),
 )
 FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_DECODE_CONFIGS
 
