@@ -213,34 +213,6 @@ if HAS_TRITON:
         return a, s_a
 
     @triton.jit
-    def _together4(x0, x1, x2, x3):
-        """Identity on four fp8 tiles of one shape and layout, as one inline-asm block that needs
-        all four: every load behind them is issued before any of them is stored to shared memory
-        (without it the compiler stores each tile right after its own load, so the tiles' memory
-        round trips run one after another). Not for Triton's interpreter (no inline asm)."""
-        return tl.inline_asm_elementwise(
-            "mov.b32 $0, $4; mov.b32 $1, $5; mov.b32 $2, $6; mov.b32 $3, $7;",
-            "=r,=r,=r,=r,r,r,r,r",
-            [x0, x1, x2, x3],
-            dtype=(tl.float8e4nv, tl.float8e4nv, tl.float8e4nv, tl.float8e4nv),
-            is_pure=False,
-            pack=4,
-        )
-
-    @triton.jit
-    def _together8(x0, x1, x2, x3, x4, x5, x6, x7):
-        """:func:`_together4` for eight tiles."""
-        return tl.inline_asm_elementwise(
-            "mov.b32 $0, $8; mov.b32 $1, $9; mov.b32 $2, $10; mov.b32 $3, $11; "
-            "mov.b32 $4, $12; mov.b32 $5, $13; mov.b32 $6, $14; mov.b32 $7, $15;",
-            "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r,r",
-            [x0, x1, x2, x3, x4, x5, x6, x7],
-            dtype=(tl.float8e4nv,) * 8,
-            is_pure=False,
-            pack=4,
-        )
-
-    @triton.jit
     def _dec_mma(acc, w, s_w, a, s_a, SW_VEC: tl.constexpr):
         """PATH 1: ``acc[d, t] += dot(w, a.T)[d, t] * s_w * s_a[t]`` (weight rows on the MMA's M side)."""
         part = tl.dot(w, tl.trans(a))
@@ -283,8 +255,6 @@ if HAS_TRITON:
         SPLIT_R: tl.constexpr,
         KB_PER: tl.constexpr,
         USE_PDL: tl.constexpr,
-        ALL_T: tl.constexpr,
-        TOGETHER: tl.constexpr,
     ):
         """PATH 1, decode: one CTA per (D tile, T tile) x group x KB_PER K blocks (split-K over R).
 
@@ -295,23 +265,19 @@ if HAS_TRITON:
         (wgmma's M = 64 from D; the few tokens are its N). One K split (SPLIT_R == 1) writes
         ``out``; several write fp32 partials ``ws[s, t, g, d]``, summed by PATH 2 in split order.
         """
-        tl.static_assert(
-            (KB_PER == 1) | (KB_PER == 2) | (KB_PER == 4) | (KB_PER == 8), "KB_PER: 1, 2, 4 or 8"
-        )
+        tl.static_assert((KB_PER == 1) | (KB_PER == 2) | (KB_PER == 4), "KB_PER: 1, 2 or 4")
         if USE_PDL:
             gdc_launch_dependents()
         pid = tl.program_id(0)
         g = tl.program_id(1)
         pid_s = tl.program_id(2)
-        if ALL_T:
-            pid_d = pid  # one CTA per D tile: it loops over every T tile
-            pid_t = 0
-        else:
-            num_d = tl.cdiv(D, BLOCK_D)
-            pid_d = pid % num_d
-            pid_t = pid // num_d
+        num_d = tl.cdiv(D, BLOCK_D)
+        pid_d = pid % num_d
+        pid_t = pid // num_d
+        offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
         offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
         offs_r = tl.arange(0, BLOCK_R)
+        t_mask = offs_t < T
         d_mask = offs_d < D
         num_kb = R // BLOCK_R
         kb0 = pid_s * KB_PER
@@ -323,60 +289,16 @@ if HAS_TRITON:
             tl.static_assert(128 % BLOCK_D == 0, "block weight scales need BLOCK_D to divide 128")
             sw_offs = g * stride_swg + ((pid_d * BLOCK_D) // 128) * stride_swd
             sw_mask = pid_d * BLOCK_D < D
-        # The weight and its scales: every load issued before any is used. Tiles past KB_PER are
-        # placeholders (the first tile again), never used.
+        # The weight and its scales: every load issued before any is used.
         sws = (sw_ptr, sw_offs, sw_mask)
         w0, s_w0 = _dec_w(w_ptrs, *sws, kb0, num_kb, d_mask, stride_swk, SW_KIND)
-        w1, s_w1, w2, s_w2, w3, s_w3 = w0, s_w0, w0, s_w0, w0, s_w0
-        w4, s_w4, w5, s_w5, w6, s_w6, w7, s_w7 = w0, s_w0, w0, s_w0, w0, s_w0, w0, s_w0
         if KB_PER >= 2:
             w1, s_w1 = _dec_w(w_ptrs + BLOCK_R, *sws, kb0 + 1, num_kb, d_mask, stride_swk, SW_KIND)
         if KB_PER >= 4:
             w2, s_w2 = _dec_w(w_ptrs + 2 * BLOCK_R, *sws, kb0 + 2, num_kb, d_mask, stride_swk, SW_KIND)
             w3, s_w3 = _dec_w(w_ptrs + 3 * BLOCK_R, *sws, kb0 + 3, num_kb, d_mask, stride_swk, SW_KIND)
-        if KB_PER >= 8:
-            w4, s_w4 = _dec_w(w_ptrs + 4 * BLOCK_R, *sws, kb0 + 4, num_kb, d_mask, stride_swk, SW_KIND)
-            w5, s_w5 = _dec_w(w_ptrs + 5 * BLOCK_R, *sws, kb0 + 5, num_kb, d_mask, stride_swk, SW_KIND)
-            w6, s_w6 = _dec_w(w_ptrs + 6 * BLOCK_R, *sws, kb0 + 6, num_kb, d_mask, stride_swk, SW_KIND)
-            w7, s_w7 = _dec_w(w_ptrs + 7 * BLOCK_R, *sws, kb0 + 7, num_kb, d_mask, stride_swk, SW_KIND)
-        if TOGETHER:
-            if KB_PER == 4:
-                w0, w1, w2, w3 = _together4(w0, w1, w2, w3)
-            elif KB_PER == 8:
-                w0, w1, w2, w3, w4, w5, w6, w7 = _together8(w0, w1, w2, w3, w4, w5, w6, w7)
         if USE_PDL:
             gdc_wait()  # a, sa (and the workspace, out) may be written by the kernels before this one
-        ws = (w0, s_w0, w1, s_w1, w2, s_w2, w3, s_w3, w4, s_w4, w5, s_w5, w6, s_w6, w7, s_w7)
-        if ALL_T:
-            # The weight stays in the CTA while every T tile passes: read once for any T.
-            for pid_tt in range(0, tl.cdiv(T, BLOCK_T)):
-                _dec_t_tile(
-                    out_ptr, ws_ptr, a_ptr, sa_ptr, pid_tt, pid_s, g, offs_d, d_mask, kb0, num_kb, T, D,
-                    stride_ot, stride_og, stride_at, stride_ag, stride_sat, stride_sag, stride_sak,
-                    stride_wss, *ws, SA_KIND, SW_PER_ROW, BLOCK_T, BLOCK_D, BLOCK_R, SPLIT_R, KB_PER,
-                    TOGETHER,
-                )  # fmt: skip
-        else:
-            _dec_t_tile(
-                out_ptr, ws_ptr, a_ptr, sa_ptr, pid_t, pid_s, g, offs_d, d_mask, kb0, num_kb, T, D,
-                stride_ot, stride_og, stride_at, stride_ag, stride_sat, stride_sag, stride_sak,
-                stride_wss, *ws, SA_KIND, SW_PER_ROW, BLOCK_T, BLOCK_D, BLOCK_R, SPLIT_R, KB_PER, TOGETHER,
-            )  # fmt: skip
-
-    @triton.jit
-    def _dec_t_tile(
-        out_ptr, ws_ptr, a_ptr, sa_ptr, pid_t, pid_s, g, offs_d, d_mask, kb0, num_kb, T, D,
-        stride_ot, stride_og, stride_at, stride_ag, stride_sat, stride_sag, stride_sak, stride_wss,
-        w0, s_w0, w1, s_w1, w2, s_w2, w3, s_w3, w4, s_w4, w5, s_w5, w6, s_w6, w7, s_w7,
-        SA_KIND: tl.constexpr, SW_PER_ROW: tl.constexpr, BLOCK_T: tl.constexpr,
-        BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr, SPLIT_R: tl.constexpr, KB_PER: tl.constexpr,
-        TOGETHER: tl.constexpr,
-    ):  # fmt: skip
-        """PATH 1, one T tile ``pid_t`` against the CTA's loaded weight tiles ``w0 .. w{KB_PER-1}``:
-        its activations and scales (all loads issued first), KB_PER MMAs in K order, the store."""
-        offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-        offs_r = tl.arange(0, BLOCK_R)
-        t_mask = offs_t < T
         a_ptrs = a_ptr + offs_t[:, None] * stride_at + g * stride_ag + (kb0 * BLOCK_R + offs_r)[None, :]
         sas = (sa_ptr, offs_t * stride_sat + g * stride_sag)
         a0, s_a0 = _dec_a(a_ptrs, *sas, kb0, num_kb, t_mask, stride_sak, SA_KIND)
@@ -385,16 +307,6 @@ if HAS_TRITON:
         if KB_PER >= 4:
             a2, s_a2 = _dec_a(a_ptrs + 2 * BLOCK_R, *sas, kb0 + 2, num_kb, t_mask, stride_sak, SA_KIND)
             a3, s_a3 = _dec_a(a_ptrs + 3 * BLOCK_R, *sas, kb0 + 3, num_kb, t_mask, stride_sak, SA_KIND)
-        if KB_PER >= 8:
-            a4, s_a4 = _dec_a(a_ptrs + 4 * BLOCK_R, *sas, kb0 + 4, num_kb, t_mask, stride_sak, SA_KIND)
-            a5, s_a5 = _dec_a(a_ptrs + 5 * BLOCK_R, *sas, kb0 + 5, num_kb, t_mask, stride_sak, SA_KIND)
-            a6, s_a6 = _dec_a(a_ptrs + 6 * BLOCK_R, *sas, kb0 + 6, num_kb, t_mask, stride_sak, SA_KIND)
-            a7, s_a7 = _dec_a(a_ptrs + 7 * BLOCK_R, *sas, kb0 + 7, num_kb, t_mask, stride_sak, SA_KIND)
-        if TOGETHER:
-            if KB_PER == 4:
-                a0, a1, a2, a3 = _together4(a0, a1, a2, a3)
-            elif KB_PER == 8:
-                a0, a1, a2, a3, a4, a5, a6, a7 = _together8(a0, a1, a2, a3, a4, a5, a6, a7)
         # K blocks in order from 0: the same additions on every run.
         acc = tl.zeros((BLOCK_D, BLOCK_T), dtype=tl.float32)
         acc = _dec_mma(acc, w0, s_w0, a0, s_a0, SW_PER_ROW)
@@ -403,11 +315,6 @@ if HAS_TRITON:
         if KB_PER >= 4:
             acc = _dec_mma(acc, w2, s_w2, a2, s_a2, SW_PER_ROW)
             acc = _dec_mma(acc, w3, s_w3, a3, s_a3, SW_PER_ROW)
-        if KB_PER >= 8:
-            acc = _dec_mma(acc, w4, s_w4, a4, s_a4, SW_PER_ROW)
-            acc = _dec_mma(acc, w5, s_w5, a5, s_a5, SW_PER_ROW)
-            acc = _dec_mma(acc, w6, s_w6, a6, s_a6, SW_PER_ROW)
-            acc = _dec_mma(acc, w7, s_w7, a7, s_a7, SW_PER_ROW)
         td_mask = d_mask[:, None] & t_mask[None, :]
         if SPLIT_R == 1:
             o_ptrs = out_ptr + offs_t[None, :] * stride_ot + g * stride_og + offs_d[:, None]
@@ -484,8 +391,6 @@ if HAS_TRITON:
         PATH: tl.constexpr = 0,  # 0 pipelined tile loop, 1 decode tile, 2 split sum (see below)
         KB_PER: tl.constexpr = 1,  # PATH 1: K blocks (of 128) per CTA, all loaded at once
         USE_PDL: tl.constexpr = False,  # PATH 1/2: launched with programmatic dependent launch
-        ALL_T: tl.constexpr = False,  # PATH 1: one CTA per D tile loops over every T tile
-        TOGETHER: tl.constexpr = False,  # PATH 1: all weight (then activation) loads issued at once
     ):
         if PATH == 1:
             _decode_tile(
@@ -520,8 +425,6 @@ if HAS_TRITON:
                 SPLIT_R,
                 KB_PER,
                 USE_PDL,
-                ALL_T,
-                TOGETHER,
             )
         elif PATH == 2:
             _split_sum(out_ptr, ws_ptr, D, stride_ot, stride_og, stride_wss, BLOCK_D, SPLIT_R, USE_PDL)
@@ -808,16 +711,7 @@ FP8_EINSUM_CONFIGS: tuple[KernelConfig, ...] = (
 )
 
 
-def _dcfg(
-    name: str,
-    bt: int,
-    bd: int,
-    kb_per: int,
-    warps: int,
-    pdl: bool = True,
-    all_t: bool = False,
-    together: bool = False,
-) -> KernelConfig:
+def _dcfg(name: str, bt: int, bd: int, kb_per: int, warps: int, pdl: bool = True) -> KernelConfig:
     """A decode config (PATH 1): a BLOCK_D x BLOCK_T tile over ``kb_per`` K blocks per CTA.
 
     SPLIT_R is the K splits at the served R = 4096 (32 K blocks); the launcher recomputes it
@@ -840,8 +734,6 @@ def _dcfg(
         PATH=1,
         KB_PER=kb_per,
         USE_PDL=pdl,
-        ALL_T=all_t,
-        TOGETHER=together,
     )
 
 
@@ -861,20 +753,6 @@ FP8_EINSUM_DECODE_CONFIGS: tuple[KernelConfig, ...] = (
     _dcfg("dec_t32_d128_k4_w8", 32, 128, 4, 8),
     # Reference (no plan uses it): the same tile launched without PDL, split sum included.
     _dcfg("dec_t16_d64_k4_w4_nopdl", 16, 64, 4, 4, pdl=False),
-    # issue 17, round 2 (candidates). ``_tg``: each tile's loads issued all at once (see
-    # _together4); ``_at``: one CTA per D tile keeps its weight while it loops over every T tile.
-    _dcfg("dec_t16_d64_k4_w4_tg", 16, 64, 4, 4, together=True),
-    _dcfg("dec_t16_d128_k4_w8_tg", 16, 128, 4, 8, together=True),
-    _dcfg("dec_t16_d64_k8_w4_tg", 16, 64, 8, 4, together=True),
-    _dcfg("dec_t32_d64_k4_w4_tg", 32, 64, 4, 4, together=True),
-    _dcfg("dec_t32_d128_k4_w8_tg", 32, 128, 4, 8, together=True),
-    _dcfg("dec_t64_d64_k4_w4_tg", 64, 64, 4, 4, together=True),
-    _dcfg("dec_t64_d128_k4_w8_tg", 64, 128, 4, 8, together=True),
-    _dcfg("dec_t16_d64_k4_w4_at_tg", 16, 64, 4, 4, all_t=True, together=True),
-    _dcfg("dec_t32_d64_k4_w4_at_tg", 32, 64, 4, 4, all_t=True, together=True),
-    _dcfg("dec_t16_d64_k8_w4_at", 16, 64, 8, 4, all_t=True),
-    _dcfg("dec_t16_d32_k8_w4_at", 16, 32, 8, 4, all_t=True),
-    _dcfg("dec_t16_d32_k8_w2_at", 16, 32, 8, 2, all_t=True),
 )
 FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_DECODE_CONFIGS
 
@@ -1179,14 +1057,11 @@ def _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_
     """PATH 1 (and its PATH 2 split sum when R is split): see ``_decode_tile``."""
     t, g, r = x.shape
     d = w.shape[1]
-    if _kernels_interpreted():  # Triton's interpreter has no griddepcontrol and no inline asm
+    if _kernels_interpreted():  # Triton's interpreter has no griddepcontrol
         meta["USE_PDL"] = False
-        meta["TOGETHER"] = False
         cfg = make_config(cfg.name, cfg.kernel, cfg.num_warps, cfg.num_stages, **meta)
     split = cdiv(r // SCALE_BLOCK, meta["KB_PER"])
     meta["SPLIT_R"] = split
-    if meta["ALL_T"]:
-        n_tiles = cdiv(d, meta["BLOCK_D"])  # each CTA loops over the T tiles
     if split > 1:
         ws = torch.empty((split, t, g, d), device=x.device, dtype=torch.float32)
         sem = ws.view(torch.int32)  # unused; an int32 pointer, as the AOT build declares it
