@@ -2,7 +2,7 @@
 # Issue 17 round 2, device call 1 (H200): the mid-T decode candidates (8 K blocks per CTA; one CTA
 # per D tile looping over every T tile, "_at") against the plan, e0d50ad and cuBLAS's fp8 GEMM,
 # cold L2, both served scale layouts.
-#   usage (repo root, on the device): SPARKPAIR_GIT_SHA=<sha> bash benchmarks/results/explore-2026-12-01-k17b/run1.sh
+#   usage (repo root, on the device): SPARKPAIR_GIT_SHA=<sha> bash benchmarks/results/explore-2026-12-01-k17b-fp8_einsum/run1.sh
 set -uo pipefail
 export PYTHONPATH="$PWD/overlay:$PWD/scripts:$PWD/healthchecks" PYTHONUNBUFFERED=1
 OUT="${OUT:-$PWD/out/h200}"

@@ -2,7 +2,7 @@
 # Issue 17 round 2, device call 2 (H200): decode tiles whose loads are issued all at once ("_tg"),
 # with and without the loop over T tiles ("_at"), beside the plan's decode configs, e0d50ad and
 # cuBLAS's fp8 GEMM, cold and cold-iso, both served scale layouts.
-#   usage (repo root, on the device): SPARKPAIR_GIT_SHA=<sha> bash benchmarks/results/explore-2026-12-01-k17b/run2.sh
+#   usage (repo root, on the device): SPARKPAIR_GIT_SHA=<sha> bash benchmarks/results/explore-2026-12-01-k17b-fp8_einsum/run2.sh
 set -uo pipefail
 export PYTHONPATH="$PWD/overlay:$PWD/scripts:$PWD/healthchecks" PYTHONUNBUFFERED=1
 OUT="${OUT:-$PWD/out/h200}"

@@ -2,7 +2,7 @@
 # Issue 17 round 2, device call 3 (H200): the T-looping decode tile ("_at") with 8 K blocks and
 # 32- or 64-row tiles (32 rows: fits GB10), beside the plan, e0d50ad and e0d50ad and
 # cuBLAS's fp8 GEMM, cold and cold-iso, both served scale layouts.
-#   usage (repo root, on the device): SPARKPAIR_GIT_SHA=<sha> bash benchmarks/results/explore-2026-12-01-k17b/run3.sh
+#   usage (repo root, on the device): SPARKPAIR_GIT_SHA=<sha> bash benchmarks/results/explore-2026-12-01-k17b-fp8_einsum/run3.sh
 set -uo pipefail
 export PYTHONPATH="$PWD/overlay:$PWD/scripts:$PWD/healthchecks" PYTHONUNBUFFERED=1
 OUT="${OUT:-$PWD/out/h200}"
