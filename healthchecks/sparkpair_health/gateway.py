@@ -11,7 +11,14 @@ Endpoints:
   ``peer``, ``readiness``, ``gateway``) and ``cause``.
 - ``GET /report``: the latest suite report (JSON, as ``Report.to_json``) plus ``peer_down``
   when a dead peer was named; 503 before the first.
-- ``GET /metrics``: Prometheus text, every name prefixed ``sparkpair_``.
+- ``GET /metrics``: Prometheus text, every name prefixed ``sparkpair_``
+  (:mod:`sparkpair_health.gateway_metrics`).
+- ``GET /status``: an HTML page for people: verdict, failing check with evidence, kernel
+  plan, canary history (:mod:`sparkpair_health.gateway_status`).
+
+Modules: settings (:mod:`~sparkpair_health.gateway_settings`), metrics, canary
+(:mod:`~sparkpair_health.gateway_canary`), HTTP app (:mod:`~sparkpair_health.gateway_app`),
+status page; this one holds the state and the worker thread.
 
 Background (one daemon thread): wait for readiness -> run the suite (health v1 checks plus
 the DeepSeek-V4 checks of :mod:`sparkpair_health.checks_model`) -> record the canary's
@@ -56,6 +63,7 @@ from .gateway_settings import (
     default_ready_timeout_s,
 )
 from .peers import PeerDeath, PeerWatch
+from .recovery import Recovery, RestartBudget, TokenProgress, restart_pair
 from .stability import StabilityMonitor
 from .suite import DecodeAnswer
 
@@ -78,6 +86,20 @@ __all__ = [
 
 SuiteRunner = Callable[[Callable[[str, str], None]], Any]
 """``runner(on_progress) -> Report`` (health v1's :class:`~sparkpair_health.report.Report`)."""
+
+
+def recovery_of(settings: GatewaySettings, clock: Callable[[], float] = time.monotonic) -> Recovery:
+    """The :class:`~sparkpair_health.recovery.Recovery` the settings describe (``recovery`` on)."""
+    assert settings.stability is not None  # GatewaySettings refuses recovery without it
+    nodes = list(settings.stability.nodes)
+    return Recovery(
+        budget=RestartBudget(settings.recovery_max_restarts, settings.recovery_window_s, clock),
+        after_failures=settings.recovery_after_failures,
+        restart=lambda: restart_pair(nodes),
+        progress=TokenProgress(settings.recovery_stall_s, clock),
+        grace_s=settings.ready_timeout_s,
+        clock=clock,
+    )
 
 
 class Gateway(CanaryMixin):
@@ -123,6 +145,7 @@ class Gateway(CanaryMixin):
         self.monitor = StabilityMonitor(settings.stability) if settings.stability else None
         self.stability_failing: dict[str, str] | None = None
         self.peers = PeerWatch(settings.peer_settings()) if settings.peers else None
+        self.recovery = recovery_of(settings, clock) if settings.recovery else None
         self._client: HealthClient | None = None
         self._prof: Any = None
         self._suite_settings: Any = None
@@ -281,7 +304,7 @@ class Gateway(CanaryMixin):
         if ok and peer is None:
             self.canary_failures = 0
             self.metrics.canary_latency.observe(lat)
-            if self.suite_ok:
+            if self.suite_ok and not (self.recovery is not None and self.recovery.exhausted):
                 self._set(
                     *(
                         ("stability_failing", self.stability_failing)
@@ -298,6 +321,34 @@ class Gateway(CanaryMixin):
                 else:
                     self._set("canary_failing", {"check": "canary", "cause": cause})
         self.metrics.canary_consecutive_failures.set(self.canary_failures)
+        self._recover(ok, cause, peer)
+
+    def _recover(self, ok: bool, cause: str, peer: PeerDeath | None) -> None:
+        """Wedge recovery's look at this canary tick (only once the pair has served: suite passed)."""
+        rec = self.recovery
+        if rec is None or not self.suite_ok:
+            return
+        metrics = None
+        if rec.progress is not None and self._client is not None:
+            try:
+                metrics = self._client.get("/metrics", timeout_s=self.s.canary_timeout_s).text
+            except Exception:  # noqa: BLE001 - no counters this tick: the other signals still judge
+                metrics = None
+        ev = rec.observe(ok, cause, self.canary_failures, peer.cause() if peer else None, metrics)
+        if rec.exhausted is not None:
+            self.metrics.recovery_exhausted.set(1.0)
+            self._set("recovery_exhausted", {"check": "recovery", "cause": rec.exhausted})
+        elif ev is not None and ev.action == "restarted":
+            self.metrics.recovery_restarts.inc()
+            self._set(
+                "recovering",
+                {"check": "recovery", "cause": f"restarted the pair after a wedge ({ev.cause}): {ev.detail}"},
+            )
+        elif ev is not None:
+            self._set(
+                "recovery_failed",
+                {"check": "recovery", "cause": f"a wedge ({ev.cause}); the restart failed: {ev.detail}"},
+            )
 
     # ---------------------------------------------------------------- worker
 

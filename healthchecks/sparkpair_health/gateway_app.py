@@ -10,7 +10,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -55,6 +55,12 @@ def make_app(gw: Gateway) -> FastAPI:
             d["peer_down"] = redact(peer.to_dict(), gw.key)
             return JSONResponse(d)
         return PlainTextResponse(text, media_type="application/json")
+
+    @app.get("/status")
+    def status() -> HTMLResponse:
+        from .gateway_status import status_page
+
+        return HTMLResponse(status_page(gw))
 
     @app.get("/metrics")
     def metrics() -> PlainTextResponse:

@@ -71,6 +71,15 @@ class GatewayMetrics:
             registry=r,
         )
 
+        self.recovery_restarts = Counter(
+            "sparkpair_recovery_restarts", "pair restarts done by the wedge recovery", registry=r
+        )
+        self.recovery_exhausted = Gauge(
+            "sparkpair_recovery_exhausted",
+            "1 once the wedge recovery spent its restarts in the window and stopped",
+            registry=r,
+        )
+
     def record_stability(self, rep: Any) -> None:
         self.stability_findings.clear()
         counts: dict[tuple[str, str], int] = {}

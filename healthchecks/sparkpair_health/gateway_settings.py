@@ -16,7 +16,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 
 from .apikey import api_key_source, resolve_api_key
@@ -98,6 +105,13 @@ class GatewaySettings(BaseSettings):
         plan_file: the overlay's kernel-plan JSON as the head wrote it (its
             ``SPARKPAIR_PLAN_PATH``; compose shares it read-only at
             ``/var/lib/sparkpair/state/kernel-plan.json``), read by the ``overlay_plan`` check.
+        recovery: wedge recovery on (:mod:`sparkpair_health.recovery`); off by default. Needs
+            ``stability`` with a node named ``head`` and each node's ``containers``.
+        recovery_max_restarts / recovery_window_s: at most this many pair restarts within
+            any window of this many seconds; then recovery stops and ``/readyz`` says why.
+        recovery_after_failures: canary failures in a row that count as a wedge.
+        recovery_stall_s: seconds without a new generated token (vLLM's
+            ``vllm:generation_tokens_total``) while requests run that count as a wedge.
     """
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True, extra="forbid")
@@ -127,6 +141,11 @@ class GatewaySettings(BaseSettings):
     peers: Annotated[list[Peer], NoDecode] = Field(default_factory=list)
     head_log: Path | None = DEFAULT_HEAD_LOG
     peer_probe_port: int | None = Field(None, ge=1, le=65535)
+    recovery: bool = False
+    recovery_max_restarts: int = Field(3, ge=1)
+    recovery_window_s: float = Field(3600.0, gt=0, allow_inf_nan=False)
+    recovery_after_failures: int = Field(3, ge=1)
+    recovery_stall_s: float = Field(120.0, gt=0, allow_inf_nan=False)
 
     @property
     def stale_after_s(self) -> float:
@@ -155,6 +174,22 @@ class GatewaySettings(BaseSettings):
                 raise ValueError(f"not valid JSON ({e}); wanted a JSON value") from None
         if info.field_name == "only":
             return [x.strip() for x in v.split(",") if x.strip()]
+        return v
+
+    @field_validator("recovery")
+    @classmethod
+    def _recovery_needs_nodes(cls, v: bool, info: ValidationInfo) -> bool:
+        if not v:
+            return v
+        stability = info.data.get("stability")
+        nodes = stability.nodes if stability is not None else []
+        if not any(n.name == "head" and n.containers for n in nodes):
+            raise ValueError(
+                "stability names no node 'head' with containers "
+                f"(nodes seen: {[(n.name, n.containers) for n in nodes]}); wanted SPARKPAIR_STABILITY "
+                'with {"nodes": [{"name": "head", "containers": [...]}, {"name": "worker", ...}]}: '
+                "recovery restarts those containers"
+            )
         return v
 
     @field_validator("base_url")
