@@ -2,8 +2,8 @@
 
 The policy runs on the real monotonic clock with short windows (no fake time). The gateway
 walk uses the health fault server to freeze the answers (a fault a real server cannot be
-told to produce on demand) and an injected restart that unfreezes it; the real restart of
-real containers is tested in the docker tier (tests/docker/test_recovery_sim.py, when present).
+told to produce on demand) and an injected restart that unfreezes it. The restart of real
+containers in the two-container simulation is not tested yet (docs/observability.md).
 """
 
 from __future__ import annotations
