@@ -8,7 +8,7 @@ Endpoints:
   while the periodic canary keeps succeeding *recently*: the last successful canary must be
   younger than :attr:`GatewaySettings.stale_after_s` (``canary_interval_s`` +
   ``canary_timeout_s``). Otherwise 503 with ``failing_check`` (the check id, ``canary``,
-  ``peer``, ``readiness``, ``gateway``) and ``cause``.
+  ``peer``, ``readiness``, ``gateway``, ``stability``, ``recovery``) and ``cause``.
 - ``GET /report``: the latest suite report (JSON, as ``Report.to_json``) plus ``peer_down``
   when a dead peer was named; 503 before the first.
 - ``GET /metrics``: Prometheus text, every name prefixed ``sparkpair_``
@@ -26,7 +26,9 @@ reference answer -> a canary every ``canary_interval_s`` seconds: the readiness 
 decode probe (:func:`sparkpair_health.suite.decode_probe`) whose answer is judged
 (:meth:`Gateway.judge_canary`). Every exception in the suite or a canary is a verdict
 (503 naming it), never the end of the thread. A peer node that dies is named from the
-evidence :mod:`sparkpair_health.peers` reads. When the server never becomes ready within
+evidence :mod:`sparkpair_health.peers` reads. With ``recovery`` on, each canary tick is
+also shown to the wedge recovery (:mod:`sparkpair_health.recovery`), which may restart the
+pair within its budget (docs/observability.md). When the server never becomes ready within
 ``ready_timeout_s`` or refuses the API key, the gateway gives up: :func:`serve` returns
 and the command exits non-zero (2), so compose's ``restart: on-failure`` applies.
 
@@ -157,9 +159,6 @@ class Gateway(CanaryMixin):
         with self._lock:
             self.phase = phase
             self.failing = None if failing is None else {k: self._red(v) for k, v in failing.items()}
-
-    def _red(self, text: str) -> str:
-        return str(redact(text, self.key))
 
     def thread_alive(self) -> bool:
         """False once the worker thread was started and has ended (nothing judges any more)."""
