@@ -67,7 +67,7 @@ WORKDIR /opt/sparkpair/src
 # reuse this layer (it needs the network; the steps below do not).
 RUN python3 -m pip freeze --exclude-editable | grep -v '^-e ' | grep '==' > /tmp/base-constraints.txt \
  && python3 -m pip install -c /tmp/base-constraints.txt \
-      "typer>=0.12" "pydantic>=2.9" "httpx>=0.27" "rich>=13" "PyYAML>=6" "jsonschema>=4" \
+      "typer>=0.12" "pydantic>=2.9" "pydantic-settings>=2.7" "httpx>=0.27" "rich>=13" "PyYAML>=6" "jsonschema>=4" \
       "fastapi>=0.115" "uvicorn>=0.30" "prometheus-client>=0.20" "docker>=7" \
  && rm -f /tmp/base-constraints.txt
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh, scripts/setup-stack.sh), start a Docker engine
-# (scripts/ensure-docker.sh) and run every CPU test tier: unit, vLLM-real, kernels-AOT, docker
+# Set up (scripts/setup.sh, scripts/setup-stack.sh, scripts/ensure-chromium.sh,
+# scripts/ensure-prometheus.sh), start a Docker engine (scripts/ensure-docker.sh) and run every CPU test tier: unit, vLLM-real, kernels-AOT, docker
 # in .venv (vLLM 0.32 CPU build), then the stack tier in .venv-stack (vLLM 0.33.0 wheel). The
 # gpu tier needs an NVIDIA GPU and is run by hand on an H200 (see benchmarks/README.md).
 #
@@ -14,6 +14,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
 "$root/scripts/setup-stack.sh"
+# Headless Chromium (the status-page screenshot) and Prometheus/promtool (the metrics tests).
+"$root/scripts/ensure-chromium.sh"
+"$root/scripts/ensure-prometheus.sh"
 cd "$root"
 marks="not gpu"
 if [[ "${SPARKPAIR_SKIP_DOCKER:-0}" == "1" && "${CI:-}" != "true" ]]; then
