@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "sparkpair_cli.cmd_preflight",
     "sparkpair_cli.cmd_node",
     "sparkpair_cli.cmd_inspect",
+    "sparkpair_cli.cmd_cluster",
 )
 
 
