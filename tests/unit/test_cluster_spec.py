@@ -165,3 +165,10 @@ def test_the_same_image_name_with_different_ids_is_refused_naming_both_nodes(tmp
         n: type("Client", (), {"images": _Images({"sparkpair:0.1.0": stores["spark-a"]})})() for n in stores
     }
     assert image_problems(c.nodes, same) == []  # type: ignore[arg-type]
+
+
+def test_the_example_cluster_file_is_valid() -> None:
+    from sparkpair_cli.cluster.spec import parse_cluster_file
+
+    spec = parse_cluster_file(REPO / "configs" / "cluster.yaml.example")
+    assert sorted(spec.nodes) == ["spark-a", "spark-b"] and spec.nodes["spark-b"].docker == "ssh://me@spark-b"
