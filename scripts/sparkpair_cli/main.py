@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "sparkpair_cli.cmd_node",
     "sparkpair_cli.cmd_inspect",
     "sparkpair_cli.cmd_cluster",
+    "sparkpair_cli.cmd_model",
 )
 
 
