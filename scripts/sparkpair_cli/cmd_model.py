@@ -162,3 +162,68 @@ def register(app: typer.Typer) -> None:
             )
             raise typer.Exit(1) from None
         manifest_cmd(into, write=True)
+
+    @model.command("sync")
+    def sync_cmd(
+        folder: str = typer.Option(..., help="checkpoint folder inside SPARKPAIR_MODEL_CACHE (relative)"),
+        source: str = typer.Option(..., "--from", help="the node that has the checkpoint"),
+        cluster: Path = typer.Option(
+            Path("configs/cluster.yaml"),
+            "--cluster",
+            "-c",
+            envvar="SPARKPAIR_CLUSTER_FILE",
+            help="cluster file",
+        ),
+        port: int = typer.Option(29610, min=1024, max=65535, help="receiver TCP port on each target"),
+        network: str = typer.Option("host", help="container network: host (real nodes) or a simulation's"),
+    ) -> None:
+        """Copy the checkpoint from one node to every other over the fabric (symlinks resolved),
+        then check every node against the source's manifest. Exit 1 naming node and file."""
+        from .cluster import engines
+        from .cluster.sync import SyncError, sync
+        from .cmd_cluster import _load
+
+        try:
+            problems = sync(_load(cluster), folder, source, port=port, network=network, say=err.print)
+        except (engines.EngineError, SyncError) as e:
+            err.print(f"[red]model sync:[/red] {e}", highlight=False)
+            raise typer.Exit(1) from None
+        for p in problems:
+            print(p)
+        if not problems:
+            print(f"every node has /models/{folder} as the manifest of {source} lists it")
+        raise typer.Exit(1 if problems else 0)
+
+    @model.command("check")
+    def check_cmd(
+        folder: str = typer.Option(..., help="checkpoint folder inside SPARKPAIR_MODEL_CACHE (relative)"),
+        cluster: Path = typer.Option(
+            Path("configs/cluster.yaml"),
+            "--cluster",
+            "-c",
+            envvar="SPARKPAIR_CLUSTER_FILE",
+            help="cluster file",
+        ),
+        network: str = typer.Option("host", help="container network: host (real nodes) or a simulation's"),
+    ) -> None:
+        """On every node, check the checkpoint against its manifest (same files, sizes, SHA-256).
+        Exit 1 naming each node and file that differ."""
+        from .cluster import engines, ops
+        from .cluster.sync import SyncError, check
+        from .cmd_cluster import _load
+
+        c = _load(cluster)
+        clients, problems = ops.refusals(c)
+        if problems:
+            err.print("[red]model check:[/red] " + "\n".join(problems), highlight=False)
+            raise typer.Exit(1)
+        try:
+            problems = check(c, folder, clients, network)
+        except (engines.EngineError, SyncError) as e:
+            err.print(f"[red]model check:[/red] {e}", highlight=False)
+            raise typer.Exit(1) from None
+        for p in problems:
+            print(p)
+        if not problems:
+            print(f"every node's /models/{folder} matches its manifest")
+        raise typer.Exit(1 if problems else 0)

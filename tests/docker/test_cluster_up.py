@@ -91,11 +91,12 @@ def ssh_engine(
         sh("docker", "rm", "-f", name, check=False)
 
 
-def _env(path: Path, *, name: str, rank: int, ip: str, image: str, cache: Path) -> Path:
+def _env(path: Path, *, name: str, rank: int, ip: str, image: str, cache: Path, subnet: str = SUBNET,
+         head_ip: str = HEAD_IP) -> Path:  # fmt: skip
     """A node env (test_sim_pair's, moved to this test's subnet)."""
     write_env(path, name=name, rank=rank, ip=ip, image=image, cache=cache)
-    text = path.read_text().replace("SPARKPAIR_FABRIC_CIDR=172.31.77.0/24", f"SPARKPAIR_FABRIC_CIDR={SUBNET}")
-    text = text.replace("SPARKPAIR_HEAD_ADDR=172.31.77.11", f"SPARKPAIR_HEAD_ADDR={HEAD_IP}")
+    text = path.read_text().replace("SPARKPAIR_FABRIC_CIDR=172.31.77.0/24", f"SPARKPAIR_FABRIC_CIDR={subnet}")
+    text = text.replace("SPARKPAIR_HEAD_ADDR=172.31.77.11", f"SPARKPAIR_HEAD_ADDR={head_ip}")
     path.write_text(text)
     return path
 
