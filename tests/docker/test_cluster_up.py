@@ -91,13 +91,15 @@ def ssh_engine(
         sh("docker", "rm", "-f", name, check=False)
 
 
-def _env(path: Path, *, name: str, rank: int, ip: str, image: str, cache: Path, subnet: str = SUBNET,
-         head_ip: str = HEAD_IP) -> Path:  # fmt: skip
-    """A node env (test_sim_pair's, moved to this test's subnet)."""
-    write_env(path, name=name, rank=rank, ip=ip, image=image, cache=cache)
-    text = path.read_text().replace("SPARKPAIR_FABRIC_CIDR=172.31.77.0/24", f"SPARKPAIR_FABRIC_CIDR={subnet}")
-    text = text.replace("SPARKPAIR_HEAD_ADDR=172.31.77.11", f"SPARKPAIR_HEAD_ADDR={head_ip}")
-    path.write_text(text)
+def _env(path: Path, *, name: str, rank: int, ip: str, image: str, cache: Path, subnet: str = SUBNET) -> Path:
+    """A node env: test_sim_pair's (its subnet 172.31.77.0/24, validated there), moved to
+    ``subnet`` (a /24 whose first three octets replace 172.31.77), validated again."""
+    from sparkpair_cli.deploy.nodeenv import load_node_env_file
+
+    prefix = subnet.rsplit(".", 1)[0] + "."
+    write_env(path, name=name, rank=rank, ip="172.31.77." + ip.rsplit(".", 1)[1], image=image, cache=cache)
+    path.write_text(path.read_text().replace("172.31.77.", prefix))
+    load_node_env_file(path)
     return path
 
 

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from ..deploy.nodeenv import NodeEnv, parse_hca_list
 from .host import CommandUnavailable, Host
+from .nccl import check_nccl_library
 
 Status = Literal["pass", "warn", "fail"]
 
@@ -863,6 +864,7 @@ LOCAL_CHECKS: dict[str, Callable[[Ctx], None]] = {
     "flashinfer": check_flashinfer_table,
     "deepgemm": check_deepgemm,
     "checkpoint": check_checkpoint,
+    "nccl": check_nccl_library,
 }
 """Check groups of ``preflight --local``, in order. Result ids (what SPARKPAIR_PREFLIGHT_WAIVE
 names) are listed by ``sparkpair preflight --list``."""
@@ -885,6 +887,8 @@ CHECK_IDS = {
     "flashinfer-dsv4": "FlashInfer DSv4 decode table answers (heads, top_k) in table as vLLM asks",
     "deepgemm": "the DeepGEMM vLLM uses is found, imports, and has the vendored version",
     "checkpoint": "checkpoint complete, gate dtype as assumed (sparkpair inspect)",
+    "nccl-library": "the NCCL library vLLM will load and its version, not known bad (docs/reference/nccl.md)",
+    "same-nccl": "the NCCL version vLLM loads equal on every node",
     "same-kernel": "kernel release equal on every node",
     "same-driver": "driver version equal on every node",
     "same-mtu": "fabric MTU equal on every node",
@@ -1007,6 +1011,7 @@ COMPARED_FACTS: tuple[tuple[str, str, str, Status], ...] = (
     ("fabric_mtu", "same-mtu", "fabric MTU", "fail"),
     ("gid_index", "same-gid-index", "NCCL_IB_GID_INDEX (resolved)", "fail"),
     ("gid_type", "same-gid-type", "type of the GID entry NCCL uses", "fail"),
+    ("nccl_version", "same-nccl", "NCCL version vLLM loads", "fail"),
 )
 """``(fact, result id, what, status when the nodes differ)`` compared by ``--compare``."""
 
