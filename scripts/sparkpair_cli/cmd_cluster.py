@@ -64,7 +64,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(0)
         if verdict.ready:
             out.print(
-                f"[green]ready[/green]: {c.gateway_url()}/readyz answered 200 (suite passed, canary fresh)",
+                f"[green]ready[/green]: {c.head.name}'s gateway /readyz answered 200 "
+                "(suite passed, canary fresh)",
                 highlight=False,
             )
             raise typer.Exit(0)

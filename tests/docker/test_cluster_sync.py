@@ -54,7 +54,6 @@ def test_a_snapshot_synced_over_the_fabric_passes_on_both_nodes_and_a_damaged_co
         image=sparkpair_image,
         cache=a,
         subnet=SUBNET,
-        head_ip=HEAD_IP,
     )
     worker = _env(
         tmp_path / "worker.env",
@@ -64,7 +63,6 @@ def test_a_snapshot_synced_over_the_fabric_passes_on_both_nodes_and_a_damaged_co
         image=sparkpair_image,
         cache=b,
         subnet=SUBNET,
-        head_ip=HEAD_IP,
     )
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(

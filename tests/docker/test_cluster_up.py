@@ -26,7 +26,7 @@ import pytest
 from dockerlib import REPO, sh
 from test_sim_pair import engine_limit, write_env
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 SUBNET, HEAD_IP, WORKER_IP, HEALTH_IP = "172.31.78.0/24", "172.31.78.11", "172.31.78.12", "172.31.78.13"
 """A subnet of its own: the sim pair test (172.31.77.0/24) may run on the same engine."""
@@ -103,7 +103,7 @@ def _env(path: Path, *, name: str, rank: int, ip: str, image: str, cache: Path, 
     return path
 
 
-def _cli(env: dict[str, str], *args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+def _cli(env: dict[str, str], *args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "sparkpair_cli.main", *args], capture_output=True,
                           text=True, env=env, timeout=timeout, cwd=REPO)  # fmt: skip
 
@@ -127,10 +127,10 @@ def test_up_brings_both_engines_to_a_passing_verdict_status_shows_both_and_down_
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(
         f"project: {project}\nproject_directory: {REPO}\n"
-        "compose_files: [compose.yaml, tests/docker/compose.sim.yaml]\nverdict_timeout_s: 900\n"
+        "compose_files: [compose.yaml, tests/docker/compose.sim.yaml]\nverdict_timeout_s: 1500\n"
         "nodes:\n"
         f"  sim-worker: {{env_file: {worker}, docker: '{ssh_url}'}}\n"
-        f"  sim-head: {{env_file: {head}, docker: 'unix:///var/run/docker.sock', gateway_url: 'http://{HEALTH_IP}:8080'}}\n"
+        f"  sim-head: {{env_file: {head}, docker: 'unix:///var/run/docker.sock'}}\n"
     )
     env |= {
         "SIM_HEAD_ENV": str(head), "SIM_WORKER_ENV": str(worker), "SIM_SUBNET": SUBNET,

@@ -129,31 +129,68 @@ class Verdict:
     body: dict[str, Any]
 
 
-def readyz(url: str, api_timeout_s: float = 10.0) -> Verdict:
-    """GET ``<gateway>/readyz`` once through the project's HTTP client."""
-    with HealthClient(url, request_timeout_s=api_timeout_s) as c:
-        try:
-            r = c.get("/readyz")
-        except SuiteError as e:
-            return Verdict(False, {"cause": f"gateway {url} did not answer: {e}"})
+GATEWAY_GET = """
+import sys
+from sparkpair_health.client import HealthClient, SuiteError
+with HealthClient("http://127.0.0.1:" + sys.argv[1], request_timeout_s=10.0) as c:
     try:
-        body = r.json()
+        r = c.get(sys.argv[2])
+    except SuiteError as e:
+        print(0)
+        print(e)
+        raise SystemExit(0)
+print(r.status_code)
+print(r.text)
+"""
+"""Run inside the head's ``health`` container (``python3 -c``): one GET on the gateway through
+the project's HTTP client; prints the status (0: no answer) and the body."""
+
+
+def gateway_get(cluster: Cluster, clients: dict[str, docker.DockerClient], path: str) -> tuple[int, str]:
+    """``(HTTP status, body)`` of ``path`` on the head's health gateway; status 0 when there was
+    no answer (the body says why). Through ``gateway_url`` when the cluster file gives one,
+    else inside the head's ``health`` container through the head's engine."""
+    head = cluster.head
+    if head.gateway_url:
+        with HealthClient(head.gateway_url, request_timeout_s=10.0) as c:
+            try:
+                r = c.get(path)
+            except SuiteError as e:
+                return 0, f"gateway {head.gateway_url} did not answer: {e}"
+        return r.status_code, r.text
+    if head.name not in clients:
+        return 0, f"node {head.name}: engine unreachable"
+    found = engines.project_containers(clients[head.name], cluster.spec.project, ("health",))
+    running = [c for c in found if c.status == "running"]
+    if not running:
+        return 0, f"node {head.name}: no running health container ({len(found)} found)"
+    res = running[0].exec_run(["python3", "-c", GATEWAY_GET, str(head.env.SPARKPAIR_GATEWAY_PORT), path])
+    out = res.output.decode("utf-8", "replace")
+    first, _, body = out.partition("\n")
+    if res.exit_code != 0 or not first.strip().isdigit():
+        return 0, f"node {head.name}: asking the gateway in {running[0].name} failed: {out.strip()[-300:]}"
+    return int(first), body
+
+
+def readyz(cluster: Cluster, clients: dict[str, docker.DockerClient]) -> Verdict:
+    """The gateway's ``/readyz`` once (see :func:`gateway_get`)."""
+    status, text = gateway_get(cluster, clients, "/readyz")
+    if status == 0:
+        return Verdict(False, {"cause": text})
+    try:
+        body = json.loads(text)
     except ValueError:
-        body = {"cause": f"/readyz answered HTTP {r.status_code} with no JSON"}
-    return Verdict(r.status_code == 200 and bool(body.get("ready")), body)
+        body = {"cause": f"/readyz answered HTTP {status} with no JSON"}
+    return Verdict(status == 200 and bool(body.get("ready")), body)
 
 
-def report(url: str) -> dict[str, Any] | None:
-    """GET ``<gateway>/report`` (the suite's report, with the kernel plan); None when there is none yet."""
-    with HealthClient(url, request_timeout_s=10.0) as c:
-        try:
-            r = c.get("/report")
-        except SuiteError:
-            return None
-    if r.status_code != 200:
+def report(cluster: Cluster, clients: dict[str, docker.DockerClient]) -> dict[str, Any] | None:
+    """The gateway's ``/report`` (the suite's report, with the kernel plan); None when there is none yet."""
+    status, text = gateway_get(cluster, clients, "/report")
+    if status != 200:
         return None
     try:
-        d = r.json()
+        d = json.loads(text)
     except ValueError:
         return None
     return d if isinstance(d, dict) else None
@@ -179,9 +216,9 @@ def up(cluster: Cluster, console: Console, *, wait: bool = True) -> Verdict:
             prog.update(tasks[n.name], description=f"{n.name} ({n.role}): started")
         if not wait:
             return Verdict(False, {"cause": "not waited for (--no-wait)"})
-        url = cluster.gateway_url()
-        gw = prog.add_task(f"verdict ({url}/readyz): waiting")
-        deadline = Deadline(cluster.spec.verdict_timeout_s, f"sparkpair up: the verdict of {url}/readyz")
+        where = f"{cluster.head.name}'s gateway /readyz"
+        gw = prog.add_task(f"verdict ({where}): waiting")
+        deadline = Deadline(cluster.spec.verdict_timeout_s, f"sparkpair up: the verdict of {where}")
         verdict = Verdict(False, {"cause": "not asked yet"})
         while True:
             for n in cluster.nodes:
@@ -190,11 +227,9 @@ def up(cluster: Cluster, console: Console, *, wait: bool = True) -> Verdict:
                     f"{c.labels['com.docker.compose.service']} {engines.container_state(c)}" for c in cs
                 )
                 prog.update(tasks[n.name], description=f"{n.name} ({n.role}): {states or 'no container'}")
-            verdict = readyz(url)
+            verdict = readyz(cluster, clients)
             phase = verdict.body.get("phase") or verdict.body.get("cause", "")
-            prog.update(
-                gw, description=f"verdict ({url}/readyz): {'ready' if verdict.ready else phase}"[:160]
-            )
+            prog.update(gw, description=f"verdict ({where}): {'ready' if verdict.ready else phase}"[:160])
             if verdict.ready:
                 return verdict
             try:
@@ -225,21 +260,23 @@ def status(cluster: Cluster, console: Console) -> tuple[Table, Verdict]:
     t = Table(show_header=True, header_style="bold", title=f"cluster {cluster.path}")
     for col in ("node", "role", "engine", "containers"):
         t.add_column(col, overflow="fold")
+    clients: dict[str, docker.DockerClient] = {}
     for n in cluster.nodes:
         try:
-            client = engines.connect(n)
-            cs = engines.project_containers(client, cluster.spec.project, SERVICES[n.role])
+            clients[n.name] = engines.connect(n)
+            cs = engines.project_containers(clients[n.name], cluster.spec.project, SERVICES[n.role])
             states = "\n".join(f"{c.name}: {engines.container_state(c)}" for c in cs) or "no container"
         except engines.EngineError as e:
             states = f"[red]unreachable[/red]: {e}"
         t.add_row(n.name, n.role, n.docker, states)
-    url = cluster.gateway_url()
-    verdict = readyz(url)
-    rep = report(url)
+    verdict = readyz(cluster, clients)
+    rep = report(cluster, clients)
     console.print(t)
     colour = "green" if verdict.ready else "red"
     console.print(
-        f"verdict ({url}/readyz): [{colour}]{'ready' if verdict.ready else 'not ready'}[/]", highlight=False
+        f"verdict ({cluster.head.name}'s gateway /readyz): "
+        f"[{colour}]{'ready' if verdict.ready else 'not ready'}[/]",
+        highlight=False,
     )
     for k in ("phase", "failing_check", "cause", "peer_down"):
         if k in verdict.body:

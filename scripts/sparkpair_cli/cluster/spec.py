@@ -36,8 +36,8 @@ WANTED = {
     "the cluster file or absolute",
     "docker": "the node's Docker engine: unix:///var/run/docker.sock (this machine), ssh://user@host "
     "(through ssh; the remote user may run `docker`) or tcp://host:port",
-    "gateway_url": "empty (http://<the head's VLLM_HOST_IP>:<SPARKPAIR_GATEWAY_PORT>) or the health "
-    "gateway's http(s):// URL as this machine reaches it",
+    "gateway_url": "empty (the gateway is asked from inside the head's health container, through the "
+    "head's engine) or the health gateway's http(s):// URL as this machine reaches it",
     "nodes": "a mapping of node names (each node's SPARKPAIR_NODE_NAME) to {env_file, docker}",
     "project": "the compose project name on every node (letters, digits, '-', '_'), default sparkpair",
     "project_directory": "the checkout with compose.yaml, at the same path on every node "
@@ -142,9 +142,10 @@ class Cluster:
         return [_resolve(self.project_directory / "x", f) for f in self.spec.compose_files]
 
     def gateway_url(self) -> str:
-        """Where this machine reaches the head's health gateway."""
-        h = self.head
-        return h.gateway_url or f"http://{h.env.VLLM_HOST_IP}:{h.env.SPARKPAIR_GATEWAY_PORT}"
+        """Where this machine reaches the head's health gateway: the cluster file's
+        ``gateway_url``, or empty when the gateway is asked inside the head's health container
+        (it binds 127.0.0.1 by default, so only the head's own network reaches it)."""
+        return self.head.gateway_url
 
 
 def _resolve(cluster_file: Path, p: Path) -> Path:
