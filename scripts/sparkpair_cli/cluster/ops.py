@@ -164,11 +164,13 @@ def gateway_get(cluster: Cluster, clients: dict[str, docker.DockerClient], path:
     running = [c for c in found if c.status == "running"]
     if not running:
         return 0, f"node {head.name}: no running health container ({len(found)} found)"
-    res = running[0].exec_run(["python3", "-c", GATEWAY_GET, str(head.env.SPARKPAIR_GATEWAY_PORT), path])
-    out = res.output.decode("utf-8", "replace")
-    first, _, body = out.partition("\n")
+    argv = ["python3", "-c", GATEWAY_GET, str(head.env.SPARKPAIR_GATEWAY_PORT), path]
+    res = running[0].exec_run(argv, demux=True)
+    stdout, stderr = (b.decode("utf-8", "replace") if b else "" for b in res.output)
+    first, _, body = stdout.partition("\n")
     if res.exit_code != 0 or not first.strip().isdigit():
-        return 0, f"node {head.name}: asking the gateway in {running[0].name} failed: {out.strip()[-300:]}"
+        why = (stdout + stderr).strip()[-300:]
+        return 0, f"node {head.name}: asking the gateway in {running[0].name} failed: {why}"
     return int(first), body
 
 
