@@ -148,11 +148,16 @@ def register(app: typer.Typer) -> None:
             err.print(f"[red]model pull:[/red] --revision {revision!r}; wanted a full 40-hex commit id "
                       "(a branch or tag can move between the nodes' pulls)", highlight=False)  # fmt: skip
             raise typer.Exit(2)
+        import warnings
+
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+        from tqdm import TqdmExperimentalWarning
+        from tqdm.rich import tqdm as rich_tqdm  # the hub's per-file bars, drawn with rich
 
+        warnings.filterwarnings("ignore", category=TqdmExperimentalWarning)
         try:
-            snapshot_download(repo_id=repo_id, revision=revision, local_dir=str(into))
+            snapshot_download(repo_id=repo_id, revision=revision, local_dir=str(into), tqdm_class=rich_tqdm)
         except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
             why = " ".join(str(e).split())[:300]
             err.print(
