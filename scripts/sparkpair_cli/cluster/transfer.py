@@ -3,18 +3,20 @@
 The receiver listens on its node's fabric address (``VLLM_HOST_IP``) and unpacks into the
 target folder; the sender connects to it and streams the folder with symlinks resolved
 (tar ``dereference``), so a Hugging Face snapshot (symlinks into ``blobs/``) arrives as
-plain files. Members that would land outside the target folder are refused (tarfile's
-``data`` filter). The copy is then checked against the sender's manifest (:mod:`.manifest`).
+plain files. Members that would land outside the target folder, and members that are not
+plain files or folders, are refused (checked here: the image's Python predates tarfile's
+extraction filters). The copy is then checked against the sender's manifest (:mod:`.manifest`).
 """
 
 from __future__ import annotations
 
+import shutil
 import socket
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from .manifest import MANIFEST_NAME, SKIP_DIRS, files_of
+from .manifest import CHUNK, MANIFEST_NAME, SKIP_DIRS, files_of
 
 ACCEPT_TIMEOUT_S = 600.0
 """Seconds the receiver waits for the sender to connect."""
@@ -83,10 +85,23 @@ def receive(into: Path, bind: str, port: int, on_listen: Callable[[], None] | No
     with conn, conn.makefile("rb") as raw:
         try:
             with tarfile.open(fileobj=raw, mode="r|") as tar:
+                root = into.resolve()
                 for m in tar:
                     if m.name.split("/", 1)[0] in SKIP_DIRS:
                         continue
-                    tar.extract(m, into, filter="data")
+                    dest = (root / m.name).resolve()
+                    if Path(m.name).is_absolute() or (dest != root and root not in dest.parents):
+                        raise TransferError(f"member {m.name!r} would land outside the destination {into}")
+                    if m.isdir():
+                        dest.mkdir(parents=True, exist_ok=True)
+                        continue
+                    if not m.isfile():  # the sender resolves links: anything else is refused
+                        raise TransferError(f"member {m.name!r} is not a plain file or folder")
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    src = tar.extractfile(m)
+                    assert src is not None
+                    with dest.open("wb") as f:
+                        shutil.copyfileobj(src, f, CHUNK)
                     names.append(m.name)
         except (tarfile.TarError, OSError) as e:
             raise TransferError(f"receiving into {into} on {bind}:{port}: {e}") from None
