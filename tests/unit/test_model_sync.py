@@ -174,7 +174,7 @@ def test_model_verify_exits_1_naming_node_and_file(snapshot: Path, tmp_path: Pat
 def test_pull_refuses_a_revision_that_is_not_a_commit_and_names_the_offline_hub(tmp_path: Path) -> None:
     """The parts of ``model pull`` that need no hub (none is reachable here): the pin, and the
     error when the hub cannot be asked."""
-    cmd = [sys.executable, "-m", "sparkpair_cli.main", "model", "pull", "t/tiny", "--into", str(tmp_path / "m")]
+    cmd = [sys.executable, "-m", "sparkpair_cli.main", "model", "pull", "t/tiny", "--into", str(tmp_path / "m")]  # fmt: skip
     r = subprocess.run([*cmd, "--revision", "main"], capture_output=True, text=True)
     assert r.returncode == 2 and "--revision 'main'; wanted a full 40-hex commit id" in r.stderr, r.stderr
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
