@@ -15,12 +15,14 @@ import typer
 
 from . import (
     cmd_bench,
+    cmd_cluster,
     cmd_demo,
     cmd_gateway,
     cmd_health,
     cmd_inspect,
     cmd_kernels,
     cmd_logscan,
+    cmd_model,
     cmd_node,
     cmd_plan,
     cmd_preflight,
@@ -47,6 +49,8 @@ COMMANDS = (
     cmd_preflight,
     cmd_node,
     cmd_inspect,
+    cmd_cluster,
+    cmd_model,
 )
 """Every command module, in ``--help`` order; each registers its commands with ``register(app)``."""
 

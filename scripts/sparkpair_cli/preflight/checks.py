@@ -21,6 +21,7 @@ from .checkpoint import check_checkpoint
 from .fabric import check_gid, check_netdev, check_rdma
 from .host import Host
 from .memory import check_cma, check_driver, check_logind, check_memory, check_shm
+from .nccl import check_nccl_library
 from .result import Ctx, Report, Result, Status
 from .toolchain import check_deepgemm, check_flashinfer_table, check_ptxas
 
@@ -37,6 +38,7 @@ LOCAL_CHECKS: dict[str, Callable[[Ctx], None]] = {
     "flashinfer": check_flashinfer_table,
     "deepgemm": check_deepgemm,
     "checkpoint": check_checkpoint,
+    "nccl": check_nccl_library,
 }
 """Check groups of ``preflight --local``, in order. Result ids (what SPARKPAIR_PREFLIGHT_WAIVE
 names) are listed by ``sparkpair preflight --list``."""
@@ -153,6 +155,7 @@ COMPARED_FACTS: tuple[tuple[str, str, str, Status], ...] = (
     ("fabric_mtu", "same-mtu", "fabric MTU", "fail"),
     ("gid_index", "same-gid-index", "NCCL_IB_GID_INDEX (resolved)", "fail"),
     ("gid_type", "same-gid-type", "type of the GID entry NCCL uses", "fail"),
+    ("nccl_version", "same-nccl", "NCCL version vLLM loads", "fail"),
 )
 """``(fact, result id, what, status when the nodes differ)`` compared by ``--compare``."""
 

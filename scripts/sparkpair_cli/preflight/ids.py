@@ -22,6 +22,8 @@ CHECK_IDS = {
     "flashinfer-dsv4": "FlashInfer DSv4 decode table answers (heads, top_k) in table as vLLM asks",
     "deepgemm": "the DeepGEMM vLLM uses is found, imports, and has the vendored version",
     "checkpoint": "checkpoint complete, gate dtype as assumed (sparkpair inspect)",
+    "nccl-library": "the NCCL library vLLM will load and its version, not known bad (docs/reference/nccl.md)",
+    "same-nccl": "the NCCL version vLLM loads equal on every node",
     "same-kernel": "kernel release equal on every node",
     "same-driver": "driver version equal on every node",
     "same-mtu": "fabric MTU equal on every node",

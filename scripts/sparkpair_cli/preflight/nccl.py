@@ -22,6 +22,8 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from ..deploy.nodeenv import NodeEnv
 
@@ -226,3 +228,226 @@ def run_allreduce(env: NodeEnv, *, port: int, max_bytes: int, environ: Mapping[s
         timeout=float(os.environ.get("SPARKPAIR_NCCL_TIMEOUT_S", "600")),
     )
     return r.stdout + r.stderr
+
+
+# --- the NCCL library vLLM loads (docs/reference/nccl.md) ----------------------------
+
+@dataclass(frozen=True)
+class KnownBadNccl:
+    """NCCL versions ``first <= v < fixed`` (on ``machines``; empty: every machine) that the
+    field saw wedge, with the reason and the fix (docs/reference/nccl.md#known-bad-versions)."""
+
+    first: tuple[int, int, int]
+    fixed: tuple[int, int, int]
+    machines: tuple[str, ...]
+    why: str
+
+
+KNOWN_BAD_NCCL: list[KnownBadNccl] = [
+    KnownBadNccl(
+        (2, 0, 0),
+        (2, 29, 3),
+        ("aarch64", "arm64"),
+        "NCCL before 2.29.3 can leak proxy-op slots on ARM (a weak compare-exchange whose failure "
+        "is not retried) and then spins forever with no error or timeout: the silent collective "
+        "wedge under load; fix: an image whose torch links nvidia-nccl-cu13 >= 2.29.3 (torch "
+        "2.14.0 links 2.30.7), or VLLM_NCCL_SO_PATH naming such a library",
+    ),
+    KnownBadNccl(
+        (2, 30, 4),
+        (2, 30, 5),
+        (),
+        "NCCL 2.30.4's NVLS path hangs MoE weight loading on Sparks (sm_121, no NVLink); fix: "
+        "NCCL 2.30.3 or >= 2.30.7, or NCCL_NVLS_ENABLE=0",
+    ),
+]
+"""The NCCL versions preflight refuses; docs/reference/nccl.md#known-bad-versions gives the
+public report behind each entry."""
+
+
+def known_bad_nccl(version: str, machine: str) -> str | None:
+    """The reason (and fix) a :data:`KNOWN_BAD_NCCL` entry gives for NCCL ``version``
+    (``"2.28.9"``) on ``machine`` (``platform.machine()``: ``aarch64`` on a Spark), else ``None``.
+    A version that is not ``major.minor.patch`` matches nothing."""
+    try:
+        v = tuple(int(x) for x in version.split("."))
+    except ValueError:
+        return None
+    if len(v) != 3:
+        return None
+    for bad in KNOWN_BAD_NCCL:
+        if bad.first <= v < bad.fixed and (not bad.machines or machine in bad.machines):
+            return bad.why
+    return None
+
+
+NCCL_SONAME = "libnccl.so.2"
+"""The name vLLM 0.33 asks the dynamic loader for when VLLM_NCCL_SO_PATH is unset
+(``vllm/utils/nccl.py: find_nccl_library``, CUDA builds of torch)."""
+
+
+@dataclass(frozen=True)
+class NcclLibrary:
+    """The NCCL a node's vLLM will load: ``path`` (None: none found), ``how`` it was chosen,
+    and ``version`` (``"2.27.3"``, None when it could not be read, with ``error``)."""
+
+    path: str | None
+    how: str
+    version: str | None = None
+    error: str = ""
+
+
+def _wheel_nccl() -> str | None:
+    """``<site-packages>/nvidia/nccl/lib/libnccl.so.2`` of the nvidia-nccl wheel, if installed:
+    CUDA builds of torch link it (RPATH), so it is in the process before vLLM asks for the soname."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("nvidia.nccl")
+    except (ImportError, ValueError):
+        return None
+    for loc in getattr(spec, "submodule_search_locations", None) or []:
+        p = os.path.join(loc, "lib", NCCL_SONAME)
+        if os.path.exists(p):
+            return p
+    return None
+
+
+def decode_version(code: int) -> str:
+    """``ncclGetVersion``'s integer as ``major.minor.patch``: ``major*10000 + minor*100 + patch``
+    (``NCCL_VERSION`` in nccl.h since 2.9; vLLM 0.33 reads it the same way,
+    tests/stack/test_nccl_library.py)."""
+    return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+
+
+def library_version(path: str) -> str:
+    """Load ``path`` with ctypes and ask ``ncclGetVersion`` (needs no GPU).
+
+    Raises:
+        OSError: the file does not load, has no ``ncclGetVersion``, or the call failed.
+    """
+    import ctypes
+
+    lib = ctypes.CDLL(path)
+    try:
+        fn = lib.ncclGetVersion
+    except AttributeError:
+        raise OSError(f"{path}: no ncclGetVersion symbol (not an NCCL library)") from None
+    v = ctypes.c_int(0)
+    rc = fn(ctypes.byref(v))
+    if rc != 0:
+        raise OSError(f"{path}: ncclGetVersion returned {rc}")
+    return decode_version(v.value)
+
+
+def vllm_nccl_library(environ: Mapping[str, str]) -> NcclLibrary:
+    """The NCCL library vLLM 0.33 will load on this node, and its version.
+
+    The order is vLLM's (docs/reference/nccl.md): ``VLLM_NCCL_SO_PATH`` when set; otherwise
+    ``libnccl.so.2`` by soname, which resolves to the library already in the process, i.e. the
+    nvidia-nccl wheel's that torch links; failing that, the dynamic loader's search
+    (LD_LIBRARY_PATH, the ld.so cache).
+    """
+    import ctypes.util
+
+    so = environ.get("VLLM_NCCL_SO_PATH") or ""
+    if so:
+        path, how = so, "VLLM_NCCL_SO_PATH"
+    elif wheel := _wheel_nccl():
+        path, how = wheel, "the nvidia-nccl wheel torch links (libnccl.so.2 by soname)"
+    elif found := ctypes.util.find_library("nccl"):
+        path, how = found, "the dynamic loader's libnccl.so.2 (no nvidia-nccl wheel)"
+    else:
+        return NcclLibrary(
+            None, "none: no VLLM_NCCL_SO_PATH, no nvidia-nccl wheel, no libnccl on the loader path"
+        )
+    try:
+        return NcclLibrary(path, how, library_version(path))
+    except OSError as e:
+        return NcclLibrary(path, how, None, str(e))
+
+
+def _torch_has_cuda() -> bool | None:
+    """Whether the installed torch is a CUDA build (read from torch/version.py, not imported);
+    None when torch is not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    text = (
+        Path(spec.origin).with_name("version.py").read_text()
+        if Path(spec.origin).with_name("version.py").exists()
+        else ""
+    )
+    m = re.search(r"^cuda\s*(?::[^=]*)?=\s*(.+)$", text, re.M)
+    return bool(m and m.group(1).strip() not in ("None", "''", '""'))
+
+
+def check_nccl_library(
+    c: Any, environ: Mapping[str, str] | None = None, machine: str | None = None
+) -> None:
+    """Preflight: name the NCCL library and version this node's vLLM will load (a fact that
+    ``preflight --compare`` compares across nodes), and fail on a version
+    :func:`known_bad_nccl` names for this ``machine`` (default ``platform.machine()``) or on a
+    library that does not load."""
+    env = dict(os.environ if environ is None else environ)
+    server_env = getattr(getattr(c.profile, "server", None), "env", None) or {}
+    env.update({k: str(v) for k, v in server_env.items()})
+    lib = vllm_nccl_library(env)
+    cuda = _torch_has_cuda()
+    c.report.facts["nccl_library"] = lib.path
+    # Always a string, so nodes that need no NCCL (CPU torch) compare equal.
+    c.report.facts["nccl_version"] = lib.version or (
+        "none needed (no CUDA torch)" if cuda is not True else "none"
+    )
+    if lib.path is None:
+        if cuda is not True:
+            c.add(
+                "nccl-library",
+                "pass",
+                "NCCL library",
+                "none",
+                "none needed",
+                "torch here is not a CUDA build: vLLM loads no NCCL",
+            )
+        else:
+            c.add(
+                "nccl-library",
+                "fail",
+                "NCCL library",
+                lib.how,
+                "the nvidia-nccl wheel torch was built with, or VLLM_NCCL_SO_PATH naming a libnccl.so.2",
+            )
+        return
+    if lib.version is None:
+        c.add(
+            "nccl-library",
+            "fail",
+            "NCCL library",
+            f"{lib.path} ({lib.how})",
+            "a library that loads and answers ncclGetVersion",
+            lib.error,
+        )
+        return
+    seen = f"{lib.path} ({lib.how}), NCCL {lib.version}"
+    import platform
+
+    why = known_bad_nccl(lib.version, machine or platform.machine())
+    if why:
+        c.add(
+            "nccl-library",
+            "fail",
+            "NCCL library",
+            seen,
+            "an NCCL version not in docs/reference/nccl.md's known-bad list",
+            why,
+        )
+    else:
+        c.add(
+            "nccl-library",
+            "pass",
+            "NCCL library",
+            seen,
+            "the same version on every node (preflight --compare)",
+        )

@@ -1,0 +1,144 @@
+"""``sparkpair model sync`` and ``model check``: the checkpoint copied from one node to the
+others over the fabric, and checked on every node, through each node's Docker engine.
+
+Each step runs as a short-lived container of the node's image (the image already has the
+``sparkpair`` CLI) with the node's ``SPARKPAIR_MODEL_CACHE`` mounted at ``/models``, on the
+host network (so the receiver listens on the node's fabric address, ``VLLM_HOST_IP``):
+
+1. on the source node, ``model manifest --write`` (sizes and SHA-256 of every file);
+2. on each target, ``model receive`` on ``VLLM_HOST_IP:port``; on the source, ``model send``
+   to it (symlinks resolved: snapshot folders arrive as plain files);
+3. on every node, ``model verify`` against the manifest that travelled with the copy.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import docker
+
+from . import engines
+from .spec import Cluster, Node
+
+SYNC_PORT = 29610
+"""TCP port the receiver listens on (next to the rendezvous ports of node.env.example)."""
+
+STEP_TIMEOUT_S = 6 * 3600
+"""Longest one step may take (a ~155 GiB copy at a few GB/s takes minutes; hashing as long)."""
+
+
+class SyncError(RuntimeError):
+    """A step failed on a node (the message names the node and shows the step's output)."""
+
+
+def _image(n: Node) -> str:
+    return n.values.get("SPARKPAIR_IMAGE") or "sparkpair:0.1.0"
+
+
+def _cache(n: Node) -> str:
+    return n.values.get("SPARKPAIR_MODEL_CACHE") or "/srv/sparkpair/models"
+
+
+def start(client: docker.DockerClient, n: Node, argv: list[str], *, network: str, rw: bool) -> Any:
+    """Start ``sparkpair <argv>`` in a container of ``n``'s image on ``n``'s engine."""
+    kw: dict[str, Any] = {}
+    if network == "host":
+        kw["network_mode"] = "host"
+    else:  # a simulated fabric: the container takes the node's fabric address on that network
+        kw["network"] = network
+        kw["networking_config"] = {
+            network: client.api.create_endpoint_config(ipv4_address=str(n.env.VLLM_HOST_IP))
+        }
+    return client.containers.run(
+        _image(n), argv, detach=True, name=f"sparkpair-model-{n.name}-{uuid.uuid4().hex[:6]}",
+        volumes={_cache(n): {"bind": "/models", "mode": "rw" if rw else "ro"}},
+        environment={"SPARKPAIR_NODE_NAME": n.name}, **kw,
+    )  # fmt: skip
+
+
+def finish(c: Any, n: Node, what: str, timeout_s: float = STEP_TIMEOUT_S) -> str:
+    """Wait for the container, remove it, return its output.
+
+    Raises:
+        SyncError: it exited non-zero (its output in the message) or ran past ``timeout_s``.
+    """
+    try:
+        code = c.wait(timeout=timeout_s).get("StatusCode", -1)
+        out = c.logs().decode("utf-8", "replace")
+    finally:
+        c.remove(force=True)
+    if code != 0:
+        raise SyncError(f"node {n.name}: {what} exited {code}:\n{out.strip()[-3000:]}")
+    return out
+
+
+def check(
+    cluster: Cluster, folder: str, clients: dict[str, docker.DockerClient], network: str = "host"
+) -> list[str]:
+    """``model verify /models/<folder>`` on every node; one line per bad file (node and file named)."""
+    problems: list[str] = []
+    for n in cluster.nodes:
+        c = start(
+            clients[n.name],
+            n,
+            ["model", "verify", f"/models/{folder}", "--node", n.name],
+            network=network,
+            rw=False,
+        )
+        try:
+            finish(c, n, "model verify")
+        except SyncError as e:
+            lines = [x for x in str(e).splitlines() if x.startswith(f"node {n.name}")]
+            problems.extend(lines or [str(e)])
+    return problems
+
+
+def sync(cluster: Cluster, folder: str, source: str, *, port: int = SYNC_PORT, network: str = "host",
+         say: Any = print) -> list[str]:  # fmt: skip
+    """Copy ``/models/<folder>`` from ``source`` to every other node, then check every node.
+
+    Returns:
+        One line per node/file that does not match the source's manifest (empty: all match).
+
+    Raises:
+        engines.EngineError: a node is unreachable or lacks the image (nothing was copied).
+        SyncError: a step failed.
+    """
+    if folder.startswith("/") or ".." in folder.split("/"):
+        raise SyncError(f"--folder {folder!r}; wanted a path inside SPARKPAIR_MODEL_CACHE, relative, no '..'")
+    by_name = {n.name: n for n in cluster.nodes}
+    if source not in by_name:
+        raise SyncError(f"--from {source!r}; wanted one of the cluster's nodes {sorted(by_name)}")
+    from .ops import refusals
+
+    clients, problems = refusals(cluster)
+    if problems:
+        raise engines.EngineError("\n".join(problems))
+    src = by_name[source]
+    say(f"{src.name}: manifest of /models/{folder}")
+    argv = ["model", "manifest", "--write", f"/models/{folder}"]
+    finish(start(clients[src.name], src, argv, network=network, rw=True), src, "model manifest")
+    for t in cluster.nodes:
+        if t is src:
+            continue
+        ip = str(t.env.VLLM_HOST_IP)
+        say(f"{src.name} -> {t.name} ({ip}:{port}): copying /models/{folder}")
+        rx = start(clients[t.name], t, ["model", "receive", "--into", f"/models/{folder}", "--bind", ip,
+                                         "--port", str(port)], network=network, rw=True)  # fmt: skip
+        for _ in range(60):  # the receiver says when it listens
+            if b"listening on" in rx.logs():
+                break
+            rx.reload()
+            if rx.status == "exited":
+                break
+            time.sleep(0.5)
+        try:
+            tx = start(clients[src.name], src, ["model", "send", f"/models/{folder}", "--to", f"{ip}:{port}"],
+                       network=network, rw=False)  # fmt: skip
+            finish(tx, src, f"model send to {t.name}")
+        finally:
+            finish(rx, t, "model receive")
+    say("checking every node against the manifest")
+    return check(cluster, folder, clients, network)

@@ -1,0 +1,234 @@
+# ruff: noqa: B008  (typer declares options as argument defaults)
+"""``sparkpair model pull | sync | manifest | verify | send | receive``: the checkpoint
+downloaded once, copied to the other nodes over the fabric, and checked on every node
+(docs/operations.md#the-checkpoint-once)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+err = Console(stderr=True)
+
+REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
+"""A pinned revision: a full 40-hex commit id (a branch or tag name can move)."""
+
+
+def _bytes_progress(what: str, total: int | None):  # type: ignore[no-untyped-def]
+    prog = Progress("{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=err)
+    task = prog.add_task(what, total=total)
+    return prog, (lambda n: prog.update(task, advance=n))
+
+
+def _folder_bytes(folder: Path) -> int:
+    from .cluster.manifest import files_of
+
+    return sum(p.stat().st_size for p in files_of(folder) if p.exists())
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``model`` command group to ``app``."""
+    model = typer.Typer(help="The checkpoint: pull once, sync to the other nodes, verify everywhere.")
+    app.add_typer(model, name="model")
+
+    @model.command("manifest")
+    def manifest_cmd(
+        folder: Path = typer.Argument(..., help="checkpoint folder (a snapshot's symlinks are followed)"),
+        write: bool = typer.Option(False, "--write", help="write it to FOLDER/.sparkpair-manifest.json"),
+    ) -> None:
+        """Every file of the checkpoint with its size and SHA-256 (JSON)."""
+        from .cluster import manifest as mf
+
+        try:
+            prog, tick = _bytes_progress(
+                f"hashing {folder}", _folder_bytes(folder) if folder.is_dir() else None
+            )
+            with prog:
+                entries = mf.build(folder, on_bytes=tick)
+        except mf.ManifestError as e:
+            err.print(f"[red]model manifest:[/red] {e}", highlight=False)
+            raise typer.Exit(1) from None
+        text = mf.to_json(entries)
+        if write:
+            (folder / mf.MANIFEST_NAME).write_text(text)
+            err.print(f"model manifest: {len(entries)} files -> {folder / mf.MANIFEST_NAME}", highlight=False)
+        else:
+            print(text)
+
+    @model.command("verify")
+    def verify(
+        folder: Path = typer.Argument(..., help="this node's copy of the checkpoint"),
+        manifest: Path | None = typer.Option(None, help="manifest (default FOLDER/.sparkpair-manifest.json)"),
+        node: str = typer.Option("", help="this node's name in messages (default SPARKPAIR_NODE_NAME)"),
+        hashes: bool = typer.Option(True, "--hashes/--sizes-only", help="compare SHA-256 too"),
+    ) -> None:
+        """Check this node's copy against the manifest: every file present, same size, same
+        SHA-256, nothing extra. Exit 1 naming the node and each bad file."""
+        from .cluster import manifest as mf
+
+        name = node or os.environ.get("SPARKPAIR_NODE_NAME") or socket.gethostname()
+        src = manifest or folder / mf.MANIFEST_NAME
+        try:
+            want = mf.from_json(src.read_text(), str(src))
+        except OSError as e:
+            why = e.strerror or e
+            err.print(
+                f"[red]model verify:[/red] node {name}: manifest {src}: cannot read it ({why}); "
+                "wanted the manifest `sparkpair model manifest --write` made on the source node",
+                highlight=False,
+            )
+            raise typer.Exit(1) from None
+        except mf.ManifestError as e:
+            err.print(f"[red]model verify:[/red] node {name}: {e}", highlight=False)
+            raise typer.Exit(1) from None
+        problems = mf.check(folder, want, name, hashes=hashes)
+        for p in problems:
+            print(p)
+        if not problems:
+            how = "sha256" if hashes else "sizes"
+            print(f"node {name}: {folder}: {len(want)} files match the manifest ({how})")
+        raise typer.Exit(1 if problems else 0)
+
+    @model.command("send")
+    def send(
+        folder: Path = typer.Argument(..., help="checkpoint folder to send"),
+        to: str = typer.Option(..., help="receiver HOST:PORT (its fabric address)"),
+    ) -> None:
+        """Stream FOLDER (symlinks resolved) to a `model receive` on another node."""
+        from .cluster import transfer
+
+        host, _, port = to.rpartition(":")
+        if not host or not port.isdigit():
+            err.print(f"[red]model send:[/red] --to {to!r}; wanted HOST:PORT", highlight=False)
+            raise typer.Exit(2)
+        prog, tick = _bytes_progress(f"sending {folder} to {to}", _folder_bytes(folder))
+        try:
+            with prog:
+                n = transfer.send(folder, host.strip("[]"), int(port), on_bytes=tick)
+        except transfer.TransferError as e:
+            err.print(f"[red]model send:[/red] {e}", highlight=False)
+            raise typer.Exit(1) from None
+        err.print(f"model send: {n} bytes to {to}", highlight=False)
+
+    @model.command("receive")
+    def receive(
+        into: Path = typer.Option(..., help="folder to unpack into"),
+        bind: str = typer.Option(..., help="address to listen on (this node's VLLM_HOST_IP)"),
+        port: int = typer.Option(29610, min=1024, max=65535, help="TCP port"),
+        timeout_s: float = typer.Option(600.0, help="seconds to wait for the sender"),
+    ) -> None:
+        """Accept one `model send` and unpack it into INTO."""
+        from .cluster import transfer
+
+        try:
+            names = transfer.receive(
+                into, bind, port, on_listen=lambda: err.print(f"model receive: listening on {bind}:{port}"),
+                accept_timeout_s=timeout_s,
+            )  # fmt: skip
+        except (transfer.TransferError, OSError) as e:
+            err.print(f"[red]model receive:[/red] {e}", highlight=False)
+            raise typer.Exit(1) from None
+        err.print(f"model receive: {len(names)} files into {into}", highlight=False)
+
+    @model.command("pull")
+    def pull(
+        repo_id: str = typer.Argument(..., help="Hugging Face repo id, e.g. deepseek-ai/DeepSeek-V4-Flash"),
+        revision: str = typer.Option(..., help="the pinned revision: a full 40-hex commit id"),
+        into: Path = typer.Option(..., help="folder to download into (plain files, no symlinks)"),
+    ) -> None:
+        """Download the checkpoint at a pinned revision (resumable: run it again to continue),
+        then write its manifest."""
+        if not REVISION_RE.match(revision):
+            err.print(f"[red]model pull:[/red] --revision {revision!r}; wanted a full 40-hex commit id "
+                      "(a branch or tag can move between the nodes' pulls)", highlight=False)  # fmt: skip
+            raise typer.Exit(2)
+        import warnings
+
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+        from tqdm import TqdmExperimentalWarning
+        from tqdm.rich import tqdm as rich_tqdm  # the hub's per-file bars, drawn with rich
+
+        warnings.filterwarnings("ignore", category=TqdmExperimentalWarning)
+        try:
+            snapshot_download(repo_id=repo_id, revision=revision, local_dir=str(into), tqdm_class=rich_tqdm)
+        except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
+            why = " ".join(str(e).split())[:300]
+            err.print(
+                f"[red]model pull:[/red] {repo_id}@{revision}: {type(e).__name__}: {why}; "
+                "wanted the hub reachable (and HF_HUB_OFFLINE unset) for the first pull",
+                highlight=False,
+            )
+            raise typer.Exit(1) from None
+        manifest_cmd(into, write=True)
+
+    @model.command("sync")
+    def sync_cmd(
+        folder: str = typer.Option(..., help="checkpoint folder inside SPARKPAIR_MODEL_CACHE (relative)"),
+        source: str = typer.Option(..., "--from", help="the node that has the checkpoint"),
+        cluster: Path = typer.Option(
+            Path("configs/cluster.yaml"),
+            "--cluster",
+            "-c",
+            envvar="SPARKPAIR_CLUSTER_FILE",
+            help="cluster file",
+        ),
+        port: int = typer.Option(29610, min=1024, max=65535, help="receiver TCP port on each target"),
+        network: str = typer.Option("host", help="container network: host (real nodes) or a simulation's"),
+    ) -> None:
+        """Copy the checkpoint from one node to every other over the fabric (symlinks resolved),
+        then check every node against the source's manifest. Exit 1 naming node and file."""
+        from .cluster import engines
+        from .cluster.sync import SyncError, sync
+        from .cmd_cluster import _load
+
+        try:
+            problems = sync(_load(cluster), folder, source, port=port, network=network, say=err.print)
+        except (engines.EngineError, SyncError) as e:
+            err.print(f"[red]model sync:[/red] {e}", highlight=False)
+            raise typer.Exit(1) from None
+        for p in problems:
+            print(p)
+        if not problems:
+            print(f"every node has /models/{folder} as the manifest of {source} lists it")
+        raise typer.Exit(1 if problems else 0)
+
+    @model.command("check")
+    def check_cmd(
+        folder: str = typer.Option(..., help="checkpoint folder inside SPARKPAIR_MODEL_CACHE (relative)"),
+        cluster: Path = typer.Option(
+            Path("configs/cluster.yaml"),
+            "--cluster",
+            "-c",
+            envvar="SPARKPAIR_CLUSTER_FILE",
+            help="cluster file",
+        ),
+        network: str = typer.Option("host", help="container network: host (real nodes) or a simulation's"),
+    ) -> None:
+        """On every node, check the checkpoint against its manifest (same files, sizes, SHA-256).
+        Exit 1 naming each node and file that differ."""
+        from .cluster import engines, ops
+        from .cluster.sync import SyncError, check
+        from .cmd_cluster import _load
+
+        c = _load(cluster)
+        clients, problems = ops.refusals(c)
+        if problems:
+            err.print("[red]model check:[/red] " + "\n".join(problems), highlight=False)
+            raise typer.Exit(1)
+        try:
+            problems = check(c, folder, clients, network)
+        except (engines.EngineError, SyncError) as e:
+            err.print(f"[red]model check:[/red] {e}", highlight=False)
+            raise typer.Exit(1) from None
+        for p in problems:
+            print(p)
+        if not problems:
+            print(f"every node's /models/{folder} matches its manifest")
+        raise typer.Exit(1 if problems else 0)
