@@ -7,16 +7,11 @@ cache misses through the compile listener).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 import triton
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
-from kernel_numerics import make_fp8_operands  # noqa: E402
-from sparkpair_overlay.kernels import fp8_einsum as fe  # noqa: E402
-from sparkpair_overlay.kernels import router_gemm as rg  # noqa: E402
+from sparkpair_overlay.kernels import fp8_einsum as fe
+from sparkpair_overlay.kernels import router_gemm as rg
+from sparkpair_overlay.numerics import make_fp8_operands
 
 events = []
 

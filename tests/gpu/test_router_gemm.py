@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_numerics import assert_close_verbose, max_rel
 from sparkpair_overlay.kernels import router_gemm as rg
+from sparkpair_overlay.numerics import assert_close_verbose, max_rel
 
 pytestmark = pytest.mark.gpu
 

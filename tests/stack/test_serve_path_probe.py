@@ -26,11 +26,11 @@ import torch
 pytestmark = pytest.mark.stack
 
 from sparkpair_overlay.deepgemm import exported_names, locate_deepgemm  # noqa: E402
+from sparkpair_overlay.numerics import rel_fro  # noqa: E402
 from sparkpair_overlay.plan import ProbeResults, build_plan  # noqa: E402
 from sparkpair_overlay.probe import run_probe  # noqa: E402  (the real one, before any monkeypatch)
 from sparkpair_overlay.probe.choice import Candidate, ServePath, Shape, Trial  # noqa: E402
 from sparkpair_overlay.probe.serve_paths import DSV4_DG_OFF_REFUSED, serve_paths  # noqa: E402
-from sparkpair_overlay.probe.serve_runs import rel_fro  # noqa: E402
 
 #: The DeepGEMM entry point each path's deep_gemm candidate calls (serve_paths.py).
 DG_SYMBOL = {
