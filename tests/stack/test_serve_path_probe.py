@@ -415,7 +415,7 @@ def test_the_node_stops_on_the_verdict_and_passes_a_choice_to_vllm(tmp_path: Pat
         ),
     )
     env, prof = cmd_node._apply_probe(_node_env(), profile, tmp_path / "probe.json", {"X": "1"})
-    assert env["VLLM_USE_DEEP_GEMM"] == "0" and env["SPARKPAIR_PROBE_PLAN"] == str(tmp_path / "probe.json")
+    assert env["VLLM_USE_DEEP_GEMM"] == "0" and env["SPARKPAIR_PROBE_RESULTS"] == str(tmp_path / "probe.json")
     assert prof.server.args[-2:] == ["--linear-backend", "triton"]
     assert profile.server.args[-2:] != ["--linear-backend", "triton"]  # the loaded profile is not mutated
 

@@ -24,7 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .._log import get_logger
-from ..plan import Capability, OProjDecision, Recipe, einsum_route, recipe_scales_tma_aligned
+from ..o_proj_route import einsum_route
+from ..plan import Capability, OProjDecision, Recipe, recipe_scales_tma_aligned
 from ..targets import (
     FP8_EINSUM_CONSUMERS_OPTIONAL,
     FP8_EINSUM_CONSUMERS_REQUIRED,
@@ -42,7 +43,7 @@ _ORIGINAL_RECIPE: dict[str, Any] = {}
 class Fp8EinsumDispatcher:
     """Drop-in for ``vllm.utils.deep_gemm.fp8_einsum(equation, a, b, out, recipe=...)``.
 
-    Each call is routed by :func:`sparkpair_overlay.plan.einsum_route` (capability, equation,
+    Each call is routed by :func:`sparkpair_overlay.o_proj_route.einsum_route` (capability, equation,
     recipe, operand and scale dtypes/shapes, and the plan): to our Triton kernel
     (``sparkpair_overlay.kernels.fp8_einsum.fp8_einsum``, same calling convention) or to the
     original function (vLLM's DeepGEMM wrapper). Writes ``out`` in place and returns what

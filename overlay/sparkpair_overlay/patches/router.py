@@ -197,6 +197,16 @@ def apply(plan: KernelPlan, kernel: object) -> type:
     return _SUBCLASS
 
 
+def use_plan(plan: KernelPlan) -> None:
+    """Hand ``plan`` to the registered subclass: ``GateLinear`` layers built from now on ask it.
+
+    :func:`apply` takes the plan it registers with; the plugin calls this afterwards with the
+    final plan (the patches' own failures folded into it).
+    """
+    global _PLAN
+    _PLAN = plan
+
+
 def restore() -> None:
     """Unregister our subclass so ``GateLinear(...)`` builds vLLM's class again."""
     from vllm.model_executor.custom_op import op_registry_oot
