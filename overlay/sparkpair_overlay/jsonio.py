@@ -79,7 +79,7 @@ class Fields:
         return None if v is None else self._typed(key, v, kind)
 
     def _typed(self, key: str, v: object, kind: type[T]) -> T:
-        if kind is float and _is_int(v):
+        if kind is float and isinstance(v, int) and not isinstance(v, bool):
             return cast(T, float(v))  # JSON writes 2.0 as 2
         if isinstance(v, kind) and (kind is bool or not isinstance(v, bool)):
             return v

@@ -226,17 +226,17 @@ def decide_router(
             "probe: correct at M=" + str(sorted(r.m for r in ours)) if ours else probe_note)
         return RouterDecision("triton-fp32-accurate", None, f"fp32 weight, family 120; {note}")
     # bf16 weight: low-M Triton tier in front of vLLM's cuBLAS tier.
-    ours = {r.m: r for r in entries if r.path == "triton-bf16-lowM"}
+    lowm = {r.m: r for r in entries if r.path == "triton-bf16-lowM"}
     theirs = {r.m: r for r in entries if r.path == "cublas"}
-    failed = sorted(m for m, r in ours.items() if not r.ok)
+    failed = sorted(m for m, r in lowm.items() if not r.ok)
     if failed and mode == "auto":
         return RouterDecision("upstream", None, f"probe: triton-bf16-lowM failed at M={failed}")
     if max_m_override is not None:
         return RouterDecision("triton-bf16-lowM", max_m_override, "SPARKPAIR_ROUTER_MAX_M override")
     crossover: int | None = None
-    if ours and theirs:
-        for m in sorted(ours):
-            a, b = ours[m], theirs.get(m)
+    if lowm and theirs:
+        for m in sorted(lowm):
+            a, b = lowm[m], theirs.get(m)
             if b is None or a.us is None or b.us is None:
                 continue
             if a.ok and a.us < b.us:

@@ -146,7 +146,8 @@ def _make_recipe_fn(original: Callable[..., Any], recipe: Recipe | None) -> Call
         if problem is not None:
             raise SwitchRefused(f"sparkpair overlay: refusing to build DeepSeek-V4 attention: {problem}")
         if recipe is None:
-            return original(block_size)
+            upstream: tuple[tuple[int, int, int], bool] = original(block_size)
+            return upstream
         r = (1, 1, block_size) if recipe == (1, 1, 128) else recipe
         return r, bool(tma)
 
@@ -228,9 +229,9 @@ def restore() -> None:
 
     for name, orig in list(_ORIGINAL_EINSUM.items()):
         if name in sys.modules:
-            sys.modules[name].fp8_einsum = orig
+            setattr(sys.modules[name], "fp8_einsum", orig)  # noqa: B010 - ModuleType declares no such attribute
         del _ORIGINAL_EINSUM[name]
     for name, orig in list(_ORIGINAL_RECIPE.items()):
         if name in sys.modules:
-            sys.modules[name].compute_fp8_einsum_recipe = orig
+            setattr(sys.modules[name], "compute_fp8_einsum_recipe", orig)  # noqa: B010 - as above
         del _ORIGINAL_RECIPE[name]

@@ -11,6 +11,7 @@ Needs CUDA.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -102,14 +103,14 @@ def probe_o_proj(tp: int) -> list[dict[str, Any]]:
 
     from sparkpair_overlay.kernels import fp8_einsum as fe
 
-    from ..numerics import fp8_einsum_reference, make_fp8_operands, rel_fro
+    from ..numerics import Encoding, fp8_einsum_reference, make_fp8_operands, rel_fro
 
     rows: list[dict[str, Any]] = []
     g, d, r = 8 // tp, 1024, 4096
     deepgemm, deepgemm_why = deepgemm_fp8_einsum()
     for recipe in ((1, 1, 128), (1, 128, 128)):
         for t in O_PROJ_TS:
-            enc = "int32" if recipe[1] == 1 else "fp32"  # as vLLM hands each recipe's scales over
+            enc: Encoding = "int32" if recipe[1] == 1 else "fp32"  # as vLLM hands each recipe's scales
             a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, g, d, r, recipe, enc, seed=1 + t)
             ref = fp8_einsum_reference(a, sa_f, w, sw_f)
             for backend, fn in (("triton", fe.fp8_einsum), ("deepgemm", deepgemm)):
@@ -125,11 +126,8 @@ def probe_o_proj(tp: int) -> list[dict[str, Any]]:
                     err = rel_fro(out, ref)  # inf on NaN/inf
                     row["rel_fro_err"] = err
                     row["ok"] = err <= O_PROJ_TOL
-                    row["us"] = graph_us(
-                        lambda fn=fn, a=a, sa=sa, w=w, sw=sw, out=out, recipe=recipe: fn(
-                            "bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe
-                        )
-                    )
+                    call = functools.partial(fn, "bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
+                    row["us"] = graph_us(call)
                 except Exception as exc:  # noqa: BLE001
                     row.update(ok=False, us=None, error=f"{type(exc).__name__}: {exc}"[:300])
                 rows.append(row)
