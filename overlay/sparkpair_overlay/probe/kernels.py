@@ -5,7 +5,7 @@ Runs every candidate path of each patched kernel at the served model's shapes (r
 G = 8 / TP groups, D=1024, R=4096, both recipes), compares each against an fp64 reference, and
 times it as CUDA-graph replay per call. A path that raises, returns NaN/inf or misses its
 tolerance is recorded with ``ok: false`` (and the error), so the plan never picks it. Rows are
-the ``router`` and ``o_proj`` lists of the probe JSON (:class:`sparkpair_overlay.plan.ProbeResults`).
+the ``router`` and ``o_proj`` lists of the probe JSON (:class:`sparkpair_overlay.probe_results.ProbeResults`).
 Needs CUDA.
 """
 
