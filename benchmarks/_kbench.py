@@ -1,9 +1,9 @@
-"""Shared timing and recording for the kernel benchmarks (bench_router_gemm, bench_fp8_einsum).
+"""Shared recording for the kernel benchmarks (bench_router_gemm, bench_fp8_einsum).
 
-Timing method: CUDA-graph replay per call. ``calls`` invocations of ``fn`` are captured
-in one graph; the graph is replayed ``reps`` times, each replay timed with CUDA events; the
-per-call time of a replay is its elapsed time / ``calls``; p20/p50/p80 are over the replays.
-``fn`` may rotate over several input sets (``cold`` L2: the sets together exceed the L2 cache).
+Timing is :func:`sparkpair_overlay.numerics.graph_time_us` (CUDA-graph replay per call,
+p20/p50/p80 over the replays), the same the probe uses; ``fn`` may rotate over several input
+sets (``cold`` L2: the sets together exceed the L2 cache). This module holds the long-format
+CSV columns and writer, the provenance fields, and the memory roofline.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import csv
 import os
 import platform
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -38,42 +37,6 @@ FIELDS = [
     "git_sha",
     "command",
 ]
-
-
-def graph_time_us(
-    fn: Callable[[int], object], calls: int = 50, reps: int = 30, warmup: int = 3
-) -> tuple[float, float, float]:
-    """(p20, p50, p80) µs per call of ``fn(i)`` (i = call index) under CUDA-graph replay.
-
-    ``warmup``: eager calls ``fn(0) .. fn(warmup-1)`` before capture (compile, allocator, and any
-    per-input preparation: pass the number of input sets ``fn`` rotates over so every set is seen
-    eagerly, as vLLM's profile run does).
-    """
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(max(3, warmup)):  # warm-up: compile, allocator, per-input preparation
-            fn(i)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(calls):
-            fn(i)
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1) * 1000.0 / calls)
-    del g
-    t = torch.tensor(times)
-    q = torch.quantile(t, torch.tensor([0.2, 0.5, 0.8])).tolist()
-    return q[0], q[1], q[2]
 
 
 def git_sha() -> str:

@@ -9,16 +9,11 @@ Usage: python benchmarks/ab_fp8_b.py T [ROUNDS]
 """
 
 import sys
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
-from _kbench import graph_time_us  # noqa: E402
-from kernel_numerics import fp8_einsum_reference, make_fp8_operands, rel_fro  # noqa: E402
-from sparkpair_overlay.kernels import _old_fp8 as old  # noqa: E402
-from sparkpair_overlay.kernels import fp8_einsum as new  # noqa: E402
+from sparkpair_overlay.kernels import _old_fp8 as old
+from sparkpair_overlay.kernels import fp8_einsum as new
+from sparkpair_overlay.numerics import fp8_einsum_reference, graph_time_us, make_fp8_operands, rel_fro
 
 T = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 2

@@ -30,12 +30,9 @@ import sys
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
-from _kbench import append_rows, env_fields, graph_time_us, measure_hbm_gbps  # noqa: E402
-from kernel_numerics import fp8_einsum_reference, make_fp8_operands, rel_fro  # noqa: E402
-from sparkpair_overlay.kernels import fp8_einsum as fe  # noqa: E402
+from _kbench import append_rows, env_fields, measure_hbm_gbps
+from sparkpair_overlay.kernels import fp8_einsum as fe
+from sparkpair_overlay.numerics import fp8_einsum_reference, graph_time_us, make_fp8_operands, rel_fro
 
 D, R = 1024, 4096
 #: --recipes: "int32" packed UE8M0 per-row weight scales, each row drawn on its own (recipe

@@ -17,10 +17,9 @@ import sys
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _kbench import append_rows, env_fields, graph_time_us, measure_hbm_gbps  # noqa: E402
-from sparkpair_overlay.kernels import router_gemm as rg  # noqa: E402
+from _kbench import append_rows, env_fields, measure_hbm_gbps
+from sparkpair_overlay.kernels import router_gemm as rg
+from sparkpair_overlay.numerics import graph_time_us
 
 N, K = 256, 4096
 DEFAULT_MS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)

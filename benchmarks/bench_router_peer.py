@@ -29,8 +29,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "gpu"))
 import vllm_harness  # noqa: E402
-from _kbench import append_rows, env_fields, graph_time_us  # noqa: E402
+from _kbench import append_rows, env_fields  # noqa: E402
 from sparkpair_overlay.kernels import router_gemm as rg  # noqa: E402
+from sparkpair_overlay.numerics import graph_time_us  # noqa: E402
 
 N, K = 256, 4096
 MS = (1, 2, 4, 8, 16, 32, 64)

@@ -7,16 +7,12 @@ cache misses through the compile listener).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 import triton
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
-from kernel_numerics import make_fp8_operands  # noqa: E402
-from sparkpair_overlay.kernels import fp8_einsum as fe  # noqa: E402
-from sparkpair_overlay.kernels import router_gemm as rg  # noqa: E402
+from sparkpair_overlay.kernels import fp8_einsum as fe
+from sparkpair_overlay.kernels import router_gemm as rg
+from sparkpair_overlay.kernels import router_gemm_configs as rgc
+from sparkpair_overlay.numerics import make_fp8_operands
 
 events = []
 
@@ -42,14 +38,14 @@ def run(label: str, call) -> None:
     print(f"{label}: {len(new)} kernels loaded (0: already loaded), {misses} of them compiled", flush=True)
 
 
-# Every entry of every router plan (one M per entry), with and without the fp32 weight's planes,
-# and past the bf16 plan (cuBLAS: no Triton kernel).
+# Every entry of every router dispatch table (one M per entry), with and without the fp32 weight's planes,
+# and past the bf16 table (cuBLAS: no Triton kernel).
 for w_dtype in (torch.bfloat16, torch.float32):
     w = torch.randn(256, 4096, device="cuda").to(w_dtype)
     if w_dtype == torch.bfloat16:
-        modes = ((rg.ROUTER_BF16_PLAN, None),)
+        modes = ((rgc.ROUTER_BF16_DISPATCH, None),)
     else:
-        modes = ((rg.ROUTER_FP32_PLAN, rg.bf16x3_split(w)), (rg.ROUTER_FP32_NO_PLANES_PLAN, None))
+        modes = ((rgc.ROUTER_FP32_DISPATCH, rg.bf16x3_split(w)), (rgc.ROUTER_FP32_NO_PLANES_DISPATCH, None))
     for plan, planes in modes:
         for m in plan_sizes(plan, 2048) + ([512] if w_dtype == torch.bfloat16 else []):
             cfg = rg.select_router_config(m, w_dtype, 4096, presplit=planes is not None)

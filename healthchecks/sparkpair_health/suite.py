@@ -376,10 +376,12 @@ def _load_plan(settings: SuiteSettings, report: Report) -> CheckResult:
             f"plan file {p} does not exist (the overlay writes it to SPARKPAIR_PLAN_PATH)"
         )
         return _result(base, status="skip", message=report.overlay_plan_note)
+    from sparkpair_overlay.plan import KernelPlan, PlanError  # torch-free, vLLM-free
+
     try:
-        report.overlay_plan = json.loads(Path(p).read_text())
-    except (OSError, ValueError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError (binary file)
-        report.overlay_plan_note = f"plan file {p} is not readable JSON: {e}"
+        report.overlay_plan = KernelPlan.load(p, "plan file").to_json()
+    except PlanError as e:  # unreadable, not JSON, or not a kernel plan: names the file and key
+        report.overlay_plan_note = str(e)
         return _result(
             base,
             status="fail",

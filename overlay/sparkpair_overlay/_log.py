@@ -16,4 +16,5 @@ def get_logger(name: str) -> logging.Logger:
         from vllm.logger import init_logger
     except Exception:  # noqa: BLE001 - no vLLM here: plain logging
         return logging.getLogger(full)
-    return init_logger(full)
+    logger: logging.Logger = init_logger(full)  # vLLM's is a Logger subclass
+    return logger

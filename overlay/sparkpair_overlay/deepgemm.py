@@ -192,7 +192,7 @@ def locate_deepgemm(
                 f"{EXTERNAL_MODULE} ({file}): ImportError: {exc}; vLLM falls back to the vendored copy"
             )
         except Exception as exc:  # noqa: BLE001 - vLLM re-raises this at its first DeepGEMM call
-            err = f"{type(exc).__name__}: {exc}"
+            err: str | None = f"{type(exc).__name__}: {exc}"
             return result(
                 EXTERNAL_MODULE,
                 "external",

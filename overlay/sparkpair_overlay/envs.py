@@ -136,7 +136,7 @@ _VARS: tuple[EnvVar, ...] = (
            _path, "kernel plan JSON output path"),
     # Probe results JSON (written by `sparkpair probe` on the real GPU) that the plan reads.
     # Empty or missing file = no probe results; the plan then uses its built-in defaults.
-    EnvVar("SPARKPAIR_PROBE_PLAN", "", "a file path, or empty", _path, "probe results JSON input path"),
+    EnvVar("SPARKPAIR_PROBE_RESULTS", "", "a file path, or empty", _path, "probe results JSON input path"),
     # Serve paths forced to a candidate without (or against) probe evidence, the documented way
     # past a probe verdict: path=candidate[,path=candidate], e.g. moe-mxfp4=marlin (names in
     # sparkpair_overlay.probe.serve_paths; docs/kernels.md "Probe"). Empty = the probe decides.
@@ -154,6 +154,16 @@ _VARS: tuple[EnvVar, ...] = (
 
 REGISTRY: Mapping[str, EnvVar] = {v.name: v for v in _VARS}
 
+#: Old names that are refused (never read silently), mapped to the name that replaced them.
+#: ``SPARKPAIR_PROBE_PLAN``: "plan" means the kernel plan only; the probe writes probe results.
+RENAMED: Mapping[str, str] = {"SPARKPAIR_PROBE_PLAN": "SPARKPAIR_PROBE_RESULTS"}
+
+
+def _refuse_renamed(env: Mapping[str, str]) -> None:
+    for old, new in RENAMED.items():
+        if old in env:
+            raise EnvError(f"{old}={env[old]!r} is no longer read; wanted {new} (the same value, new name)")
+
 
 def read(name: str, environ: Mapping[str, str] | None = None) -> Any:
     """Return the parsed value of the registered variable ``name``.
@@ -165,10 +175,11 @@ def read(name: str, environ: Mapping[str, str] | None = None) -> Any:
     Raises:
         KeyError: ``name`` is not a registered ``SPARKPAIR_*`` variable.
         EnvError: the value does not parse; the message names the variable, the value
-            seen and the values wanted.
+            seen and the values wanted. Also when a :data:`RENAMED` old name is set.
     """
     var = REGISTRY[name]
     env = os.environ if environ is None else environ
+    _refuse_renamed(env)
     raw = env.get(name)
     # Unset means the default; set-but-empty means the default too, except for paths,
     # where empty is a value of its own ("do not write" / "no probe file").

@@ -43,49 +43,31 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-Capability = tuple[int, int]
-Recipe = tuple[int, int, int]
+from .jsonio import Fields, PlanError, read_json_file
+from .probe_results import Capability, OProjProbe, ProbeResults, Recipe, RouterProbe
+
+__all__ = [
+    "Capability", "KernelPlan", "OProjDecision", "OProjProbe", "PlanError", "ProbeResults", "Recipe",
+    "RouterDecision", "RouterProbe", "build_plan", "capability_family", "decide_o_proj", "decide_router",
+    "format_capability", "recipe_scales_tma_aligned", "upstream_recipe",
+]
 
 #: Schema tag of the plan JSON written to ``SPARKPAIR_PLAN_PATH``.
 PLAN_SCHEMA = "sparkpair-kernel-plan/1"
-#: Schema tag of the probe results JSON read from ``SPARKPAIR_PROBE_PLAN``.
-PROBE_SCHEMA = "sparkpair-probe/1"
 
 #: Default M threshold (tokens) of the bf16 low-M router tier when the probe gives none.
 #: Source: the decode range vLLM's own low-M router tier covers, ``GateLinear.FP32_MAX_TOKENS
 #: = 32`` (gate_linear.py:45 in 0.32.0); the probe replaces it with the measured crossover.
 DEFAULT_ROUTER_MAX_M = 32
 
-#: The einsum equation of DeepSeek-V4's grouped ``wo_a`` (o_proj.py:89-90 in 0.32.0).
-O_PROJ_EQUATION = "bhr,hdr->bhd"
-
 RECIPE_SM100: Recipe = (1, 1, 128)
 RECIPE_SM90: Recipe = (1, 128, 128)
 
-#: Scale encodings our Triton ``fp8_einsum`` accepts, per recipe, as (activation sf,
-#: weight sf). ``ue8m0-int32``: four UE8M0 bytes packed per int32 (byte k at bits 8k),
-#: the layout of ``fused_inv_rope_fp8_quant(tma_aligned_scales=True)``
-#: (fused_inv_rope_fp8_quant.py:402-405, :455-461) and of DeepGEMM's weight transform on
-#: arch 10/12 (docs/reference/vllm-code-paths.md#o_proj-scales). ``fp32``: one fp32 per 128 block
-#: (``tma_aligned_scales=False``). For ``(1,128,128)`` on family 120 the weight scale stays
-#: whatever vLLM's weight post-processing made of it: DeepGEMM's
-#: ``transform_sf_into_required_layout`` packs it per row as ``ue8m0-int32`` on arch 12,
-#: which is exact (the checkpoint's scales are UE8M0 already; a per-row broadcast of a
-#: 128x128 block scale loses nothing), so both weight encodings are accepted.
-#: ``float8_e8m0fnu`` tensors are never passed to Triton (DESIGN.md).
-TRITON_SCALE_ENCODINGS: Mapping[Recipe, frozenset[tuple[str, str]]] = {
-    RECIPE_SM100: frozenset({("ue8m0-int32", "ue8m0-int32")}),
-    RECIPE_SM90: frozenset({("fp32", "fp32"), ("fp32", "ue8m0-int32")}),
-}
-
 ROUTER_PATHS = ("triton-bf16-lowM", "triton-fp32-accurate", "upstream")
 O_PROJ_BACKENDS = ("deepgemm", "triton", "upstream")
-
-
-class PlanError(ValueError):
-    """An input to the plan (probe JSON, override) is malformed; the message says which."""
 
 
 def capability_family(cap: Capability | None) -> int | None:
@@ -122,112 +104,6 @@ def recipe_scales_tma_aligned(recipe: Recipe) -> bool:
     scales (False), as SM90 does (o_proj.py:31) and as upstream PR #52357 proposed for SM12x.
     """
     return recipe == RECIPE_SM100
-
-
-# --------------------------------------------------------------------------- probe results
-
-
-@dataclass(frozen=True)
-class RouterProbe:
-    """One router measurement from ``sparkpair probe``.
-
-    Attributes:
-        path: ``triton-bf16-lowM`` | ``triton-fp32-accurate`` | ``cublas`` | ``fp32-linear``.
-        weight_dtype: ``bfloat16`` or ``float32``.
-        m: tokens (rows of x).
-        ok: output matched the fp64 reference within tolerance.
-        us: median time, microseconds (``None`` if it did not run).
-        shape: ``(N, K)`` = (experts, hidden), or ``None`` if not recorded.
-    """
-
-    path: str
-    weight_dtype: str
-    m: int
-    ok: bool
-    us: float | None = None
-    shape: tuple[int, int] | None = None
-
-
-@dataclass(frozen=True)
-class OProjProbe:
-    """One o_proj measurement: backend ``deepgemm``/``triton``, recipe, T tokens, ok, us."""
-
-    backend: str
-    recipe: Recipe
-    t: int
-    ok: bool
-    us: float | None = None
-
-
-@dataclass(frozen=True)
-class ProbeResults:
-    """Parsed ``SPARKPAIR_PROBE_PLAN`` JSON (schema :data:`PROBE_SCHEMA`).
-
-    Layout::
-
-        {"schema": "sparkpair-probe/1", "capability": [12, 1],
-         "router": [{"path": "triton-bf16-lowM", "weight_dtype": "bfloat16", "m": 8,
-                     "ok": true, "us": 9.1, "shape": [256, 4096]}, ...],
-         "o_proj": [{"backend": "triton", "recipe": [1, 1, 128], "t": 1,
-                     "ok": true, "us": 20.5}, ...],
-         "serve_paths": [...], "serve_choice": {"schema": "sparkpair-serve-paths/1", ...}}
-
-    ``serve_paths``/``serve_choice`` (optional) are the DeepGEMM serve-path rows and choice of
-    :mod:`sparkpair_overlay.probe.choice`.
-    """
-
-    capability: Capability
-    router: tuple[RouterProbe, ...] = ()
-    o_proj: tuple[OProjProbe, ...] = ()
-    #: ``serve_choice`` (:class:`sparkpair_overlay.probe.choice.ServeChoice`), or ``None``.
-    serve_choice: Any = None
-
-    @classmethod
-    def from_json(cls, data: Any, source: str = "probe JSON") -> ProbeResults:
-        """Parse the probe JSON object.
-
-        Raises:
-            PlanError: wrong schema tag, missing capability, or a malformed entry; the
-                message names ``source``, the field, the value seen and the value wanted.
-        """
-        if not isinstance(data, dict):
-            raise PlanError(f"{source}: top level is {type(data).__name__}; wanted an object")
-        if data.get("schema") != PROBE_SCHEMA:
-            raise PlanError(f"{source}: schema={data.get('schema')!r}; wanted {PROBE_SCHEMA!r}")
-        try:
-            major, minor = (int(v) for v in data["capability"])
-            router = tuple(
-                RouterProbe(
-                    path=str(r["path"]),
-                    weight_dtype=str(r["weight_dtype"]),
-                    m=int(r["m"]),
-                    ok=bool(r["ok"]),
-                    us=None if r.get("us") is None else float(r["us"]),
-                    shape=None if r.get("shape") is None else (int(r["shape"][0]), int(r["shape"][1])),
-                )
-                for r in data.get("router", [])
-            )
-            o_proj = tuple(
-                OProjProbe(
-                    backend=str(o["backend"]),
-                    recipe=tuple(int(v) for v in o["recipe"]),  # type: ignore[arg-type]
-                    t=int(o["t"]),
-                    ok=bool(o["ok"]),
-                    us=None if o.get("us") is None else float(o["us"]),
-                )
-                for o in data.get("o_proj", [])
-            )
-            serve = data.get("serve_choice")
-            if serve is not None:
-                from .probe.choice import ServeChoice
-
-                serve = ServeChoice.from_json(serve)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PlanError(
-                f"{source}: malformed entry ({type(exc).__name__}: {exc}); wanted the layout in "
-                "sparkpair_overlay.plan.ProbeResults"
-            ) from None
-        return cls(capability=(major, minor), router=router, o_proj=o_proj, serve_choice=serve)
 
 
 # --------------------------------------------------------------------------- decisions
@@ -351,17 +227,17 @@ def decide_router(
             "probe: correct at M=" + str(sorted(r.m for r in ours)) if ours else probe_note)
         return RouterDecision("triton-fp32-accurate", None, f"fp32 weight, family 120; {note}")
     # bf16 weight: low-M Triton tier in front of vLLM's cuBLAS tier.
-    ours = {r.m: r for r in entries if r.path == "triton-bf16-lowM"}
+    lowm = {r.m: r for r in entries if r.path == "triton-bf16-lowM"}
     theirs = {r.m: r for r in entries if r.path == "cublas"}
-    failed = sorted(m for m, r in ours.items() if not r.ok)
+    failed = sorted(m for m, r in lowm.items() if not r.ok)
     if failed and mode == "auto":
         return RouterDecision("upstream", None, f"probe: triton-bf16-lowM failed at M={failed}")
     if max_m_override is not None:
         return RouterDecision("triton-bf16-lowM", max_m_override, "SPARKPAIR_ROUTER_MAX_M override")
     crossover: int | None = None
-    if ours and theirs:
-        for m in sorted(ours):
-            a, b = ours[m], theirs.get(m)
+    if lowm and theirs:
+        for m in sorted(lowm):
+            a, b = lowm[m], theirs.get(m)
             if b is None or a.us is None or b.us is None:
                 continue
             if a.ok and a.us < b.us:
@@ -557,11 +433,75 @@ class KernelPlan:
                             if self.probe is not None and self.probe.serve_choice is not None else None),
             "notes": list(self.notes),
             "line": self.line(),
+            # the inputs :meth:`router_decision` needs, so a plan read back decides as this one
+            "router_mode": self.router_mode,
+            "router_max_m": self.router_max_m,
+            "router_kernel_error": self.router_kernel_error,
+            "probe": None if self.probe is None else self.probe.to_json(),
         }
+
+    @classmethod
+    def from_json(cls, data: object, source: str = "plan JSON") -> KernelPlan:
+        """Parse the object :meth:`to_json` writes (``line`` and ``serve_paths`` are derived).
+
+        Raises:
+            PlanError: not an object, another schema tag, or a field of the wrong type or
+                value; the message names ``source``, the key, the value seen and the value wanted.
+        """
+        f = Fields(data, source)
+        if f.data.get("schema") != PLAN_SCHEMA:
+            wanted = f"{PLAN_SCHEMA!r} (a kernel plan JSON written by the overlay to SPARKPAIR_PLAN_PATH)"
+            raise f.fail("schema", f.data.get("schema"), wanted)
+        cap = f.ints("capability", 2)
+        router = f.obj("router")
+        router_bf16 = _router_decision(router.obj("bfloat16"))
+        router_fp32 = _router_decision(router.obj("float32"))
+        o = f.obj("o_proj")
+        backend = o.value("backend", str)
+        if backend not in O_PROJ_BACKENDS:
+            raise o.fail("backend", backend, f"one of {', '.join(O_PROJ_BACKENDS)}")
+        recipe = o.ints("recipe", 3)
+        o_proj = OProjDecision(backend, None if recipe is None else (recipe[0], recipe[1], recipe[2]),
+                               o.value("patch_recipe", bool), o.value("reason", str))
+        raw_probe = f.data.get("probe")
+        return cls(
+            vllm_version=f.value("vllm_version", str),
+            version_verified=f.value("version_verified", bool),
+            patching_allowed=f.value("patching_allowed", bool),
+            platform=f.value("platform", str),
+            capability=None if cap is None else (cap[0], cap[1]),
+            capability_source=f.value("capability_source", str),
+            router_bf16=router_bf16,
+            router_fp32=router_fp32,
+            o_proj=o_proj,
+            settings=tuple(sorted(f.str_map("settings").items())),
+            notes=f.strings("notes"),
+            router_mode=f.optional("router_mode", str) or "auto",
+            router_max_m=f.optional("router_max_m", int),
+            router_kernel_error=f.optional("router_kernel_error", str),
+            probe=None if raw_probe is None else ProbeResults.from_json(raw_probe, f"{source} (probe)"),
+        )
+
+    @classmethod
+    def load(cls, path: Path | str, what: str = "plan JSON") -> KernelPlan:
+        """Read and parse the plan file at ``path`` (``SPARKPAIR_PLAN_PATH``'s file).
+
+        Raises:
+            PlanError: unreadable, not JSON, or a malformed field; the message names the file.
+        """
+        source = f"{what} {path}"
+        return cls.from_json(read_json_file(path, source), source)
 
     def dumps(self) -> str:
         """:meth:`to_json` as sorted, indented JSON text (byte-identical for equal plans)."""
         return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+
+
+def _router_decision(f: Fields) -> RouterDecision:
+    path = f.value("path", str)
+    if path not in ROUTER_PATHS:
+        raise f.fail("path", path, f"one of {', '.join(ROUTER_PATHS)}")
+    return RouterDecision(path, f.optional("max_m", int), f.value("reason", str))
 
 
 def build_plan(
@@ -611,73 +551,3 @@ def build_plan(
         tuple(sorted((settings or {}).items())), tuple(notes), router_mode, router_max_m,
         router_kernel_error, probe,
     )
-
-
-# --------------------------------------------------------------------------- per-call predicate
-
-
-def scale_encoding(dtype_name: str) -> str:
-    """Classify a scale tensor's dtype: ``ue8m0-int32`` | ``fp32`` | ``e8m0`` | ``other``."""
-    if dtype_name == "int32":
-        return "ue8m0-int32"
-    if dtype_name == "float32":
-        return "fp32"
-    if dtype_name in ("float8_e8m0fnu", "uint8"):
-        return "e8m0"
-    return "other"
-
-
-def _dtype_name(t: Any) -> str:
-    return str(t.dtype).removeprefix("torch.")
-
-
-def einsum_route(
-    decision: OProjDecision,
-    capability: Capability | None,
-    equation: Any,
-    a: Any,
-    b: Any,
-    out: Any,
-    recipe: Any,
-) -> tuple[str, str]:
-    """Per-call predicate of the ``fp8_einsum`` dispatcher: ``("triton"|"deepgemm", reason)``.
-
-    Triton is chosen only when the plan says ``triton`` AND the call is one our kernel
-    implements: capability family 120; ``equation == "bhr,hdr->bhd"``; ``recipe`` in
-    :data:`TRITON_SCALE_ENCODINGS` with the (activation, weight) scale encodings listed
-    there; ``a = (x, sa)`` with x ``float8_e4m3fn [T, G, K]`` on a CUDA device,
-    ``b = (w, sw)`` with w ``float8_e4m3fn [G, R, K]``, ``out`` ``bfloat16 [T, G, R]``
-    (shapes from o_proj.py:78-95 and docs/reference/vllm-code-paths.md#dsv4-shapes). Anything else goes to
-    the original
-    (DeepGEMM) with the reason. Never decided by architecture family alone.
-
-    Args are the call's own arguments (tensors are only inspected, never read).
-    """
-    if decision.backend != "triton":
-        return "deepgemm", f"plan o_proj={decision.backend}"
-    if capability_family(capability) != 120:
-        return "deepgemm", f"cap {format_capability(capability)} is not family 120"
-    if equation != O_PROJ_EQUATION:
-        return "deepgemm", f"equation {equation!r} is not {O_PROJ_EQUATION!r}"
-    recipe_t = tuple(recipe) if isinstance(recipe, (tuple, list)) else recipe
-    if recipe_t not in TRITON_SCALE_ENCODINGS:
-        return "deepgemm", f"recipe {recipe_t} has no Triton kernel"
-    try:
-        (x, sa), (w, sw) = a, b
-    except (TypeError, ValueError):
-        return "deepgemm", "a/b are not (tensor, scale) pairs"
-    if not getattr(x, "is_cuda", False):
-        return "deepgemm", "activation is not on a CUDA device"
-    if _dtype_name(x) != "float8_e4m3fn" or _dtype_name(w) != "float8_e4m3fn":
-        return "deepgemm", f"operand dtypes {_dtype_name(x)}/{_dtype_name(w)} are not float8_e4m3fn"
-    if _dtype_name(out) != "bfloat16":
-        return "deepgemm", f"out dtype {_dtype_name(out)} is not bfloat16"
-    if x.dim() != 3 or w.dim() != 3 or out.dim() != 3 or sa.dim() != 3 or sw.dim() != 3:
-        return "deepgemm", "operands are not 3-D (wo_a not reshaped for bmm?)"
-    t, g, k = x.shape
-    if w.shape[0] != g or w.shape[2] != k or tuple(out.shape) != (t, g, w.shape[1]):
-        return "deepgemm", f"shapes x{tuple(x.shape)} w{tuple(w.shape)} out{tuple(out.shape)} disagree"
-    enc = (scale_encoding(_dtype_name(sa)), scale_encoding(_dtype_name(sw)))
-    if enc not in TRITON_SCALE_ENCODINGS[recipe_t]:  # type: ignore[index]
-        return "deepgemm", f"scale encodings {enc} not accepted for recipe {recipe_t}"
-    return "triton", "ok"

@@ -26,7 +26,6 @@ Order inside :func:`register`:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import threading
 from pathlib import Path
@@ -74,15 +73,20 @@ def _load_kernel(module: str, attr: str) -> tuple[Any, str | None]:
     return obj, None
 
 
-def _load_probe(path: str) -> tuple[ProbeResults | None, list[str]]:
+def load_probe_results(path: str) -> tuple[ProbeResults | None, list[str]]:
+    """The probe results at ``path`` (``SPARKPAIR_PROBE_RESULTS``) and notes on why not.
+
+    Never raises: the plugin must not stop vLLM over a probe file, so a missing or unusable
+    file gives ``(None, [note])`` (logged as an ERROR when unusable) and the plan uses its
+    built-in defaults; ``sparkpair plan`` shows the notes and refuses such a file.
+    """
     if not path:
         return None, []
-    p = Path(path)
-    if not p.exists():
-        return None, [f"SPARKPAIR_PROBE_PLAN={path} does not exist; plan uses built-in defaults"]
+    if not Path(path).exists():
+        return None, [f"SPARKPAIR_PROBE_RESULTS={path} does not exist; plan uses built-in defaults"]
     try:
-        return ProbeResults.from_json(json.loads(p.read_text()), source=f"SPARKPAIR_PROBE_PLAN={path}"), []
-    except (OSError, ValueError) as exc:  # PlanError and JSONDecodeError are ValueErrors
+        return ProbeResults.load(path), []
+    except PlanError as exc:
         logger.error("sparkpair overlay: %s", exc)
         return None, [f"probe results unusable ({exc}); plan uses built-in defaults"]
 
@@ -100,7 +104,7 @@ def make_plan(environ: dict[str, str] | None = None) -> KernelPlan:
     verified = versions.is_verified(version)
     allow = bool(settings["SPARKPAIR_ALLOW_UNVERIFIED_VLLM"])
     platform, cap, source = device.detect(environ)
-    probe, notes = _load_probe(settings["SPARKPAIR_PROBE_PLAN"])
+    probe, notes = load_probe_results(settings["SPARKPAIR_PROBE_RESULTS"])
     raw = {k: (os.environ if environ is None else environ).get(k) for k in envs.REGISTRY}
     kw: dict[str, Any] = dict(
         vllm_version=version, version_verified=verified, allow_unverified=allow, platform=platform,
@@ -150,7 +154,7 @@ def _apply_patches(plan: KernelPlan) -> KernelPlan:
             plan = dataclasses.replace(plan, o_proj=OProjDecision("upstream", None, False, why))
     plan = dataclasses.replace(plan, notes=tuple(notes))
     if plan.patches_router:
-        router_patch._PLAN = plan  # layers built from now on ask the final plan
+        router_patch.use_plan(plan)  # layers built from now on ask the final plan
     return plan
 
 
@@ -231,4 +235,4 @@ def register() -> None:
             _FORK_HOOK_INSTALLED = True
 
 
-__all__ = ["register", "current_plan", "make_plan", "write_plan", "PlanError"]
+__all__ = ["register", "current_plan", "load_probe_results", "make_plan", "write_plan", "PlanError"]

@@ -112,7 +112,7 @@ def _say(env: NodeEnv, msg: str) -> None:
 def _apply_probe(env: NodeEnv, profile, out_path: Path, base_env: dict[str, str]):  # type: ignore[no-untyped-def]
     """The probe step's result: the serve-path switches go to vLLM, or a verdict stops the node.
 
-    Reads the probe JSON (``sparkpair probe`` exit 0 or 3), sets ``SPARKPAIR_PROBE_PLAN`` and the
+    Reads the probe JSON (``sparkpair probe`` exit 0 or 3), sets ``SPARKPAIR_PROBE_RESULTS`` and the
     chosen switches' environment, and appends their ``vllm serve`` flags to the profile's args
     (:func:`sparkpair_overlay.probe.choice.launch_switches`). A verdict (no correct candidate on
     a serve path) stops the node with :data:`EXIT_PREFLIGHT`; SPARKPAIR_PREFLIGHT_WAIVE does not
@@ -128,7 +128,7 @@ def _apply_probe(env: NodeEnv, profile, out_path: Path, base_env: dict[str, str]
     except (OSError, ValueError, KeyError) as e:
         _say(env, f"[red]probe JSON {out_path} unreadable ({e}); wanted the probe output; not starting[/red]")
         raise typer.Exit(EXIT_PREFLIGHT) from None
-    base_env = {**base_env, "SPARKPAIR_PROBE_PLAN": str(out_path)}
+    base_env = {**base_env, "SPARKPAIR_PROBE_RESULTS": str(out_path)}
     if choice is None:
         return base_env, profile
     if choice.stop:

@@ -72,7 +72,9 @@ def _print(data: dict[str, Any]) -> None:
 
 
 probe_app_help = "On-device kernel self-test: correctness vs fp32/fp64 and timing; writes the probe JSON."
-_OutOpt = Annotated[Path, typer.Option("--out", help="probe JSON to write (SPARKPAIR_PROBE_PLAN reads it)")]
+_OutOpt = Annotated[
+    Path, typer.Option("--out", help="probe JSON to write (SPARKPAIR_PROBE_RESULTS reads it)")
+]
 _TpOpt = Annotated[
     int, typer.Option("--tp", help="tensor-parallel size of the served profile (per-rank shapes)")
 ]
@@ -95,7 +97,7 @@ def probe_cmd(out: _OutOpt = Path("/tmp/sparkpair/probe.json"), tp: _TpOpt = 2) 
             console.print(f"[red]{exc}[/red]", highlight=False)
             raise typer.Exit(EXIT_NO_DEVICE) from None
     _print(data)
-    console.print(f"wrote {out} in {data['seconds']} s (set SPARKPAIR_PROBE_PLAN={out})")
+    console.print(f"wrote {out} in {data['seconds']} s (set SPARKPAIR_PROBE_RESULTS={out})")
     verdict = (data.get("serve_choice") or {}).get("verdict")
     if verdict:
         console.print(f"[red]{verdict}[/red]", highlight=False)

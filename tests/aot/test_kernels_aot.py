@@ -89,16 +89,11 @@ def test_shipped_cache_has_the_keys_the_runtime_looks_up(tmp_path, monkeypatch) 
     The launchers run with CPU tensors under the gate's stand-in sm_90a driver: Triton computes
     the runtime cache key, finds (or misses) the entry, and only then fails to launch (no GPU).
     """
-    import sys
-    from pathlib import Path
-
     import torch
     import triton
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
-    from kernel_numerics import make_fp8_operands
     from sparkpair_overlay.kernels import fp8_einsum as fe
     from sparkpair_overlay.kernels import router_gemm as rg
+    from sparkpair_overlay.numerics import make_fp8_operands
 
     cache = tmp_path / "cache"
     results = aot.build(["sm_90a"], str(cache))

@@ -1,4 +1,7 @@
-"""GPU tier: skip everything here unless CUDA is available; make the helpers importable.
+"""GPU tier: skip everything here unless CUDA is available.
+
+The shared numerics come from :mod:`sparkpair_overlay.numerics`; ``vllm_harness`` is importable
+because pytest puts this folder (no ``__init__.py``) on the path of its test modules.
 
 Tests marked ``cpu_ok`` (harness and plan checks that need no GPU, e.g. in
 ``test_vllm_router_path.py``) are not skipped for lack of CUDA; they skip themselves where a
@@ -7,12 +10,9 @@ step needs CUDA.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_numerics import fp8_einsum_reference, make_fp8_operands, rel_fro
 from sparkpair_overlay.kernels import fp8_einsum as fe
+from sparkpair_overlay.numerics import fp8_einsum_reference, make_fp8_operands, rel_fro
 
 pytestmark = pytest.mark.gpu
 

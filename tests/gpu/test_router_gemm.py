@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_numerics import assert_close_verbose, max_rel
 from sparkpair_overlay.kernels import router_gemm as rg
+from sparkpair_overlay.numerics import assert_close_verbose, max_rel
 
 pytestmark = pytest.mark.gpu
 
@@ -227,7 +227,7 @@ def test_bad_planes_are_refused() -> None:
     with pytest.raises(ValueError, match="planes are for an fp32 weight"):
         rg.router_gemm(x, w.bfloat16(), planes)
     with pytest.raises(ValueError, match="pass planes=bf16x3_split"):
-        rg.router_gemm_with_config(x, w, "fp32w3_dot_m16_n32_s16_k256_pdl_r32")
+        rg.router_gemm_with_config(x, w, "fp32w3_dot_m16_n32_k256_s16_w4_st1_1t_pdl_r32")
 
 
 def test_row_strides_past_int32_offsets_give_the_right_answer() -> None:
@@ -239,12 +239,12 @@ def test_row_strides_past_int32_offsets_give_the_right_answer() -> None:
     x = buf[2**31 :].as_strided((3, 64), (2**30, 1))
     x.copy_(torch.randn(3, 64, device="cuda"))
     w = torch.randn(16, 64, device="cuda").bfloat16()
-    for cfg in ("bf16_rows_m1_n2_pdl", "bf16_dot_m16_n64_s16_k256_pdl_r32"):
+    for cfg in ("bf16_rows_m1_n2_k4096_w8_st1_pdl", "bf16_dot_m16_n64_k256_s16_w4_st1_1t_pdl_r32"):
         assert max_rel(rg.router_gemm_with_config(x, w, cfg), _ref(x, w)) <= TOL[torch.bfloat16], cfg
     x2 = torch.randn(3, 64, device="cuda").bfloat16()
     wide = buf.as_strided((16, 64), (2**28, 1))  # the weight's rows, too: row 15 at 15 * 2**28
     wide.copy_(w)
-    for cfg in ("bf16_rows_m1_n2_pdl", "bf16_dot_m16_n64_s16_k256_pdl_r32"):
+    for cfg in ("bf16_rows_m1_n2_k4096_w8_st1_pdl", "bf16_dot_m16_n64_k256_s16_w4_st1_1t_pdl_r32"):
         assert max_rel(rg.router_gemm_with_config(x2, wide, cfg), _ref(x2, w)) <= TOL[torch.bfloat16], cfg
     del buf
     torch.cuda.empty_cache()

@@ -26,11 +26,11 @@ import torch
 pytestmark = pytest.mark.stack
 
 from sparkpair_overlay.deepgemm import exported_names, locate_deepgemm  # noqa: E402
+from sparkpair_overlay.numerics import rel_fro  # noqa: E402
 from sparkpair_overlay.plan import ProbeResults, build_plan  # noqa: E402
 from sparkpair_overlay.probe import run_probe  # noqa: E402  (the real one, before any monkeypatch)
 from sparkpair_overlay.probe.choice import Candidate, ServePath, Shape, Trial  # noqa: E402
 from sparkpair_overlay.probe.serve_paths import DSV4_DG_OFF_REFUSED, serve_paths  # noqa: E402
-from sparkpair_overlay.probe.serve_runs import rel_fro  # noqa: E402
 
 #: The DeepGEMM entry point each path's deep_gemm candidate calls (serve_paths.py).
 DG_SYMBOL = {
@@ -415,7 +415,7 @@ def test_the_node_stops_on_the_verdict_and_passes_a_choice_to_vllm(tmp_path: Pat
         ),
     )
     env, prof = cmd_node._apply_probe(_node_env(), profile, tmp_path / "probe.json", {"X": "1"})
-    assert env["VLLM_USE_DEEP_GEMM"] == "0" and env["SPARKPAIR_PROBE_PLAN"] == str(tmp_path / "probe.json")
+    assert env["VLLM_USE_DEEP_GEMM"] == "0" and env["SPARKPAIR_PROBE_RESULTS"] == str(tmp_path / "probe.json")
     assert prof.server.args[-2:] == ["--linear-backend", "triton"]
     assert profile.server.args[-2:] != ["--linear-backend", "triton"]  # the loaded profile is not mutated
 

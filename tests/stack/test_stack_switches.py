@@ -157,7 +157,7 @@ def test_a_setting_serves_on_a_proven_path(stack_env, name):
                                      ("triton", [1, 128, 128]), ("deepgemm", [1, 128, 128])],
                          ids=lambda f: f"{f[0]}{tuple(f[1])}".replace(" ", ""))
 def test_a_probe_picking_each_candidate_serves_it(stack_env, tmp_path, fastest):
-    rc, r, err = run(stack_env, {"SPARKPAIR_PROBE_PLAN": probe_json(tmp_path, fastest)})
+    rc, r, err = run(stack_env, {"SPARKPAIR_PROBE_RESULTS": probe_json(tmp_path, fastest)})
     assert rc == 0 and r is not None, err[-3000:]
     label = f"{fastest[0]}({','.join(map(str, fastest[1]))})"
     assert r["plan"]["o_proj"] == label and "probe: fastest correct" in r["plan"]["reason"], r["plan"]
@@ -190,9 +190,9 @@ def test_vllm_use_deep_gemm_0_refuses_when_the_dsv4_attention_is_built(stack_env
 def test_a_malformed_probe_file_falls_back_to_the_default_and_says_so(stack_env, tmp_path):
     bad = tmp_path / "probe.json"
     bad.write_text('{"schema": "sparkpair-probe/1"}')
-    rc, r, err = run(stack_env, {"SPARKPAIR_PROBE_PLAN": str(bad)})
+    rc, r, err = run(stack_env, {"SPARKPAIR_PROBE_RESULTS": str(bad)})
     assert rc == 0 and r is not None, err[-3000:]
-    assert f"SPARKPAIR_PROBE_PLAN={bad}" in err and r["plan"]["o_proj"] == "triton(1,1,128)"
+    assert f"SPARKPAIR_PROBE_RESULTS={bad}" in err and r["plan"]["o_proj"] == "triton(1,1,128)"
     assert_serves(r)
 
 

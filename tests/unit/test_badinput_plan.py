@@ -1,5 +1,5 @@
 """Bad input to ``sparkpair plan``: a ``--file`` that is not a kernel plan, and a
-``SPARKPAIR_PROBE_PLAN`` the plan cannot use, exit 2 naming the file and what was wanted."""
+``SPARKPAIR_PROBE_RESULTS`` the plan cannot use, exit 2 naming the file and what was wanted."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def plan(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     ("obj", "fragment"),
     [
         ([1, 2], "top level is a list"),
-        ({"router": 5}, "schema=None"),
-        ({}, "schema=None"),
+        ({"router": 5}, "schema=null"),
+        ({}, "schema=null"),
         ({"schema": "sparkpair-kernel-plan/1", "router": 5, "o_proj": {}}, "router=5"),
         ({"schema": "sparkpair-kernel-plan/1", "capability": 5, "router": {}, "o_proj": {}}, "capability=5"),
         (
@@ -43,14 +43,14 @@ def test_plan_file_that_is_not_a_kernel_plan_exits_2(tmp_path: Path, obj: object
     [
         (None, "does not exist"),
         (b"\xff\xfe", "unusable"),
-        (b"[1, 2]", "top level is list"),
-        (b"{}", "schema=None"),
+        (b"[1, 2]", "top level is a list"),
+        (b"{}", "schema=null"),
     ],
 )
 def test_unusable_probe_file_exits_2_naming_it(tmp_path: Path, content: bytes | None, fragment: str) -> None:
     f = tmp_path / "probe.json"
     if content is not None:
         f.write_bytes(content)
-    env = {"SPARKPAIR_PROBE_PLAN": str(f), "SPARKPAIR_FAKE_CAPABILITY": "12.1"}
+    env = {"SPARKPAIR_PROBE_RESULTS": str(f), "SPARKPAIR_FAKE_CAPABILITY": "12.1"}
     code, out = plan(env=env)
-    assert code == 2 and "SPARKPAIR_PROBE_PLAN" in out and fragment in out, out
+    assert code == 2 and "SPARKPAIR_PROBE_RESULTS" in out and fragment in out, out

@@ -68,7 +68,10 @@ def test_every_registered_config_passes_the_same_check() -> None:
         (lambda: rg.select_router_config(1.5, torch.bfloat16), "m must be an int >= 0; got 1.5"),
         (lambda: rg.select_router_config(True, torch.bfloat16), "m must be an int >= 0; got True"),
         (lambda: rg.select_router_config(3, torch.bfloat16, k=0), "k must be None or an int >= 1; got 0"),
-        (lambda: rg.reduce_config("bf16_dot_m16_n32_s8_k512_pdl"), "cfg must be a router KernelConfig"),
+        (
+            lambda: rg.reduce_config("bf16_dot_m16_n32_k512_s8_w4_st1_1t_pdl"),
+            "cfg must be a router KernelConfig",
+        ),
         (
             lambda: rg.reduce_config(rg.ROUTER_GEMM_CONFIGS[1], pdl="no"),
             "pdl must be None, True or False; got 'no'",
@@ -87,7 +90,7 @@ def test_bad_arguments_name_what_was_wrong(call, fragment: str) -> None:
 def test_string_flags_are_not_taken_as_true(kw: dict, fragment: str) -> None:
     x, w = torch.zeros(2, 64, dtype=torch.bfloat16), torch.zeros(16, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=fragment):
-        rg.router_gemm_with_config(x, w, "bf16_dot_m16_n32_s8_k512_pdl", **kw)
+        rg.router_gemm_with_config(x, w, "bf16_dot_m16_n32_k512_s8_w4_st1_1t_pdl", **kw)
 
 
 def test_offsets_past_int32_are_copied_or_refused(monkeypatch) -> None:
@@ -107,4 +110,4 @@ def test_offsets_past_int32_are_copied_or_refused(monkeypatch) -> None:
     with pytest.raises(
         ValueError, match=r"output \[2097152, 256\] and its 16 split-K partial\(s\) hold 8589934592 elements"
     ):
-        rg.router_gemm_with_config(xm, wm, "bf16_dot_m16_n64_s16_k256_pdl_r32")
+        rg.router_gemm_with_config(xm, wm, "bf16_dot_m16_n64_k256_s16_w4_st1_1t_pdl_r32")

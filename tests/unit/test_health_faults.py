@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from sparkpair_health.profile import ExpectedAnswer, load_profile
 from sparkpair_health.suite import NotReady, SuiteSettings, Timeouts, run_suite, suite_exit_code, wait_ready
+from sparkpair_overlay.plan import build_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from health_fault_server import FaultServer  # noqa: E402
@@ -136,7 +137,9 @@ def test_a_stream_that_stalls_is_a_timeout_error_not_a_hang() -> None:
 
 def test_the_overlay_plan_is_in_the_report_when_given_and_an_unreadable_plan_fails(tmp_path: Path) -> None:
     good, bad = tmp_path / "plan.json", tmp_path / "bad.json"
-    good.write_text('{"schema": "sparkpair-kernel-plan/1", "router": "upstream"}')
+    plan = build_plan(vllm_version="0.33.0", version_verified=True, allow_unverified=False, platform="cpu",
+                      capability=None)
+    good.write_text(plan.dumps())
     bad.write_text('{"schema": "sparkpair-kernel-plan/1", ')
     with FaultServer() as srv:
         ok = run_suite(settings(srv.base_url, only=["models"], plan_file=good, skip_ready=True))
@@ -144,8 +147,8 @@ def test_the_overlay_plan_is_in_the_report_when_given_and_an_unreadable_plan_fai
         absent = run_suite(
             settings(srv.base_url, only=["models"], plan_file=tmp_path / "no.json", skip_ready=True)
         )
-    assert ok.passed and ok.overlay_plan == {"schema": "sparkpair-kernel-plan/1", "router": "upstream"}
-    assert '"router": "upstream"' in ok.to_json()
+    assert ok.passed and ok.overlay_plan == plan.to_json()
+    assert '"path": "upstream"' in ok.to_json()
     assert broken.check("overlay_plan").status == "fail" and not broken.passed
     assert "not readable JSON" in broken.overlay_plan_note
     assert absent.passed and absent.check("overlay_plan").status == "skip"

@@ -11,24 +11,63 @@ import textwrap
 import pytest
 import torch
 from sparkpair_overlay.kernels import router_gemm as rg
+from sparkpair_overlay.kernels import router_gemm_configs as rgc
 
 
-def test_plans_name_existing_configs_in_increasing_m() -> None:
+def test_dispatch_tables_hold_registered_configs_in_increasing_m() -> None:
     names = {c.name for c in rg.ROUTER_GEMM_CONFIGS}
-    plans = (
-        (rg.ROUTER_BF16_PLAN, "bf16"),
-        (rg.ROUTER_FP32_PLAN, "fp32"),
-        (rg.ROUTER_FP32_NO_PLANES_PLAN, "fp32x3"),
+    tables = (
+        (rgc.ROUTER_BF16_DISPATCH, "bf16"),
+        (rgc.ROUTER_FP32_DISPATCH, "fp32"),
+        (rgc.ROUTER_FP32_NO_PLANES_DISPATCH, "fp32x3"),
     )
-    for plan, prefix in plans:
-        ms = [m for m, _ in plan]
+    for table, prefix in tables:
+        ms = [m for m, _ in table]
         assert ms == sorted(ms)
-        for _, name in plan:
-            assert name == "cublas" or (name in names and name.startswith(prefix))
+        for _, cfg in table:
+            assert cfg in rg.ROUTER_GEMM_CONFIGS and cfg.name.startswith(prefix)
     assert len(names) == len(rg.ROUTER_GEMM_CONFIGS)
     bf16, fp32 = rg.configs_for(torch.bfloat16), rg.configs_for(torch.float32)
     assert sorted(c.name for c in bf16 + fp32) == sorted(names)  # each config takes exactly one dtype
     assert all(c.name.startswith("bf16") for c in bf16) and all(c.name.startswith("fp32") for c in fp32)
+
+
+def test_config_names_are_built_from_every_parameter() -> None:
+    for c in rg.ROUTER_GEMM_CONFIGS:
+        assert c.name == rgc.config_name(c.kernel, c.num_warps, c.num_stages, c.constexprs())
+    base = dict(
+        bm=16,
+        bn=64,
+        bk=256,
+        split=16,
+        warps=4,
+        stages=1,
+        w_mode=rgc.W_BF16,
+        pdl=True,
+        one_tile=True,
+        hi_chunk=1,
+        reduce_block=32,
+    )
+    assert rgc.dot_config(**base).name == "bf16_dot_m16_n64_k256_s16_w4_st1_1t_pdl_r32"
+    other = {
+        "bm": 32,
+        "bn": 32,
+        "bk": 512,
+        "split": 8,
+        "warps": 2,
+        "stages": 3,
+        "w_mode": rgc.W_BF16X3,
+        "pdl": False,
+        "one_tile": False,
+        "hi_chunk": 16,
+        "reduce_block": 0,
+    }
+    seen = {rgc.dot_config(**base).name}
+    for key, value in other.items():  # changing any one parameter changes the name
+        name = rgc.dot_config(**{**base, key: value}).name
+        assert name not in seen, (key, name)
+        seen.add(name)
+    assert rgc.rows_config(1, 2, 8, "fp32").name == "fp32_rows_m1_n2_k4096_w8_st1_pdl"
 
 
 def test_dispatch_hands_large_bf16_m_to_cublas() -> None:
@@ -44,18 +83,20 @@ def test_dispatch_skips_configs_that_cannot_take_k() -> None:
     assert rg.select_router_config(1, torch.float32, 7168).kernel == "_router_dot_kernel"
     x = torch.zeros(1, 7168, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="takes K <= 4096; got K=7168"):
-        rg.router_gemm_with_config(x, torch.zeros(256, 7168, dtype=torch.bfloat16), "bf16_rows_m1_n2_pdl")
+        rg.router_gemm_with_config(
+            x, torch.zeros(256, 7168, dtype=torch.bfloat16), "bf16_rows_m1_n2_k4096_w8_st1_pdl"
+        )
 
 
 def test_capture_plan_never_needs_a_presplit_weight() -> None:
     for m in (1, 16, 64, 65, 8192):
         cfg = rg.select_router_config(m, torch.float32, 4096, presplit=False)
-        assert cfg.constexprs()["W_MODE"] == rg.W_FP32_SPLIT, (m, cfg.name)
+        assert cfg.constexprs()["W_MODE"] == rgc.W_FP32_SPLIT, (m, cfg.name)
 
 
 def test_reduce_config_follows_the_dot_config() -> None:
     by_name = {c.name: c for c in rg.ROUTER_GEMM_CONFIGS}
-    r = rg.reduce_config(by_name["bf16_dot_m16_n64_s16_k256_pdl_r32"])
+    r = rg.reduce_config(by_name["bf16_dot_m16_n64_k256_s16_w4_st1_1t_pdl_r32"])
     assert (r.kernel, r["BLOCK"], r.num_warps, r["SPLIT_K"], r["USE_PDL"]) == (
         "_router_reduce_kernel",
         32,
@@ -63,14 +104,17 @@ def test_reduce_config_follows_the_dot_config() -> None:
         16,
         True,
     )
-    assert rg.reduce_config(by_name["bf16_dot_m16_n64_s16_k256_pdl_r32"], pdl=False)["USE_PDL"] is False
-    r = rg.reduce_config(by_name["bf16_dot_m16_n32_s8_k512_pdl"])  # tile-counter config's fallback
-    assert (r["BLOCK"], r.num_warps, r["SPLIT_K"]) == (rg.ROUTER_REDUCE_CONFIG["BLOCK"], 4, 8)
-    with pytest.raises(ValueError, match="bf16_rows_m1_n2_pdl has no split-K partials"):
-        rg.reduce_config(by_name["bf16_rows_m1_n2_pdl"])
+    assert (
+        rg.reduce_config(by_name["bf16_dot_m16_n64_k256_s16_w4_st1_1t_pdl_r32"], pdl=False)["USE_PDL"]
+        is False
+    )
+    r = rg.reduce_config(by_name["bf16_dot_m16_n32_k512_s8_w4_st1_1t_pdl"])  # tile-counter config's fallback
+    assert (r["BLOCK"], r.num_warps, r["SPLIT_K"]) == (rgc.ROUTER_REDUCE_CONFIG["BLOCK"], 4, 8)
+    with pytest.raises(ValueError, match="bf16_rows_m1_n2_k4096_w8_st1_pdl has no split-K partials"):
+        rg.reduce_config(by_name["bf16_rows_m1_n2_k4096_w8_st1_pdl"])
     # the served plans' split-K configs all reduce in the PDL second launch
-    for _, name in rg.ROUTER_BF16_PLAN + rg.ROUTER_FP32_PLAN[:4]:
-        cfg = by_name[name]
+    for _, cfg in rgc.ROUTER_BF16_DISPATCH + rgc.ROUTER_FP32_DISPATCH[:4]:
+        name = cfg.name
         if cfg.kernel == "_router_dot_kernel":
             assert cfg["REDUCE_BLOCK"] > 0 and rg.reduce_config(cfg)["USE_PDL"], name
 
@@ -99,14 +143,16 @@ def test_bf16x3_split_is_exact_and_refuses_what_it_cannot_carry() -> None:
 
 def test_config_and_planes_errors_name_what_was_wrong() -> None:
     x, w = torch.zeros(2, 64, dtype=torch.bfloat16), torch.zeros(16, 64)
-    with pytest.raises(ValueError, match="unknown config 'nope'; choose from cublas, bf16_rows_m1_n2_pdl"):
+    with pytest.raises(
+        ValueError, match="unknown config 'nope'; choose from cublas, bf16_rows_m1_n2_k4096_w8_st1_pdl"
+    ):
         rg.router_gemm_with_config(x, w, "nope")
     with pytest.raises(ValueError, match="config must be a router KernelConfig or its name; got 3"):
         rg.router_gemm_with_config(x, w, 3)
     with pytest.raises(ValueError, match="config must be a router KernelConfig"):
-        rg.router_gemm_with_config(x, w, rg.ROUTER_REDUCE_CONFIG)
+        rg.router_gemm_with_config(x, w, rgc.ROUTER_REDUCE_CONFIG)
     with pytest.raises(ValueError, match="reads the pre-split weight; pass planes=bf16x3_split"):
-        rg.router_gemm_with_config(x, w, "fp32w3_dot_m16_n32_s16_k256_pdl_r32")
+        rg.router_gemm_with_config(x, w, "fp32w3_dot_m16_n32_k256_s16_w4_st1_1t_pdl_r32")
     with pytest.raises(ValueError, match=r"planes must be bf16 \[3, 16, 64\]"):
         rg.router_gemm(x, w, torch.zeros(3, 16, 32, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="weight dtype must be bfloat16 or float32; got torch.float16"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from sparkpair_overlay.o_proj_route import einsum_route
 from sparkpair_overlay.plan import (
     DEFAULT_ROUTER_MAX_M,
     RECIPE_SM90,
@@ -16,7 +17,6 @@ from sparkpair_overlay.plan import (
     capability_family,
     decide_o_proj,
     decide_router,
-    einsum_route,
     upstream_recipe,
 )
 
@@ -201,8 +201,9 @@ def test_unknown_modes_raise(bad):
     "data,needle",
     [
         ({"schema": "other/1", "capability": [12, 1]}, "schema"),
-        ({"schema": "sparkpair-probe/1"}, "malformed"),
-        ({"schema": "sparkpair-probe/1", "capability": [12, 1], "router": [{"path": "x"}]}, "malformed"),
+        ({"schema": "sparkpair-probe/1"}, r"capability=null; wanted \[MAJOR, MINOR\]"),
+        ({"schema": "sparkpair-probe/1", "capability": [12, 1], "router": [{"path": "x"}]},
+         r"router\[0\]\.weight_dtype is missing"),
         ([1, 2], "top level"),
     ],
 )

@@ -37,4 +37,4 @@ def test_plan_file_is_shown_as_a_table_and_as_json(tmp_path):
 
 def test_unreadable_plan_file_exits_2(tmp_path):
     res = CliRunner().invoke(_app(), ["plan", "--file", str(tmp_path / "missing.json")])
-    assert res.exit_code == 2 and "cannot read plan JSON" in res.output
+    assert res.exit_code == 2 and "not readable JSON" in res.output

@@ -7,12 +7,17 @@ import logging
 
 import pytest
 from sparkpair_overlay import plugin
-from sparkpair_overlay.plan import build_plan
+from sparkpair_overlay.plan import KernelPlan, PlanError, ProbeResults, build_plan
 
 
 def _plan():
-    return build_plan(vllm_version="0.32.0", version_verified=True, allow_unverified=False,
-                      platform="cuda", capability=(12, 1))
+    return build_plan(
+        vllm_version="0.32.0",
+        version_verified=True,
+        allow_unverified=False,
+        platform="cuda",
+        capability=(12, 1),
+    )
 
 
 def test_write_plan_is_atomic_and_repeatable(tmp_path):
@@ -39,17 +44,24 @@ def test_empty_plan_path_writes_nothing(tmp_path):
 
 
 def test_probe_file_problems_become_notes_not_crashes(tmp_path):
-    probe, notes = plugin._load_probe(str(tmp_path / "missing.json"))
+    probe, notes = plugin.load_probe_results(str(tmp_path / "missing.json"))
     assert probe is None and "does not exist" in notes[0]
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "nope"}')
-    probe, notes = plugin._load_probe(str(bad))
-    assert probe is None and "schema='nope'" in notes[0]
+    probe, notes = plugin.load_probe_results(str(bad))
+    assert probe is None and 'schema="nope"' in notes[0]
     good = tmp_path / "good.json"
-    good.write_text(json.dumps({"schema": "sparkpair-probe/1", "capability": [12, 1], "router": [],
-                                "o_proj": [{"backend": "triton", "recipe": [1, 128, 128], "t": 1, "ok": True,
-                                            "us": 3.0}]}))
-    probe, notes = plugin._load_probe(str(good))
+    good.write_text(
+        json.dumps(
+            {
+                "schema": "sparkpair-probe/1",
+                "capability": [12, 1],
+                "router": [],
+                "o_proj": [{"backend": "triton", "recipe": [1, 128, 128], "t": 1, "ok": True, "us": 3.0}],
+            }
+        )
+    )
+    probe, notes = plugin.load_probe_results(str(good))
     assert notes == [] and probe is not None and probe.o_proj[0].recipe == (1, 128, 128)
 
 
@@ -59,3 +71,115 @@ def test_make_plan_refuses_bad_settings(env):
 
     with pytest.raises(EnvError):
         plugin.make_plan(env)
+
+
+def _probed_plan():
+    probe = ProbeResults.from_json(
+        {
+            "schema": "sparkpair-probe/1",
+            "capability": [12, 1],
+            "router": [
+                {
+                    "path": "triton-bf16-lowM",
+                    "weight_dtype": "bfloat16",
+                    "m": m,
+                    "ok": True,
+                    "us": 5.0 if m <= 64 else 50.0,
+                    "shape": [256, 4096],
+                }
+                for m in (1, 64, 512)
+            ]
+            + [
+                {
+                    "path": "cublas",
+                    "weight_dtype": "bfloat16",
+                    "m": m,
+                    "ok": True,
+                    "us": 10.0,
+                    "shape": [256, 4096],
+                }
+                for m in (1, 64, 512)
+            ],
+            "o_proj": [{"backend": "triton", "recipe": [1, 1, 128], "t": 1, "ok": True, "us": 3.0}],
+        },
+        "probe",
+    )
+    return build_plan(
+        vllm_version="0.33.0",
+        version_verified=True,
+        allow_unverified=False,
+        platform="cuda",
+        capability=(12, 1),
+        probe=probe,
+        router_mode="auto",
+        settings={"SPARKPAIR_ROUTER": "auto"},
+        notes=["a note"],
+    )
+
+
+@pytest.mark.parametrize("make", [_plan, _probed_plan])
+def test_a_plan_read_back_from_its_json_is_the_same_plan_and_decides_the_same(tmp_path, make):
+    plan = make()
+    f = tmp_path / "kernel-plan.json"
+    plugin.write_plan(plan, str(f))
+    back = KernelPlan.load(f)
+    assert back == plan and back.dumps() == plan.dumps()
+    assert back.probe == plan.probe
+    assert back.router_decision("bfloat16", (256, 4096)) == plan.router_decision("bfloat16", (256, 4096))
+
+
+def test_probe_results_round_trip_through_their_json():
+    probe = _probed_plan().probe
+    assert probe is not None and ProbeResults.from_json(probe.to_json()) == probe
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (lambda d: d.pop("vllm_version"), "vllm_version is missing; wanted a string"),
+        (lambda d: d.update(version_verified="yes"), 'version_verified="yes"; wanted true or false'),
+        (lambda d: d["router"]["float32"].update(path="fast"), 'router.float32.path="fast"; wanted one of'),
+        (
+            lambda d: d["router"]["bfloat16"].update(max_m="32"),
+            'router.bfloat16.max_m="32"; wanted an integer',
+        ),
+        (lambda d: d["o_proj"].update(recipe=[1, 128]), "o_proj.recipe=[1, 128]; wanted null or a list of 3"),
+        (lambda d: d.update(notes="x"), 'notes="x"; wanted a list of strings'),
+        (
+            lambda d: d.update(
+                probe={"schema": "sparkpair-probe/1", "capability": [12, 1], "router": [{"m": 1}]}
+            ),
+            "router[0].path is missing",
+        ),
+    ],
+)
+def test_a_bad_plan_file_names_the_file_the_key_the_value_and_what_was_wanted(tmp_path, edit, fragment):
+    data = json.loads(_probed_plan().dumps())
+    edit(data)
+    f = tmp_path / "kernel-plan.json"
+    f.write_text(json.dumps(data))
+    with pytest.raises(PlanError) as e:
+        KernelPlan.load(f)
+    assert str(f) in str(e.value) and fragment in str(e.value), str(e.value)
+
+
+def test_the_health_suite_fails_a_json_file_that_is_not_a_kernel_plan(tmp_path):
+    from sparkpair_health.report import Report
+    from sparkpair_health.suite import SuiteSettings, _load_plan
+
+    f = tmp_path / "plan.json"
+    f.write_text('{"schema": "sparkpair-kernel-plan/1", "router": "upstream"}')
+    report = Report(base_url="http://127.0.0.1:9", served_model_name="m", profile="p")
+    res = _load_plan(SuiteSettings(base_url="http://127.0.0.1:9", plan_file=f), report)
+    assert res.status == "fail" and str(f) in res.message and 'router="upstream"' in res.message, res.message
+    f.write_text(_plan().dumps())
+    res = _load_plan(SuiteSettings(base_url="http://127.0.0.1:9", plan_file=f), report)
+    assert res.status == "pass" and report.overlay_plan == _plan().to_json()
+
+
+def test_the_old_probe_variable_is_refused_naming_the_new_one():
+    from sparkpair_overlay import envs
+
+    with pytest.raises(envs.EnvError, match="SPARKPAIR_PROBE_PLAN=.*wanted SPARKPAIR_PROBE_RESULTS"):
+        envs.read_all({"SPARKPAIR_PROBE_PLAN": "/tmp/probe.json"})
+    assert envs.read("SPARKPAIR_PROBE_RESULTS", {"SPARKPAIR_PROBE_RESULTS": "/x.json"}) == "/x.json"

@@ -14,15 +14,14 @@ from typing import Any
 import httpx
 import pytest
 from sparkpair_health.gateway import Gateway, GatewaySettings, GatewaySettingsError
+from sparkpair_overlay.plan import build_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from dsv4_fault_server import FaultState, Served, serve  # noqa: E402
 
-PLAN = {
-    "schema": "sparkpair-kernel-plan/1",
-    "router_bf16": {"path": "upstream"},
-    "o_proj": {"backend": "triton"},
-}
+PLAN = build_plan(
+    vllm_version="0.33.0", version_verified=True, allow_unverified=False, platform="cuda", capability=(12, 1)
+).to_json()
 
 
 def settings(base_url: str, plan_file: Path | None) -> GatewaySettings:

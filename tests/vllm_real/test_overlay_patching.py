@@ -438,7 +438,7 @@ def test_probe_results_drive_the_plan_and_the_patches(tmp_path):
     probe = tmp_path / "probe.json"
     probe.write_text(json.dumps({"schema": "sparkpair-probe/1", "capability": [12, 1], "router": rows_r,
                                  "o_proj": rows_o}))
-    r, err = run_case(tmp_path, {"SPARKPAIR_FAKE_CAPABILITY": "12.1", "SPARKPAIR_PROBE_PLAN": str(probe)})
+    r, err = run_case(tmp_path, {"SPARKPAIR_FAKE_CAPABILITY": "12.1", "SPARKPAIR_PROBE_RESULTS": str(probe)})
     if not _kernels_ok(r):
         assert_untouched(r)
         return

@@ -16,9 +16,14 @@ try:  # Triton is optional at import time (slim CPU installs have none).
 
     HAS_TRITON = True
 except ImportError:  # pragma: no cover - exercised only without Triton
-    triton = None  # type: ignore[assignment]
-    tl = None  # type: ignore[assignment]
+    triton = None
+    tl = None
     HAS_TRITON = False
+
+__all__ = [
+    "GB10_SHARED_MEMORY_BYTES", "HAS_TRITON", "SEMAPHORES", "KernelConfig", "SemaphorePool", "cdiv",
+    "make_config", "require_triton", "tl", "triton",
+]
 
 #: GB10 (sm_121) shared memory per block, in bytes: 99 KiB (DGX Spark / GB10 spec;
 #: ``cudaDevAttrMaxSharedMemoryPerBlockOptin`` = 101376 on sm_120/sm_121).

@@ -128,7 +128,7 @@ def _target_driver(arch: str, cache_dir: str | None) -> Iterator[None]:
 
     saved_driver = driver._active
     saved_cache = os.environ.get("TRITON_CACHE_DIR")
-    driver.set_active(_AotDriver(GPUTarget("cuda", AOT_TARGETS[arch], 32), f"aot-{arch}"))  # type: ignore[arg-type]
+    driver.set_active(_AotDriver(GPUTarget("cuda", AOT_TARGETS[arch], 32), f"aot-{arch}"))
     if cache_dir is not None:
         os.environ["TRITON_CACHE_DIR"] = cache_dir
     try:
@@ -213,6 +213,7 @@ def compile_variant(v: AotVariant, arch: str, cache_dir: str | None = None) -> A
 def router_variants() -> list[AotVariant]:
     """Every router_gemm config, for the dtype its weight path takes (K=4096, N=256)."""
     from . import router_gemm as rg
+    from . import router_gemm_configs as rgc
 
     n, k = 256, 4096
     out: list[AotVariant] = []
@@ -229,16 +230,17 @@ def router_variants() -> list[AotVariant]:
             continue
         # every other config is a _router_dot_kernel one
         w_mode = meta["W_MODE"]
-        w_dtype = torch.float32 if w_mode == rg.W_FP32_SPLIT else torch.bfloat16
+        w_dtype = torch.float32 if w_mode == rgc.W_FP32_SPLIT else torch.bfloat16
         variant = ("bf16-w", "fp32-w", "fp32-w-split3")[w_mode]
         # The launcher passes ``out`` (fp32) as the counter pointer when there is no fixup;
         # stride_w3 (3rd-last int) is N*K for the pre-split weight and 0 otherwise.
-        w3 = n * k if w_mode == rg.W_BF16X3 else 0
+        w3 = n * k if w_mode == rgc.W_BF16X3 else 0
         meta.pop("REDUCE_BLOCK", 0)  # a launcher setting, not a constexpr
         fixups = (False, True) if rg.uses_tile_counters(cfg) else (False,)
         for fixup in fixups:
             sem = _Mock(torch.int32 if fixup else torch.float32)
-            dot_args = (_Mock(torch.float32), sem, _Mock(torch.float32), _Mock(torch.bfloat16))
+            dot_args: tuple[object, ...] = (_Mock(torch.float32), sem, _Mock(torch.float32))
+            dot_args += (_Mock(torch.bfloat16),)
             dot_args += (_Mock(w_dtype), 7, n, k, k, k, w3, 7 * n, n, 1.0)
             kw = {**meta, "N16": True, "FIXUP": fixup, **launch}
             v = variant + ("+fixup" if fixup else "")

@@ -25,7 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .._log import get_logger
-from ..plan import Capability, OProjDecision, Recipe, einsum_route, recipe_scales_tma_aligned
+from ..o_proj_route import einsum_route
+from ..plan import Capability, OProjDecision, Recipe, recipe_scales_tma_aligned
 from ..targets import (
     FP8_EINSUM_CONSUMERS_OPTIONAL,
     FP8_EINSUM_CONSUMERS_REQUIRED,
@@ -43,7 +44,7 @@ _ORIGINAL_RECIPE: dict[str, Any] = {}
 class Fp8EinsumDispatcher:
     """Drop-in for ``vllm.utils.deep_gemm.fp8_einsum(equation, a, b, out, recipe=...)``.
 
-    Each call is routed by :func:`sparkpair_overlay.plan.einsum_route` (capability, equation,
+    Each call is routed by :func:`sparkpair_overlay.o_proj_route.einsum_route` (capability, equation,
     recipe, operand and scale dtypes/shapes, and the plan): to our Triton kernel
     (``sparkpair_overlay.kernels.fp8_einsum.fp8_einsum``, same calling convention) or to the
     original function (vLLM's DeepGEMM wrapper). Writes ``out`` in place and returns what
@@ -146,7 +147,8 @@ def _make_recipe_fn(original: Callable[..., Any], recipe: Recipe | None) -> Call
         if problem is not None:
             raise SwitchRefused(f"sparkpair overlay: refusing to build DeepSeek-V4 attention: {problem}")
         if recipe is None:
-            return original(block_size)
+            upstream: tuple[tuple[int, int, int], bool] = original(block_size)
+            return upstream
         r = (1, 1, block_size) if recipe == (1, 1, 128) else recipe
         return r, bool(tma)
 
@@ -228,9 +230,9 @@ def restore() -> None:
 
     for name, orig in list(_ORIGINAL_EINSUM.items()):
         if name in sys.modules:
-            sys.modules[name].fp8_einsum = orig
+            setattr(sys.modules[name], "fp8_einsum", orig)  # noqa: B010 - ModuleType declares no such attribute
         del _ORIGINAL_EINSUM[name]
     for name, orig in list(_ORIGINAL_RECIPE.items()):
         if name in sys.modules:
-            sys.modules[name].compute_fp8_einsum_recipe = orig
+            setattr(sys.modules[name], "compute_fp8_einsum_recipe", orig)  # noqa: B010 - as above
         del _ORIGINAL_RECIPE[name]

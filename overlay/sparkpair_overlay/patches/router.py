@@ -75,7 +75,7 @@ def _weight_dtype_name(layer: torch.nn.Module) -> str:
 
 
 def _make_subclass(gate_linear: type) -> type:
-    class SparkpairGateLinear(gate_linear):  # type: ignore[misc, valid-type]
+    class SparkpairGateLinear(gate_linear):  # type: ignore[misc]  # base class known only at run time
         """vLLM ``GateLinear`` with sparkpair's family-120 tiers in front of vLLM's.
 
         ``forward(x)``: ``x [M, hidden]``; returns router logits ``[M, n_experts]`` in
@@ -137,7 +137,7 @@ def _make_subclass(gate_linear: type) -> type:
             else:
                 self.sparkpair_planes = planes
 
-        def forward(self, x: torch.Tensor):  # type: ignore[no-untyped-def, override]
+        def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, None]:
             if (
                 self.sparkpair_router.path != "upstream"
                 and x.is_cuda
@@ -148,7 +148,8 @@ def _make_subclass(gate_linear: type) -> type:
                     x, self.weight, self._sparkpair_max_m, self.sparkpair_planes
                 )
                 return out if not self.return_bias else (out, None)
-            return super().forward(x)
+            upstream: torch.Tensor | tuple[torch.Tensor, None] = super().forward(x)
+            return upstream
 
     return SparkpairGateLinear
 
@@ -157,7 +158,8 @@ def registered_class() -> type | None:
     """The class vLLM will instantiate for ``GateLinear`` (``None`` = vLLM's own)."""
     from vllm.model_executor.custom_op import op_registry_oot
 
-    return op_registry_oot.get("GateLinear")
+    cls: type | None = op_registry_oot.get("GateLinear")
+    return cls
 
 
 def apply(plan: KernelPlan, kernel: object) -> type:
@@ -183,7 +185,7 @@ def apply(plan: KernelPlan, kernel: object) -> type:
     if existing is not None:
         if getattr(existing, "_sparkpair", False):
             _SUBCLASS = existing
-            return existing
+            return _SUBCLASS
         raise RuntimeError(
             f"op_registry_oot['GateLinear'] is already {existing.__module__}.{existing.__qualname__}; "
             "wanted it free for sparkpair's GateLinear subclass (another plugin patches the router?)"
@@ -195,6 +197,16 @@ def apply(plan: KernelPlan, kernel: object) -> type:
     if op_registry_oot.get("GateLinear") is not _SUBCLASS:
         raise RuntimeError("GateLinear.register_oot did not key the subclass by 'GateLinear'")
     return _SUBCLASS
+
+
+def use_plan(plan: KernelPlan) -> None:
+    """Hand ``plan`` to the registered subclass: ``GateLinear`` layers built from now on ask it.
+
+    :func:`apply` takes the plan it registers with; the plugin calls this afterwards with the
+    final plan (the patches' own failures folded into it).
+    """
+    global _PLAN
+    _PLAN = plan
 
 
 def restore() -> None:

@@ -9,7 +9,7 @@
 
 checks each against fp32/fp64 references, times the correct ones, chooses per serve path
 (:func:`sparkpair_overlay.probe.choice.choose`) and writes the ``sparkpair-probe/1`` JSON the
-kernel plan reads (``SPARKPAIR_PROBE_PLAN``; layout in docs/kernels.md "Probe"). The node's
+kernel plan reads (``SPARKPAIR_PROBE_RESULTS``; layout in docs/kernels.md "Probe"). The node's
 launch passes the serve-path choice to vLLM through its real switches, or stops with the
 verdict when a path has no correct candidate.
 """
@@ -23,7 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..plan import PROBE_SCHEMA, capability_family
+from ..plan import capability_family
+from ..probe_results import PROBE_SCHEMA
 from .choice import (
     ProbeProgress,
     ServeChoice,
@@ -147,7 +148,7 @@ def run_probe(
     """Probe the device, choose the serve paths, write the probe JSON to ``out_path``; return it.
 
     Args:
-        out_path: where the JSON goes (``SPARKPAIR_PROBE_PLAN`` of the node's vLLM).
+        out_path: where the JSON goes (``SPARKPAIR_PROBE_RESULTS`` of the node's vLLM).
         tp: tensor-parallel size of the served profile (per-rank shapes).
         on_progress: progress callback (the command shows it).
         kernels: also probe the overlay's router and o_proj kernels (needs CUDA).

@@ -352,7 +352,7 @@ def choose(
         ]
         if not clash:
             break
-        excluded.update(clash)  # type: ignore[arg-type]
+        excluded.update(clash)
     args: list[str] = []
     for ch in choices:
         args += list(ch.switch.args)

@@ -5,12 +5,14 @@ Runs every candidate path of each patched kernel at the served model's shapes (r
 {1, 32, 36, 2048}, G = 8 / TP groups, D=1024, R=4096, both recipes), compares each against an
 fp64 reference, and times it as CUDA-graph replay per call. A path that raises, returns NaN/inf or misses its
 tolerance is recorded with ``ok: false`` (and the error), so the plan never picks it. Rows are
-the ``router`` and ``o_proj`` lists of the probe JSON (:class:`sparkpair_overlay.plan.ProbeResults`).
+the ``router`` and ``o_proj`` lists of the probe JSON (:class:`sparkpair_overlay.probe_results.ProbeResults`).
 Needs CUDA.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from ..deepgemm import locate_deepgemm
@@ -23,36 +25,22 @@ ROUTER_TOL = {"bfloat16": 1e-5, "float32": 2e-6}  # max|err| / max|ref| (docs/ke
 O_PROJ_TOL = 1e-2  # relative Frobenius (docs/kernels.md "Probe")
 
 
-def graph_us(fn: Any, calls: int = 20, reps: int = 10) -> float:
-    """Median µs per call of ``fn()`` under CUDA-graph replay (``calls`` calls per graph)."""
-    import torch
+def graph_us(fn: Callable[[], object], calls: int = 20, reps: int = 10) -> float:
+    """Median µs per call of ``fn()`` under CUDA-graph replay.
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    times = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1) * 1000.0 / calls)
-    return sorted(times)[len(times) // 2]
+    The timing is :func:`sparkpair_overlay.numerics.graph_time_us`'s (p50).
+    """
+    from ..numerics import graph_time_us
+
+    return graph_time_us(lambda _i: fn(), calls=calls, reps=reps, warmup=2)[1]
 
 
 def probe_router() -> list[dict[str, Any]]:
     import torch
 
     from sparkpair_overlay.kernels import router_gemm as rg
+
+    from ..numerics import max_rel
 
     rows: list[dict[str, Any]] = []
     n, k = 256, 4096
@@ -87,7 +75,7 @@ def probe_router() -> list[dict[str, Any]]:
 
                 try:
                     out = call()
-                    err = float((out.double() - ref).abs().max() / ref.abs().max())
+                    err = max_rel(out, ref)
                     finite = bool(torch.isfinite(out).all())
                     row["max_rel_err"] = err
                     row["ok"] = finite and err <= ROUTER_TOL[wname]
@@ -96,54 +84,6 @@ def probe_router() -> list[dict[str, Any]]:
                     row.update(ok=False, us=None, error=f"{type(exc).__name__}: {exc}"[:300])
                 rows.append(row)
     return rows
-
-
-def _fp8_operands(t: int, g: int, d: int, r: int, recipe: tuple[int, int, int], gen: Any) -> tuple[Any, ...]:
-    """Random e4m3 operands with power-of-two scales in vLLM's layouts, plus decoded fp32 scales."""
-    import torch
-
-    from sparkpair_overlay.kernels.fp8_einsum import decode_ue8m0
-
-    kb = r // 128
-    a = (torch.randn(g, t, r, device="cuda", generator=gen) * 200).clamp(-448, 448)
-    a = a.to(torch.float8_e4m3fn).transpose(0, 1)  # group-major, as fused_inv_rope_fp8_quant
-    w = (torch.randn(g, d, r, device="cuda", generator=gen) * 100).clamp(-448, 448).to(torch.float8_e4m3fn)
-    per_row = recipe[1] == 1
-    ea = torch.randint(119, 123, (t, g, kb), device="cuda", generator=gen, dtype=torch.int32)
-    ew = torch.randint(
-        115, 119, (g, d if per_row else d // 128, kb), device="cuda", generator=gen, dtype=torch.int32
-    )
-    sa_f, sw_f = decode_ue8m0(ea), decode_ue8m0(ew)
-    t4 = (t + 3) // 4 * 4
-    if per_row:  # packed UE8M0, sa MN-major TMA-aligned, sw MN-major
-
-        def pack(e: Any) -> Any:
-            e = e.view(*e.shape[:-1], -1, 4).to(torch.int64)
-            word = e[..., 0] | (e[..., 1] << 8) | (e[..., 2] << 16) | (e[..., 3] << 24)
-            return torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
-
-        src_a, ks = pack(ea), kb // 4
-        sw = pack(ew).transpose(1, 2).contiguous().transpose(1, 2)
-        dtype = torch.int32
-    else:
-        src_a, ks = sa_f, kb
-        sw = sw_f.contiguous()
-        dtype = torch.float32
-    buf = torch.zeros(g * ks * t4, dtype=dtype, device="cuda")
-    sa = buf.as_strided((g, t, ks), (ks * t4, 1, t4)).transpose(0, 1)
-    sa.copy_(src_a)
-    return a, sa, w, sw, sa_f, sw_f
-
-
-def _fp8_reference(a: Any, sa_f: Any, w: Any, sw_f: Any) -> Any:
-    import torch
-
-    d = w.shape[1]
-    A = a.double() * sa_f.double().repeat_interleave(128, -1)
-    swx = sw_f.double().repeat_interleave(128, -1)
-    if sw_f.shape[1] != d:
-        swx = swx.repeat_interleave(128, 1)[:, :d]
-    return torch.einsum("tgr,gdr->tgd", A, w.double() * swx)
 
 
 def deepgemm_fp8_einsum() -> tuple[Any, str | None]:
@@ -165,14 +105,16 @@ def probe_o_proj(tp: int) -> list[dict[str, Any]]:
 
     from sparkpair_overlay.kernels import fp8_einsum as fe
 
+    from ..numerics import Encoding, fp8_einsum_reference, make_fp8_operands, rel_fro
+
     rows: list[dict[str, Any]] = []
     g, d, r = 8 // tp, 1024, 4096
-    gen = torch.Generator(device="cuda").manual_seed(1)
     deepgemm, deepgemm_why = deepgemm_fp8_einsum()
     for recipe in ((1, 1, 128), (1, 128, 128)):
         for t in O_PROJ_TS:
-            a, sa, w, sw, sa_f, sw_f = _fp8_operands(t, g, d, r, recipe, gen)
-            ref = _fp8_reference(a, sa_f, w, sw_f)
+            enc: Encoding = "int32" if recipe[1] == 1 else "fp32"  # as vLLM hands each recipe's scales
+            a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, g, d, r, recipe, enc, seed=1 + t)
+            ref = fp8_einsum_reference(a, sa_f, w, sw_f)
             for backend, fn in (("triton", fe.fp8_einsum), ("deepgemm", deepgemm)):
                 row: dict[str, Any] = {"backend": backend, "recipe": list(recipe), "t": t, "groups": g}
                 if fn is None:
@@ -183,14 +125,11 @@ def probe_o_proj(tp: int) -> list[dict[str, Any]]:
                 try:
                     fn("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
                     torch.cuda.synchronize()
-                    err = float((out.double() - ref).norm() / ref.norm())
+                    err = rel_fro(out, ref)  # inf on NaN/inf
                     row["rel_fro_err"] = err
-                    row["ok"] = bool(torch.isfinite(out).all()) and err <= O_PROJ_TOL
-                    row["us"] = graph_us(
-                        lambda fn=fn, a=a, sa=sa, w=w, sw=sw, out=out, recipe=recipe: fn(
-                            "bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe
-                        )
-                    )
+                    row["ok"] = err <= O_PROJ_TOL
+                    call = functools.partial(fn, "bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
+                    row["us"] = graph_us(call)
                 except Exception as exc:  # noqa: BLE001
                     row.update(ok=False, us=None, error=f"{type(exc).__name__}: {exc}"[:300])
                 rows.append(row)

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..numerics import decode_ue8m0, mn_major_tma, pack_ue8m0, rel_fro
 from .choice import Shape, Trial
 
 _E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -24,37 +25,6 @@ _E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator(device="cuda").manual_seed(seed)
-
-
-def rel_fro(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """``||out - ref||_F / ||ref||_F`` in fp64; ``inf`` when ``out`` has NaN/inf."""
-    o = out.double()
-    if not bool(torch.isfinite(o).all()):
-        return float("inf")
-    r = ref.double()
-    return float((o - r).norm() / r.norm().clamp_min(1e-300))
-
-
-def _decode_e(e: torch.Tensor) -> torch.Tensor:
-    """UE8M0 exponent bytes (int) -> fp32 ``2**(e-127)`` exactly."""
-    return torch.ldexp(torch.ones_like(e, dtype=torch.float32), e.to(torch.int32) - 127)
-
-
-def _pack4(e: torch.Tensor) -> torch.Tensor:
-    """``[..., 4k]`` exponent bytes -> ``[..., k]`` int32 words (byte j at bits 8j)."""
-    e = e.view(*e.shape[:-1], -1, 4).to(torch.int64)
-    word = e[..., 0] | (e[..., 1] << 8) | (e[..., 2] << 16) | (e[..., 3] << 24)
-    return torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
-
-
-def _mn_major_tma(packed: torch.Tensor) -> torch.Tensor:
-    """``[M, ks]`` int32 -> the same values MN-major with M padded to 4 (TMA-aligned)."""
-    m, ks = packed.shape
-    m4 = (m + 3) // 4 * 4
-    buf = torch.zeros(ks * m4, dtype=torch.int32, device=packed.device)
-    out = buf.as_strided((m, ks), (1, m4))
-    out.copy_(packed)
-    return out
 
 
 def _fp8(rows: int, k: int, gen: torch.Generator, scale: float) -> torch.Tensor:
@@ -67,7 +37,7 @@ def _act(t: int, k: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tens
     """fp8 activation ``[t, k]``, exponent bytes ``[t, k/128]``, fp32 dequantized ``[t, k]``."""
     x = _fp8(t, k, gen, 200.0)
     ea = torch.randint(119, 123, (t, k // 128), device="cuda", generator=gen, dtype=torch.int32)
-    return x, ea, x.float() * _decode_e(ea).repeat_interleave(128, -1)
+    return x, ea, x.float() * decode_ue8m0(ea).repeat_interleave(128, -1)
 
 
 def _holder() -> dict[str, Any]:
@@ -83,7 +53,7 @@ def _linear_operands(shape: Shape) -> dict[str, Any]:
     x, ea, x_deq = _act(t, k, gen)
     w = _fp8(n, k, gen, 100.0)
     ew = torch.randint(115, 119, (n // 128, k // 128), device="cuda", generator=gen, dtype=torch.int32)
-    sw = _decode_e(ew)
+    sw = decode_ue8m0(ew)
     w_deq = w.float() * sw.repeat_interleave(128, 0).repeat_interleave(128, 1)
     return {
         "t": t,
@@ -91,7 +61,7 @@ def _linear_operands(shape: Shape) -> dict[str, Any]:
         "k": k,
         "x": x,
         "ea": ea,
-        "sa": _decode_e(ea),
+        "sa": decode_ue8m0(ea),
         "w": w,
         "ew": ew,
         "sw": sw,
@@ -118,7 +88,7 @@ def linear_deep_gemm(shape: Shape) -> Trial:
     wq, ws = deepgemm_post_process_fp8_weight_block(
         wq=op["w"].clone(), ws=op["ew"].to(torch.uint8), quant_block_shape=(128, 128), use_e8m0=True
     )
-    sa = _mn_major_tma(_pack4(op["ea"]))
+    sa = mn_major_tma(pack_ue8m0(op["ea"]))
     out = torch.empty(op["t"], op["n"], dtype=torch.bfloat16, device="cuda")
 
     def fn() -> torch.Tensor:
@@ -205,12 +175,12 @@ def moe_deep_gemm(shape: Shape) -> Trial:
     lut = torch.tensor(_E2M1 + tuple(-v for v in _E2M1), device="cuda")
     w_vals = torch.stack((lut[packed & 0xF], lut[(packed >> 4) & 0xF]), -1).flatten(-2)  # low nibble first
     ew = torch.randint(120, 124, (e_count, n, k // 32), device="cuda", generator=gen, dtype=torch.int32)
-    w_deq = w_vals * _decode_e(ew).repeat_interleave(32, -1)
+    w_deq = w_vals * decode_ue8m0(ew).repeat_interleave(32, -1)
     ws = deepgemm_post_process_weight_scale_block(
         ws=ew.to(torch.uint8), mn=n, k=k, quant_block_shape=(1, 32), num_groups=e_count
     )
     w_i8 = packed.to(torch.uint8).view(torch.int8)
-    sa = _mn_major_tma(_pack4(ea))
+    sa = mn_major_tma(pack_ue8m0(ea))
     out = torch.zeros(m_sum, n, dtype=torch.bfloat16, device="cuda")
     valid = grouped >= 0
     ref = torch.zeros(m_sum, n, device="cuda")
@@ -311,7 +281,8 @@ def indexer_paged_deep_gemm(shape: Shape) -> Trial:
         .clamp(-448, 448)
         .to(torch.float8_e4m3fn)
     )
-    scale = _decode_e(torch.randint(120, 124, (pages, page), device="cuda", generator=gen, dtype=torch.int32))
+    exps = torch.randint(120, 124, (pages, page), device="cuda", generator=gen, dtype=torch.int32)
+    scale = decode_ue8m0(exps)
     cache = torch.empty(pages, page * (d + 4), dtype=torch.uint8, device="cuda")
     cache[:, : page * d] = vals.view(torch.uint8).reshape(pages, page * d)
     cache[:, page * d :] = scale.view(torch.uint8).reshape(pages, page * 4)
@@ -344,7 +315,7 @@ def indexer_dense_deep_gemm(shape: Shape) -> Trial:
     gen = _gen(14)
     q = (torch.randn(t, h, d, device="cuda", generator=gen) * 2).clamp(-448, 448).to(torch.float8_e4m3fn)
     kv = (torch.randn(n_kv, d, device="cuda", generator=gen) * 2).clamp(-448, 448).to(torch.float8_e4m3fn)
-    k_scale = _decode_e(torch.randint(120, 124, (n_kv,), device="cuda", generator=gen, dtype=torch.int32))
+    k_scale = decode_ue8m0(torch.randint(120, 124, (n_kv,), device="cuda", generator=gen, dtype=torch.int32))
     weights = torch.randn(t, h, device="cuda", generator=gen) * h**-0.5
     ks = torch.zeros(t, dtype=torch.int32, device="cuda")
     ke = torch.arange(n_kv - t + 1, n_kv + 1, dtype=torch.int32, device="cuda")
@@ -379,7 +350,7 @@ def wo_a_scale_deep_gemm(shape: Shape) -> Trial:
     g, mn, k = shape.dim("groups"), shape.dim("mn"), shape.dim("k")
     gen = _gen(15)
     e = torch.randint(115, 119, (g, mn // 128, k // 128), device="cuda", generator=gen, dtype=torch.int32)
-    want = _decode_e(e).repeat_interleave(128, 1)  # [g, mn, k/128] per row
+    want = decode_ue8m0(e).repeat_interleave(128, 1)  # [g, mn, k/128] per row
     h_ = _holder()
 
     def call() -> None:
@@ -392,7 +363,7 @@ def wo_a_scale_deep_gemm(shape: Shape) -> Trial:
         if out.dtype == torch.int32:
             shifts = torch.arange(4, device=out.device, dtype=torch.int32) * 8
             b = ((out.unsqueeze(-1) >> shifts) & 0xFF).flatten(-2)[..., : k // 128]
-            got = _decode_e(b)
+            got = decode_ue8m0(b)
         else:
             got = out.float()
             if got.shape != want.shape:

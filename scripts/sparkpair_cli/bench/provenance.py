@@ -19,7 +19,6 @@ Nothing here raises for a missing source: each absent item carries ``None`` and 
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
@@ -156,14 +155,16 @@ def overlay_plan(plan_file: Path | None) -> dict[str, Any]:
         origin = "--plan-file"
     if plan_file is None:
         return {"source": None, "plan": None, "note": "no --plan-file and SPARKPAIR_PLAN_PATH unset"}
+    from sparkpair_overlay.plan import KernelPlan, PlanError
+
     try:
         return {
             "source": str(plan_file),
             "origin": origin,
-            "plan": json.loads(plan_file.read_text()),
+            "plan": KernelPlan.load(plan_file, origin).to_json(),
             "note": None,
         }
-    except (OSError, ValueError) as e:
+    except PlanError as e:  # unreadable, not JSON, or not a kernel plan (names file and key)
         return {
             "source": str(plan_file),
             "origin": origin,
