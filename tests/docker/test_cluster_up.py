@@ -221,7 +221,7 @@ def test_a_node_whose_image_differs_or_is_missing_is_refused_before_anything_sta
         assert problems == []  # the same image on both engines passes
 
         # An image the engines do not have: refused, naming the node and its engine. (Two ids
-        # for one name need two engines with their own stores: tests/unit/test_cluster_spec.py.)
+        # for one name need two engines with their own stores: tests/unit/cli/test_cluster_spec.py.)
         tag = f"wt-ops-cluster-img:{uuid.uuid4().hex[:6]}"
         sh("docker", "tag", other, tag)
         try:

@@ -7,7 +7,7 @@ up as tests/docker/test_sim_pair.py does, plus one more override written by this
 "A dead peer is named"): the worker's name, address and container in ``SPARKPAIR_PEERS``
 and the Docker socket, read-only, for its container state. (On two real boxes the evidence
 is the head's log on the shared state volume and a TCP probe; the log lines are pinned by
-tests/unit/test_gateway_peers.py against a real head log.)
+tests/unit/health/test_gateway_peers.py against a real head log.)
 
 The worker "dies" as a node does: its container's init process is SIGKILLed from the host
 (exit 137, which compose's ``restart: on-failure`` restarts, unlike ``docker kill``/``stop``).

@@ -24,7 +24,7 @@ from sparkpair_overlay.plan import build_plan
 pytestmark = pytest.mark.gpu
 
 # Read with yaml, not the pydantic schema: the GPU machine's image has no pydantic (the schema's
-# own tests, tests/unit/test_profile_speculation.py, cover the same values).
+# own tests, tests/unit/health/test_profile_speculation.py, cover the same values).
 _SERVER = yaml.safe_load(
     (Path(__file__).resolve().parents[2] / "configs/profiles/deepseek-v4-flash.yaml").read_text()
 )["server"]

@@ -1,0 +1,151 @@
+"""compose.yaml rendered by the real Compose v2 binary, checked against the deployment rules.
+
+Each rule is also shown failing: a small override file breaks exactly one thing and the
+rule must name it.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import compose_rules as cr
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+PROFILE_SETS = [("head",), ("worker",), ("health",), ("head", "health")]
+
+
+@pytest.fixture(scope="module")
+def env_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """configs/node.env.example with the model cache pointed at a temporary folder."""
+    d = tmp_path_factory.mktemp("compose")
+    text = (REPO / "configs" / "node.env.example").read_text()
+    text = text.replace(
+        "SPARKPAIR_MODEL_CACHE=/srv/sparkpair/models", f"SPARKPAIR_MODEL_CACHE={d / 'models'}"
+    )
+    p = d / "node.env"
+    p.write_text(text)
+    return p
+
+
+def _render(
+    env_file: Path, profiles: tuple[str, ...], override: str | None = None, tmp: Path | None = None
+) -> dict:
+    files = []
+    if override is not None:
+        assert tmp is not None
+        f = tmp / "override.yaml"
+        f.write_text(textwrap.dedent(override))
+        files.append(f)
+    return cr.render(REPO, env_file=env_file, profiles=profiles, files=files)
+
+
+@pytest.mark.parametrize("profiles", PROFILE_SETS, ids=lambda p: "+".join(p))
+def test_every_profile_renders_and_keeps_every_rule(env_file: Path, profiles: tuple[str, ...]) -> None:
+    cfg = _render(env_file, profiles)
+    assert set(cfg["services"]) == set(profiles)
+    assert cr.check_config(cfg) == []
+
+
+def test_the_env_file_reaches_the_containers_and_nothing_else_sets_the_cluster_shape(env_file: Path) -> None:
+    cfg = _render(env_file, ("head", "worker"))
+    for name in ("head", "worker"):
+        env = cfg["services"][name]["environment"]
+        assert env["SPARKPAIR_NNODES"] == "2" and env["SPARKPAIR_NODE_RANK"] == "0"
+        assert env["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"
+    assert cr.check_source((REPO / "compose.yaml").read_text()) == []
+
+
+def test_a_hard_coded_node_count_in_the_file_is_refused() -> None:
+    bad = (
+        (REPO / "compose.yaml")
+        .read_text()
+        .replace(
+            "command: [node, run, --role, worker]", 'command: [node, run, --role, worker, --nnodes, "2"]'
+        )
+    )
+    v = cr.check_source(bad)
+    assert [x.rule for x in v] == ["no-hardcoded-cluster"] and "--nnodes" in str(v[0])
+    v = cr.check_source("    environment:\n      SPARKPAIR_NODE_RANK: 1\n")
+    assert [x.rule for x in v] == ["no-hardcoded-cluster"]
+
+
+def test_an_unset_model_cache_stops_the_render_with_the_key_named(env_file: Path, tmp_path: Path) -> None:
+    p = tmp_path / "node.env"
+    p.write_text(
+        "\n".join(x for x in env_file.read_text().splitlines() if not x.startswith("SPARKPAIR_MODEL_CACHE"))
+    )
+    with pytest.raises(cr.ComposeRenderError, match="SPARKPAIR_MODEL_CACHE"):
+        cr.render(REPO, env_file=p, profiles=("head",))
+
+
+BAD = {
+    "privileged": ("head", "no-privileged", "services: {head: {privileged: true}}"),
+    "extra-cap": ("worker", "caps", "services: {worker: {cap_add: [SYS_ADMIN]}}"),
+    "no-ipc-lock": ("head", "caps", "services: {head: {cap_add: !reset []}}"),
+    "bridge-network": ("head", "host-network", "services: {head: {network_mode: bridge}}"),
+    "private-ipc-small-shm": ("worker", "shm", "services: {worker: {ipc: private, shm_size: 64m}}"),
+    "memlock-limited": ("worker", "memlock", "services: {worker: {ulimits: {memlock: 65536}}}"),
+    "nofile-low": ("head", "nofile", "services: {head: {ulimits: {nofile: {soft: 1024, hard: 1024}}}}"),
+    "no-infiniband": ("head", "rdma-device", "services: {head: {devices: !reset []}}"),
+    "no-gpu": ("worker", "gpu", "services: {worker: {deploy: !reset {}}}"),
+    "unless-stopped": ("head", "restart-bounded", "services: {head: {restart: unless-stopped}}"),
+    "always": ("worker", "restart-bounded", "services: {worker: {restart: always}}"),
+    "on-failure-unbounded": ("head", "restart-bounded", "services: {head: {restart: on-failure}}"),
+    "on-failure-50": ("head", "restart-bounded", "services: {head: {restart: 'on-failure:50'}}"),
+    "worker-http-probe": (
+        "worker",
+        "healthcheck",
+        "services: {worker: {healthcheck: {test: [CMD, curl, -f, 'http://127.0.0.1:8000/health']}}}",
+    ),
+    "head-loopback-curl": (
+        "head",
+        "healthcheck",
+        "services: {head: {healthcheck: {test: [CMD-SHELL, 'curl -f http://127.0.0.1:8000/health']}}}",
+    ),
+    "short-start-period": ("head", "start-period", "services: {head: {healthcheck: {start_period: 60s}}}"),
+    "no-init": ("worker", "init", "services: {worker: {init: false}}"),
+    "overlay-writable": (
+        "head",
+        "overlay-ro",
+        "services: {head: {volumes: ['./overlay:/opt/sparkpair/src/overlay:rw']}}",
+    ),
+    "triton-cache-ephemeral": (
+        "head",
+        "jit-cache",
+        "services: {head: {environment: {TRITON_CACHE_DIR: /tmp/triton}}}",
+    ),
+    "unbounded-grace": ("worker", "stop-grace", "services: {worker: {stop_grace_period: 1h}}"),
+    "no-env-file": ("worker", "env-file", "services: {worker: {env_file: !reset []}}"),
+    "health-without-readyz": ("health", "healthcheck", "services: {health: {healthcheck: {disable: true}}}"),
+    "health-restart-loop": ("health", "restart-bounded", "services: {health: {restart: unless-stopped}}"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_each_rule_fails_on_a_bad_override(case: str, env_file: Path, tmp_path: Path) -> None:
+    service, rule, override = BAD[case]
+    cfg = _render(env_file, (service,), override, tmp_path)
+    violations = cr.check_config(cfg)
+    hits = [v for v in violations if v.rule == rule and v.service == service]
+    assert hits, f"{case}: rule {rule} did not fire; got {[str(v) for v in violations]}"
+    # Only the broken thing is reported, and the message names service, setting, seen, wanted.
+    assert {v.rule for v in violations} == {rule}, [str(v) for v in violations]
+    msg = str(hits[0])
+    assert f"service {service}:" in msg and "wanted" in msg
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("45m0s", 2700.0),
+        ("1h30m", 5400.0),
+        ("30s", 30.0),
+        (2_700_000_000_000, 2700.0),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_compose_durations_are_read_in_seconds(text: object, seconds: float | None) -> None:
+    assert cr.duration_s(text) == seconds

@@ -1,0 +1,191 @@
+# ruff: noqa: E501
+"""The checkpoint manifest and the copy between nodes: a generated checkpoint laid out as a
+Hugging Face snapshot (symlinks into blobs/, a hard link) is streamed over a real TCP
+connection, arrives as plain files and passes the check; a shard removed, cut short or
+changed on the copy fails, naming the node and the file."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from sparkpair_cli.cluster import manifest, transfer
+
+
+def shard(path: Path, names: list[str], n: int = 4096) -> None:
+    """A small valid safetensors file: ``names`` each an F32 tensor of ``n`` elements."""
+    header, off = {}, 0
+    for name in names:
+        header[name] = {"dtype": "F32", "shape": [n], "data_offsets": [off, off + 4 * n]}
+        off += 4 * n
+    h = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(h)) + h + bytes(range(256)) * (off // 256))
+
+
+@pytest.fixture
+def snapshot(tmp_path: Path) -> Path:
+    """models--t--tiny/snapshots/<rev>/ with symlinked shards (HF cache layout) and a hard link."""
+    repo = tmp_path / "hub" / "models--t--tiny"
+    blobs, snap = repo / "blobs", repo / "snapshots" / ("a" * 40)
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    shard(blobs / "b1", ["model.layers.0.mlp.gate.weight"])
+    shard(blobs / "b2", ["model.layers.1.mlp.gate.weight"])
+    (blobs / "idx").write_text(json.dumps({"weight_map": {
+        "model.layers.0.mlp.gate.weight": "model-00001-of-00002.safetensors",
+        "model.layers.1.mlp.gate.weight": "model-00002-of-00002.safetensors"}}))  # fmt: skip
+    for name, blob in (("model-00001-of-00002.safetensors", "b1"), ("model-00002-of-00002.safetensors", "b2"),
+                       ("model.safetensors.index.json", "idx")):  # fmt: skip
+        (snap / name).symlink_to(Path("../../blobs") / blob)
+    os.link(blobs / "idx", snap / "config.json")  # a hard link: the same bytes under two names
+    return snap
+
+
+def copy(src: Path, dst: Path) -> list[str]:
+    """src -> dst over a loopback TCP connection (receiver in a thread)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ready, got, errs = threading.Event(), [], []
+
+    def rx() -> None:
+        try:
+            got.extend(transfer.receive(dst, "127.0.0.1", port, on_listen=ready.set, accept_timeout_s=30))
+        except Exception as e:  # surfaced below
+            errs.append(e)
+            ready.set()
+
+    t = threading.Thread(target=rx)
+    t.start()
+    assert ready.wait(30)
+    transfer.send(src, "127.0.0.1", port)
+    t.join(60)
+    assert not errs, errs
+    return got
+
+
+def test_the_manifest_follows_symlinks_to_the_bytes(snapshot: Path) -> None:
+    m = manifest.build(snapshot)
+    assert [e.path for e in m] == ["config.json", "model-00001-of-00002.safetensors",
+                                   "model-00002-of-00002.safetensors", "model.safetensors.index.json"]  # fmt: skip
+    one = next(e for e in m if e.path.startswith("model-00001"))
+    assert one.size == (snapshot / one.path).resolve().stat().st_size > 16000
+    assert one.sha256 == manifest.sha256_of(snapshot.parents[1] / "blobs" / "b1")
+    assert manifest.check(snapshot, m, "spark-a") == []
+
+
+def test_a_dangling_snapshot_symlink_is_named(snapshot: Path) -> None:
+    want = manifest.build(snapshot)
+    (snapshot.parents[1] / "blobs" / "b2").unlink()
+    with pytest.raises(manifest.ManifestError, match="model-00002-of-00002.safetensors: cannot read it"):
+        manifest.build(snapshot)
+    (p,) = manifest.check(snapshot, want, "spark-a")
+    assert (
+        "node spark-a:" in p and "model-00002-of-00002.safetensors: a dangling symlink to ../../blobs/b2" in p
+    )
+
+
+def test_a_snapshot_sent_over_tcp_arrives_as_plain_files_that_match(snapshot: Path, tmp_path: Path) -> None:
+    (snapshot / manifest.MANIFEST_NAME).write_text(manifest.to_json(manifest.build(snapshot)))
+    dst = tmp_path / "copy"
+    got = copy(snapshot, dst)
+    assert manifest.MANIFEST_NAME in got
+    for name in ("model-00001-of-00002.safetensors", "config.json", "model.safetensors.index.json"):
+        assert (dst / name).is_file() and not (dst / name).is_symlink(), name
+    want = manifest.from_json((dst / manifest.MANIFEST_NAME).read_text(), "copy")
+    assert manifest.check(dst, want, "spark-b") == []
+
+
+def test_a_shard_removed_cut_short_or_changed_on_the_copy_is_named_with_the_node(
+    snapshot: Path, tmp_path: Path
+) -> None:
+    want = manifest.build(snapshot)
+    dst = tmp_path / "copy"
+    copy(snapshot, dst)
+    s1, s2 = dst / "model-00001-of-00002.safetensors", dst / "model-00002-of-00002.safetensors"
+    size = s1.stat().st_size
+    with s1.open("r+b") as f:
+        f.truncate(size - 100)
+    data = bytearray(s2.read_bytes())
+    data[-1] ^= 0xFF
+    s2.write_bytes(bytes(data))
+    (dst / "model.safetensors.index.json").unlink()
+    (dst / "stray.bin").write_bytes(b"x")
+    problems = manifest.check(dst, want, "spark-b")
+    assert (
+        f"node spark-b: {dst}/model-00001-of-00002.safetensors: {size - 100} bytes; wanted {size} bytes"
+        in problems[0]
+    )
+    assert "node spark-b:" in problems[1] and "model-00002-of-00002.safetensors: sha256" in problems[1]
+    assert f"node spark-b: {dst}/model.safetensors.index.json: missing" in problems[2]
+    assert f"node spark-b: {dst}/stray.bin: not in the manifest" in problems[3]
+    assert len(problems) == 4
+    # Without hashes, the same-size change is not seen, and the rest still is.
+    assert len(manifest.check(dst, want, "spark-b", hashes=False)) == 3
+
+
+def test_a_receiver_refuses_members_outside_its_folder(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ready, errs = threading.Event(), []
+
+    def rx() -> None:
+        try:
+            transfer.receive(tmp_path / "in", "127.0.0.1", port, on_listen=ready.set, accept_timeout_s=30)
+        except transfer.TransferError as e:
+            errs.append(e)
+
+    t = threading.Thread(target=rx)
+    t.start()
+    ready.wait(30)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("../escape.txt")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        c.sendall(buf.getvalue())
+    t.join(30)
+    assert errs and "outside the destination" in str(errs[0]), errs
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_model_verify_exits_1_naming_node_and_file(snapshot: Path, tmp_path: Path) -> None:
+    m = tmp_path / "m.json"
+    m.write_text(manifest.to_json(manifest.build(snapshot)))
+    (snapshot / "config.json").unlink()
+    r = subprocess.run([sys.executable, "-m", "sparkpair_cli.main", "model", "verify", str(snapshot),
+                        "--manifest", str(m), "--node", "spark-b"], capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"node spark-b: {snapshot}/config.json: missing" in r.stdout + r.stderr
+
+
+def test_pull_refuses_a_revision_that_is_not_a_commit_and_names_the_offline_hub(tmp_path: Path) -> None:
+    """The parts of ``model pull`` that need no hub (none is reachable here): the pin, and the
+    error when the hub cannot be asked."""
+    cmd = [sys.executable, "-m", "sparkpair_cli.main", "model", "pull", "t/tiny", "--into", str(tmp_path / "m")]  # fmt: skip
+    r = subprocess.run([*cmd, "--revision", "main"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--revision 'main'; wanted a full 40-hex commit id" in r.stderr, r.stderr
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    r = subprocess.run([*cmd, "--revision", "a" * 40], capture_output=True, text=True, env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"t/tiny@{'a' * 40}: LocalEntryNotFoundError" in " ".join(r.stderr.split()), r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_the_nodes_serve_with_the_hub_offline() -> None:
+    import yaml
+
+    compose = yaml.safe_load((Path(__file__).resolve().parents[3] / "compose.yaml").read_text())
+    assert compose["x-node"]["environment"]["HF_HUB_OFFLINE"] == "1"

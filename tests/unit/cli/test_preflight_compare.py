@@ -1,0 +1,122 @@
+"""``preflight --compare`` judges the GID facts and the failures inside the reports it is
+given, on reports made from the recorded host trees."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sparkpair_cli.deploy.nodeenv import load_node_env_file
+from sparkpair_cli.main import app
+from sparkpair_cli.preflight import checks as pf
+from sparkpair_cli.preflight.result import Result
+from sparkpair_health.profile import load_profile
+from typer.testing import CliRunner
+
+HOSTS = Path(__file__).resolve().parents[2] / "fixtures" / "hosts"
+
+
+def report(tree: str, **env_over: str) -> dict:
+    """The ``--facts-out`` report of a recorded host tree, as JSON data."""
+    env = load_node_env_file(HOSTS / tree / "node.env")
+    if env_over:
+        env = env.model_copy(update=env_over)
+    rep = pf.run_local(env, load_profile("deepseek-v4-flash"), root=HOSTS / tree)
+    return json.loads(rep.to_json())
+
+
+def compare_cli(tmp_path: Path, *reports: dict) -> tuple[int, str]:
+    args = ["preflight"]
+    for i, r in enumerate(reports):
+        p = tmp_path / f"r{i}.json"
+        p.write_text(json.dumps(r))
+        args += ["--compare", str(p)]
+    res = CliRunner().invoke(app, args)
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    return res.exit_code, " ".join(res.output.split())
+
+
+def by_id(results: list[Result], cid: str) -> list[Result]:
+    return [r for r in results if r.id == cid]
+
+
+@pytest.fixture(scope="module")
+def good_pair() -> tuple[dict, dict]:
+    head, worker = report("spark-head-good"), report("spark-worker-good")
+    assert not [r for r in head["results"] + worker["results"] if r["status"] == "fail"]
+    return head, worker
+
+
+def test_a_good_pair_compares_clean(good_pair: tuple[dict, dict], tmp_path: Path) -> None:
+    head, worker = good_pair
+    assert head["facts"]["gid_index"] == worker["facts"]["gid_index"] == 3
+    assert head["facts"]["gid_type"] == worker["facts"]["gid_type"] == "RoCE v2"
+    code, out = compare_cli(tmp_path, head, worker)
+    assert code == 0, out
+    assert "same-gid-index" in out and "same-gid-type" in out and "reports-pass" in out
+
+
+def test_a_different_gid_index_fails_naming_node_and_fact(
+    good_pair: tuple[dict, dict], tmp_path: Path
+) -> None:
+    head, worker = good_pair
+    worker = json.loads(json.dumps(worker))
+    worker["facts"]["gid_index"] = 5
+    res = by_id(pf.compare([head, worker]), "same-gid-index")
+    assert {r.status for r in res} == {"fail"}
+    msg = next(r.message for r in res if r.node == "spark-b")
+    assert msg.startswith("node spark-b: NCCL_IB_GID_INDEX (resolved)=5; wanted equal on every node"), msg
+    assert "'spark-a': 3" in msg
+    code, out = compare_cli(tmp_path, head, worker)
+    assert code == 1 and "same-gid-index" in out, out
+
+
+def test_a_roce_v1_entry_on_one_node_fails_the_gid_type(tmp_path: Path) -> None:
+    head = report("spark-head-good")
+    # spark-worker-bad-fabric has its index set to 2, a RoCE v1 entry (recorded tree)
+    worker = report("spark-worker-bad-fabric")
+    assert worker["facts"]["gid_type"] != "RoCE v2"
+    res = by_id(pf.compare([head, worker]), "same-gid-type")
+    assert {r.status for r in res} == {"fail"}
+    assert any(r.node == "spark-b" and "type of the GID entry NCCL uses=" in r.message for r in res)
+
+
+def test_a_gid_fact_recorded_by_one_node_only_fails(good_pair: tuple[dict, dict]) -> None:
+    head, _ = good_pair
+    mem_only = report("spark-worker-good")
+    mem_only["facts"].pop("gid_index")
+    res = by_id(pf.compare([head, mem_only]), "same-gid-index")
+    assert {r.status for r in res} == {"fail"}
+    assert any("not in this node's report" in r.message for r in res)
+
+
+def test_a_fail_inside_a_report_fails_the_comparison(good_pair: tuple[dict, dict], tmp_path: Path) -> None:
+    head, _ = good_pair
+    bad = report("spark-head-bad-memory", SPARKPAIR_NODE_NAME="spark-b")
+    assert [r for r in bad["results"] if r["status"] == "fail"]
+    res = by_id(pf.compare([head, bad]), "reports-pass")
+    fails = [r for r in res if r.status == "fail"]
+    assert fails and all(r.node == "spark-b" for r in fails)
+    assert any("check memory in spark-b's report=fail" in r.message for r in fails), [
+        r.message for r in fails
+    ]
+    code, out = compare_cli(tmp_path, head, bad)
+    assert code == 1, out
+
+
+def test_results_that_are_not_results_are_refused(tmp_path: Path) -> None:
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"node": "a", "results": [{"id": "x", "status": "maybe"}], "facts": {}}))
+    res = CliRunner().invoke(app, ["preflight", "--compare", str(p), "--compare", str(p)])
+    assert res.exit_code == 2 and "status pass/warn/fail" in " ".join(res.output.split())
+
+
+def test_a_must_match_fact_no_report_recorded_fails_a_warn_fact_warns() -> None:
+    a = {"node": "a", "results": [], "facts": {"kernel": "6.8"}}
+    b = {"node": "b", "results": [], "facts": {"kernel": "6.8"}}
+    res = by_id(pf.compare([a, b]), "same-gid-type")
+    assert {r.status for r in res} == {"fail"} and "not in this node's report" in res[0].message
+    c = {"node": "c", "results": [], "facts": {"fabric_mtu": 9000}}
+    d = {"node": "d", "results": [], "facts": {"fabric_mtu": 9000}}
+    assert {r.status for r in by_id(pf.compare([c, d]), "same-kernel")} == {"warn"}

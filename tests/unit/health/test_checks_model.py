@@ -1,0 +1,273 @@
+"""The model checks (``dsv4.*``, ``thinking_modes``) fail on each fault they exist to catch, and
+pass on a correct server, run by the suite's own runner (:func:`sparkpair_health.suite.run_check`,
+the path ``health``, ``demo`` and the gateway take).
+
+Runs against ``tests/faults/dsv4_fault_server.py`` served on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sparkpair_health.checks import CHECKS, MODEL_CHECKS, CheckContext, CheckSpec, find_leaks, thinking_modes
+from sparkpair_health.checks.soak import soak_plan
+from sparkpair_health.client import HealthClient
+from sparkpair_health.profile import Profile, ProfileError, load_profile
+from sparkpair_health.report import CheckResult
+from sparkpair_health.suite import run_check
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
+from dsv4_fault_server import FaultState, serve  # noqa: E402
+
+SPECS: dict[str, CheckSpec] = {c.id: c for c in [*CHECKS, *MODEL_CHECKS]}
+ALL_MODEL = ["thinking_modes", *(c.id for c in MODEL_CHECKS)]
+"""The checks that were the DeepSeek-V4 framework's (its thinking check is ``thinking_modes`` now)."""
+
+
+def fault_profile(semantic: bool = True, **dsv4: Any) -> Profile:
+    """tiny-demo as a trained DeepSeek-V4 model (answers, thinks, calls tools) served as 'dsv4-fault'."""
+    d = load_profile("tiny-demo").model_dump()
+    d["served_model_name"] = "dsv4-fault"
+    d["checks"]["semantic"] = {
+        "enabled": semantic,
+        "skip_reason": "" if semantic else "untrained here",
+        "expected_answers": [
+            {"prompt": "What is the capital of France? Answer in one word.", "contains": "Paris"}
+        ],
+    }
+    d["checks"]["thinking"]["enabled"] = True
+    d["checks"]["thinking"]["max_tokens"] = 1024
+    d["checks"]["dsv4"] = {
+        "long_context_tokens": 3000,
+        "long_context_depths": [0.1, 0.5, 0.9],
+        "soak_requests": 4,
+        "soak_long_tokens": 120,
+        "soak_first_token_budget_s": 1.0,
+        "soak_min_decode_tok_s": 1000.0,
+        **dsv4,
+    }
+    return Profile.model_validate(d)
+
+
+def run_on(
+    base_url: str,
+    check: str,
+    prof: Profile,
+    *,
+    timeout_s: float = 60.0,
+    request_s: float = 10.0,
+    key: str = "",
+) -> tuple[CheckResult, int]:
+    """``check`` through the suite's runner with a check timeout of ``timeout_s``; the result
+    and how many requests it sent."""
+    spec = SPECS[check]
+    with HealthClient(base_url, api_key=key or None, request_timeout_s=request_s) as client:
+        ctx = CheckContext(client, prof.served_model_name, prof, request_s, request_s)
+        res = run_check(spec, ctx, timeout_s / spec.timeout_s)
+        return res, client.requests
+
+
+def run(faults: set[str], check: str, wedge_after: int = 3, wedge_s: float = 5.0, **kw: Any) -> CheckResult:
+    st = FaultState(faults=faults, wedge_after=wedge_after, wedge_s=wedge_s)
+    timeout_s = kw.pop("timeout_s", 60.0)
+    request_s = kw.pop("request_s", 10.0)
+    with serve(st) as srv:
+        res, _ = run_on(srv.base_url, check, fault_profile(**kw), timeout_s=timeout_s, request_s=request_s)
+    assert set(st.seen_models) <= {"dsv4-fault"}, f"a request used another model name: {set(st.seen_models)}"
+    return res
+
+
+def test_every_check_passes_against_a_correct_server() -> None:
+    st = FaultState()
+    with serve(st) as srv:
+        results = [run_on(srv.base_url, c, fault_profile())[0] for c in ALL_MODEL]
+    bad = [r.model_dump() for r in results if r.status != "pass"]
+    assert not bad, json.dumps(bad, indent=1)[:3000]
+    assert [r.id for r in results] == ALL_MODEL
+    assert all((r.latency_ms or 0) > 0 for r in results)
+
+
+@pytest.mark.parametrize(
+    "fault, check, words",
+    [
+        ("think_in_content", "thinking_modes", "think tag '<think>' leaked into content"),
+        (
+            "reasoning_when_off",
+            "thinking_modes",
+            "[thinking off, non-streamed] reasoning came back in a mode that does not think",
+        ),
+        (
+            "no_reasoning",
+            "thinking_modes",
+            "[thinking on, non-streamed] the mode thinks but no reasoning came back",
+        ),
+        (
+            "conflict_ignored",
+            "thinking_modes",
+            "[thinking=false + reasoning_effort=high, non-streamed] the mode thinks but no reasoning",
+        ),
+        ("special_token_leak", "thinking_modes", "special token '<｜end▁of▁sentence｜>' leaked into content"),
+        ("dsml_in_content", "dsv4.tool_calls", "DSML marker '｜DSML｜' left in content"),
+        ("arguments_wrapper", "dsv4.tool_calls", "spurious wrapper key 'arguments'"),
+        ("needle_off_by_one", "dsv4.long_context", "is not the needle"),
+        ("needle_chatty", "dsv4.long_context", "(normalised: 'The secret code is"),
+        ("needle_split_odd", "dsv4.long_context", "is not the needle"),
+        (
+            "leak_when_unspecified",
+            "thinking_modes",
+            "[thinking unspecified, streamed] think tag '<think>' leaked",
+        ),
+        ("truncates_prompt", "dsv4.long_context", "usage.prompt_tokens=512, wanted 3000"),
+        (
+            "garbage",
+            "dsv4.greedy_sanity",
+            "lacks 'Paris' (finish_reason length) — garbage while /health is 200 (B15)",
+        ),
+        ("nondeterministic", "dsv4.greedy_sanity", "two greedy runs differ"),
+        ("stream_drops_chunk", "dsv4.stream_equality", "streamed content differs from non-streamed at char"),
+        ("wedge_after", "dsv4.soak", "got no answer within its latency budget"),
+    ],
+)
+def test_check_fails_naming_the_fault(fault: str, check: str, words: str) -> None:
+    res = run({fault}, check)
+    assert res.status == "fail", res.model_dump()
+    assert words in res.message, res.message
+
+
+def test_a_dead_engine_is_an_engine_died_error_that_stops_the_suite() -> None:
+    res = run({"engine_dead"}, "dsv4.greedy_sanity")
+    assert res.status == "error", res.model_dump()
+    assert "engine died" in res.message and "HTTP 500" in res.message, res.message
+
+
+def test_soak_wedge_names_how_many_requests_went_well() -> None:
+    res = run({"wedge_after"}, "dsv4.soak", wedge_after=2, soak_requests=5)
+    assert res.status == "fail"
+    assert "request 3/5" in res.message and "after 2 good requests" in res.message and "B08" in res.message
+    assert (res.latency_ms or 0) < 5000, (
+        "the wedge must be caught by the per-request budget, not the check timeout"
+    )
+
+
+def test_long_context_refuses_a_prompt_beyond_max_model_len() -> None:
+    st = FaultState(max_model_len=2048)
+    with serve(st) as srv:
+        res, sent = run_on(srv.base_url, "dsv4.long_context", fault_profile(long_context_tokens=48_000))
+    assert res.status == "error"
+    assert "long_context_tokens=48000" in res.message and "max_model_len 2048" in res.message
+    assert st.chat_requests == 0, "the probe must not send anything once it knows the prompt does not fit"
+    assert sent == 1, "only GET /v1/models"
+
+
+def test_long_context_without_semantic_checks_verifies_usage_only() -> None:
+    res = run({"needle_off_by_one"}, "dsv4.long_context", semantic=False)
+    assert res.status == "pass", res.message
+    assert "needle retrieval not judged" in res.message
+
+
+def test_semantic_checks_skip_with_the_profiles_reason_on_the_tiny_profile() -> None:
+    prof = load_profile("tiny-demo")
+    results = {
+        c: run_on("http://127.0.0.1:9", c, prof)[0]
+        for c in ("dsv4.greedy_sanity", "thinking", "dsv4.tool_calls", "dsv4.soak")
+    }
+    for name in ("dsv4.greedy_sanity", "dsv4.tool_calls"):
+        assert results[name].status == "skip"
+        assert results[name].message == prof.checks.semantic.skip_reason
+    assert results["thinking"].status == "skip"
+    assert results["thinking"].message == prof.checks.thinking.skip_reason
+    assert [m.label for m in thinking_modes(prof)] == ["thinking unspecified"], "no thinking variants sent"
+    assert results["dsv4.soak"].status == "skip" and "soak_requests=0" in results["dsv4.soak"].message
+
+
+def test_unreachable_server_is_a_suite_error_not_a_model_failure() -> None:
+    res, _ = run_on("http://127.0.0.1:9", "dsv4.stream_equality", fault_profile())
+    assert res.status == "error"
+    assert res.message.startswith("suite error") and "ConnectError" in res.message
+
+
+def test_check_timeout_is_enforced_as_a_suite_error() -> None:
+    res = run({"wedge_after"}, "dsv4.greedy_sanity", wedge_after=0, wedge_s=5.0, request_s=30, timeout_s=1.0)
+    assert res.status == "error" and res.message.startswith("timeout:") and "within 1.0 s" in res.message
+    assert (res.latency_ms or 0) < 3000
+
+
+def test_api_key_is_sent_and_never_written_to_results() -> None:
+    key = "sk-very-secret-123"
+    st = FaultState(api_key=key)
+    with serve(st) as srv:
+        ok, _ = run_on(srv.base_url, "dsv4.greedy_sanity", fault_profile(), key=key)
+        unauth, _ = run_on(srv.base_url, "dsv4.greedy_sanity", fault_profile())
+    assert ok.status == "pass", ok.message
+    assert unauth.status == "fail" and "HTTP 401" in unauth.message
+    assert all(a == f"Bearer {key}" for a in st.seen_auth[: st.chat_requests - 1])
+    dumped = ok.model_dump_json() + unauth.model_dump_json()
+    assert key not in dumped
+    assert key not in repr(HealthClient("http://x", api_key=key).key)
+
+
+def test_redact_removes_a_key_the_server_echoed() -> None:
+    from pydantic import SecretStr
+    from sparkpair_health.apikey import redact
+
+    k = SecretStr("abc123xyz")
+    assert redact({"m": ["Bearer abc123xyz failed"]}, k) == {"m": ["Bearer <redacted-api-key> failed"]}
+
+
+@pytest.mark.parametrize(
+    "text, leaks",
+    [
+        ("Paris", []),
+        ("a <think>b", ["think tag"]),
+        ("x </think> y", ["think tag"]),
+        ("<|DSML|invoke name=", ["DSML marker"]),
+        ("<｜DSML｜tool_calls>", ["DSML marker"]),
+        ("done<｜end▁of▁sentence｜>", ["special token"]),
+        ("done<|im_end|>", ["special token"]),
+        ("a | b | c", []),
+        ("use x<y and y>z", []),
+    ],
+)
+def test_find_leaks(text: str, leaks: list[str]) -> None:
+    assert [x.split(" '")[0] for x in find_leaks(text)] == leaks
+
+
+def test_soak_plan_always_has_a_long_request() -> None:
+    assert soak_plan(1, 64, 1000) == [1000]
+    assert soak_plan(5, 64, 1000) == [64, 1000, 250, 64, 1000]
+    assert soak_plan(0, 64, 1000) == []
+
+
+def test_soak_that_cannot_fit_its_budget_is_a_suite_error_not_a_wedge() -> None:
+    res = run(set(), "dsv4.soak", soak_requests=3, soak_first_token_budget_s=30.0, timeout_s=5.0)
+    assert res.status == "error" and "latency budget" in res.message and "check timeout 5 s" in res.message
+
+
+@pytest.mark.parametrize(
+    ("checks", "fragment"),
+    [
+        ({"extra": {"dsv4": {"long_context_tokens": 1500}}}, "checks.extra was removed"),
+        (
+            {"dsv4": {"thinking_enabled": True}},
+            "'thinking_enabled' was removed; it is now checks.thinking.enabled",
+        ),
+        ({"dsv4": {"request_timeout_s": 5}}, "timeouts.long_prompt_s"),
+        ({"dsv4": {"long_context_tolerance": 2}}, "checks.dsv4.long_context_tolerance"),
+    ],
+)
+def test_removed_or_bad_model_check_settings_are_refused_naming_the_replacement(
+    tmp_path: Path, checks: dict[str, Any], fragment: str
+) -> None:
+    import yaml
+
+    d = load_profile("tiny-demo").model_dump()
+    d["checks"] = {k: v for k, v in d["checks"].items() if k != "dsv4"} | checks
+    p = tmp_path / "p.yaml"
+    p.write_text(yaml.safe_dump(d))
+    with pytest.raises(ProfileError) as e:
+        load_profile(p)
+    assert fragment in str(e.value), str(e.value)

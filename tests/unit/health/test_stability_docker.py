@@ -1,0 +1,155 @@
+"""The stability check against a real Docker engine: a container that keeps crashing and
+restarting, one that is OOM-killed, and a healthy one whose log carries a repeated warning.
+
+The image is built here from scratch (the host's ``dash`` and libc): no registry needed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sparkpair_health.stability import StabilityMonitor, StabilityNode, StabilitySettings
+
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _engine():  # type: ignore[no-untyped-def]
+    docker = pytest.importorskip("docker")
+    ensure = REPO / "scripts" / "ensure-docker.sh"
+    try:
+        return docker.from_env(timeout=30).ping() and docker.from_env(timeout=30)
+    except Exception:  # noqa: BLE001
+        if ensure.is_file():
+            subprocess.run(["bash", str(ensure)], check=False, capture_output=True, timeout=300)
+        try:
+            return docker.from_env(timeout=30).ping() and docker.from_env(timeout=30)
+        except Exception as e:  # noqa: BLE001
+            pytest.skip(f"no Docker engine answers ({e})")
+
+
+@pytest.fixture(scope="module")
+def client():  # type: ignore[no-untyped-def]
+    return _engine()
+
+
+@pytest.fixture(scope="module")
+def sh_image(client, tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
+    ctx = tmp_path_factory.mktemp("sh-image")
+    dash, libc, ld = "/bin/dash", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"
+    if not all(Path(p).exists() for p in (dash, libc, ld)):
+        pytest.skip("needs an x86-64 host with /bin/dash to build the scratch test image")
+    for src, dst in ((dash, "bin/sh"), (libc, libc.lstrip("/")), (ld, ld.lstrip("/"))):
+        (ctx / dst).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, ctx / dst)
+    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY bin /bin\nCOPY lib /lib\nCOPY lib64 /lib64\n")
+    tag = "sparkpair-test-sh:stability"
+    client.images.build(path=str(ctx), tag=tag, rm=True)
+    return tag
+
+
+@pytest.fixture
+def containers(client) -> Iterator[list]:  # type: ignore[no-untyped-def]
+    made: list = []
+    yield made
+    for c in made:
+        try:
+            c.remove(force=True)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def wait(pred, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    t_end = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < t_end, f"{what} not within {timeout_s} s"
+        time.sleep(0.3)
+
+
+def test_restart_loop_oom_kill_and_log_lines_seen_through_the_docker_sdk(  # type: ignore[no-untyped-def]
+    client, sh_image, containers
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    healthy = client.containers.run(
+        sh_image,
+        ["/bin/sh", "-c", "echo 'No available shared memory broadcast block found in 60 second'; read x"],
+        detach=True,
+        stdin_open=True,
+        name=f"sp-head-{tag}",  # 'read' blocks on the open stdin: no CPU
+    )
+    containers.append(healthy)
+    mon = StabilityMonitor(
+        StabilitySettings(
+            nodes=[
+                StabilityNode(name="head", containers=[healthy.name]),
+            ]
+        )
+    )
+    rep = mon.check()
+    assert rep.status == "pass", rep.to_dict()
+    assert rep.containers[0].running and rep.containers[0].restart_count == 0
+    assert [f.id for f in rep.findings] == ["shm_broadcast_starved"] and rep.findings[0].severity == "warning"
+
+    crash = client.containers.run(
+        sh_image,
+        [
+            "/bin/sh",
+            "-c",
+            "echo '(EngineCore_DP0 pid=1) ERROR vllm.v1.engine.exceptions.EngineDeadError: "
+            "EngineCore encountered an issue'; exit 3",
+        ],
+        detach=True,
+        name=f"sp-worker-{tag}",
+        restart_policy={"Name": "on-failure", "MaximumRetryCount": 2},
+    )
+    containers.append(crash)
+    mon2 = StabilityMonitor(
+        StabilitySettings(
+            nodes=[
+                StabilityNode(name="head", containers=[healthy.name]),
+                StabilityNode(name="worker", docker_url=None, containers=[crash.name, f"sp-missing-{tag}"]),
+            ]
+        )
+    )
+    first = mon2.check()  # baseline taken while the worker container is still young
+    base = first.containers[1].restart_count
+
+    def settled() -> bool:
+        crash.reload()
+        return crash.attrs["RestartCount"] >= 2 and crash.attrs["State"]["Status"] == "exited"
+
+    wait(settled, 60, "two restarts then exit")
+    rep = mon2.check()
+    assert rep.status == "fail"
+    ids = {(f.node, f.id) for f in rep.findings if f.severity == "fatal"}
+    assert (
+        ("worker", "not_running") in ids and ("worker", "missing") in ids and ("worker", "engine_dead") in ids
+    )
+    if base < 2:
+        r = next(f for f in rep.findings if f.id == "restarted" and f.severity == "fatal")
+        assert f"RestartCount {base} -> 2" in r.message
+    dead = next(f for f in rep.findings if f.id == "engine_dead")
+    assert dead.count == 3, "the three runs of one container share one log"
+
+    oom = client.containers.run(
+        sh_image,
+        ["/bin/sh", "-c", "x=$(printf '%*s' 300000000 ''); echo done"],
+        detach=True,
+        name=f"sp-oom-{tag}",
+        mem_limit="16m",
+        memswap_limit="16m",
+    )
+    containers.append(oom)
+    oom.wait(timeout=60)
+    rep = StabilityMonitor(
+        StabilitySettings(nodes=[StabilityNode(name="head", containers=[oom.name])])
+    ).check()
+    f = next(f for f in rep.findings if f.id == "oom_killed")
+    assert f.severity == "fatal" and "OOM-killed" in f.message and rep.status == "fail"
