@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from sparkpair_health.profile import Profile
+from sparkpair_health.profile import Profile, arg_value
 from sparkpair_health.waiting import PollTimeout, poll_until
 
 from .nodeenv import NodeEnv
@@ -72,16 +72,6 @@ class LaunchPlan:
     notes: list[str] = field(default_factory=list)
 
 
-def _arg_value(args: list[str], *names: str) -> str | None:
-    for i, a in enumerate(args):
-        for n in names:
-            if a == n and i + 1 < len(args):
-                return args[i + 1]
-            if a.startswith(n + "="):
-                return a.split("=", 1)[1]
-    return None
-
-
 def executor_of(env: NodeEnv, profile: Profile) -> Literal["mp"]:
     """The executor: always ``mp``. A profile that still names another is refused.
 
@@ -112,7 +102,7 @@ def check_shape(env: NodeEnv, profile: Profile) -> None:
                 f"node {node}: profile {profile.name} server.args contains {a!r}; wanted it unset "
                 "(sparkpair node sets it from the node env and the profile's own fields)"
             )
-    pp = int(_arg_value(profile.server.args, "--pipeline-parallel-size", "-pp") or 1)
+    pp = int(arg_value(profile.server.args, "--pipeline-parallel-size", "-pp") or 1)
     world = profile.server.tensor_parallel_size * pp
     have = env.SPARKPAIR_NNODES * env.SPARKPAIR_GPUS_PER_NODE
     if world != have:
