@@ -41,6 +41,7 @@ from .client import (
 from .inputs import check_base_url, check_output_file, check_plan_file
 from .profile import Profile, load_profile
 from .report import CheckResult, ReadyInfo, Report
+from .waiting import PollTimeout, poll_until
 
 ProgressFn = Callable[[str, str], None]
 """``on_progress(event, detail)``; events: ``ready-wait``, ``ready``, ``check-start``,
@@ -305,51 +306,57 @@ def wait_ready(
     c = client or settings.client()
     t0 = time.monotonic()
     stage, seen = "health", "not probed yet"
-    try:
-        while True:
-            waited = time.monotonic() - t0
-            if waited > settings.timeouts.ready_s:
-                raise NotReady(
-                    f"{settings.base_url} not ready after {settings.timeouts.ready_s:.0f} s "
-                    f"(timeouts.ready_s): stuck at stage {stage!r}: {seen}",
-                    stage,
+
+    def probe() -> ReadyInfo | None:
+        nonlocal stage, seen
+        try:
+            r = c.get("/health", timeout_s=min(10.0, settings.timeouts.request_s))
+            if r.status_code != 200:
+                stage, seen = "health", f"/health answered HTTP {r.status_code}, wanted 200"
+                return None
+            stage = "models"
+            r = c.get("/v1/models", timeout_s=min(10.0, settings.timeouts.request_s))
+            if r.status_code in (401, 403):
+                raise AuthRefused(auth_refused_message(r.status_code, "GET /v1/models", settings))
+            ids = [m.get("id") for m in (r.json().get("data") or [])] if r.status_code == 200 else []
+            if model not in ids:
+                seen = f"/v1/models answered HTTP {r.status_code} listing {ids}; waiting for {model!r}"
+                return None
+            stage = "decode"
+            ans = decode_probe(c, settings)
+            if ans.ok:
+                return ReadyInfo(
+                    ready=True,
+                    stage="ready",
+                    waited_s=time.monotonic() - t0,
+                    detail=f"a {ans.completion_tokens}-token completion decoded",
                 )
-            try:
-                r = c.get("/health", timeout_s=min(10.0, settings.timeouts.request_s))
-                if r.status_code != 200:
-                    stage, seen = "health", f"/health answered HTTP {r.status_code}, wanted 200"
-                else:
-                    stage = "models"
-                    r = c.get("/v1/models", timeout_s=min(10.0, settings.timeouts.request_s))
-                    if r.status_code in (401, 403):
-                        raise AuthRefused(auth_refused_message(r.status_code, "GET /v1/models", settings))
-                    ids = [m.get("id") for m in (r.json().get("data") or [])] if r.status_code == 200 else []
-                    if model not in ids:
-                        seen = (
-                            f"/v1/models answered HTTP {r.status_code} listing {ids}; waiting for {model!r}"
-                        )
-                    else:
-                        stage = "decode"
-                        ans = decode_probe(c, settings)
-                        if ans.ok:
-                            info = ReadyInfo(
-                                ready=True,
-                                stage="ready",
-                                waited_s=time.monotonic() - t0,
-                                detail=f"a {ans.completion_tokens}-token completion decoded",
-                            )
-                            progress("ready", info.detail)
-                            return info
-                        seen = f"completion: {ans.problem}"
-            except RequestTimeout as e:
-                seen = f"timeout: {e}"
-            except SuiteError as e:
-                seen = f"not reachable: {e}"
-            except (ValueError, AttributeError, TypeError) as e:
-                seen = f"malformed answer: {e}"
-            seen = redact(seen, settings.api_key)
-            progress("ready-wait", f"{stage}: {seen} ({time.monotonic() - t0:.0f} s)")
-            time.sleep(poll_s)
+            seen = f"completion: {ans.problem}"
+        except RequestTimeout as e:
+            seen = f"timeout: {e}"
+        except SuiteError as e:
+            seen = f"not reachable: {e}"
+        except (ValueError, AttributeError, TypeError) as e:
+            seen = f"malformed answer: {e}"
+        seen = redact(seen, settings.api_key)
+        return None
+
+    def waiting(waited_s: float) -> None:
+        progress("ready-wait", f"{stage}: {seen} ({waited_s:.0f} s)")
+
+    try:
+        try:
+            info = poll_until(
+                probe, timeout_s=settings.timeouts.ready_s, interval_s=poll_s, on_wait=waiting
+            ).value
+        except PollTimeout:
+            raise NotReady(
+                f"{settings.base_url} not ready after {settings.timeouts.ready_s:.0f} s "
+                f"(timeouts.ready_s): stuck at stage {stage!r}: {seen}",
+                stage,
+            ) from None
+        progress("ready", info.detail)
+        return info
     finally:
         if own:
             c.close()
