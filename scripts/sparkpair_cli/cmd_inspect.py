@@ -18,6 +18,9 @@ def register(app: typer.Typer) -> None:
         gate_dtype: str = typer.Option(
             "", help="dtype the gate weights must have (e.g. BF16); empty: report only"
         ),
+        revision: str = typer.Option(
+            "", help="with a hub id: this revision's snapshot (the profile's --revision); empty: refs/main"
+        ),
         need_draft: bool = typer.Option(
             False, "--need-draft", help="require draft (mtp.*) weights: a DSpark profile's checkpoint (0731)"
         ),
@@ -26,14 +29,16 @@ def register(app: typer.Typer) -> None:
         report (or require) the dtype of the MoE gate weights. Exit 1 on a problem."""
         from .preflight.checkpoint import InspectError, inspect_checkpoint, resolve_model_dir
 
-        d = resolve_model_dir(model, hf_home)
+        d = resolve_model_dir(model, hf_home, revision or None)
         if d is None and any(c.is_dir() for c in (Path(model), hf_home / model.lstrip("/"))):
             folder = next(c for c in (Path(model), hf_home / model.lstrip("/")) if c.is_dir())
             print(f"inspect: no model.safetensors.index.json (or *.safetensors) in {folder}")
             raise typer.Exit(1)
         if d is None:
+            at = f" at revision {revision}" if revision else ""
             print(
-                f"inspect: {model!r} is not a folder and not in {hf_home}/hub; wanted a downloaded checkpoint"
+                f"inspect: {model!r}{at} is not a folder and not in {hf_home}/hub; "
+                "wanted a downloaded checkpoint"
             )
             raise typer.Exit(1)
         try:

@@ -138,7 +138,7 @@ def register(app: typer.Typer) -> None:
 
     @model.command("pull")
     def pull(
-        repo_id: str = typer.Argument(..., help="Hugging Face repo id, e.g. deepseek-ai/DeepSeek-V4-Flash"),
+        repo_id: str = typer.Argument(..., help="Hugging Face repo id (deepseek-ai/DeepSeek-V4-Flash-0731)"),
         revision: str = typer.Option(..., help="the pinned revision: a full 40-hex commit id"),
         into: Path = typer.Option(..., help="folder to download into (plain files, no symlinks)"),
     ) -> None:

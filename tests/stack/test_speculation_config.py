@@ -46,7 +46,8 @@ def test_vllm_033_parser_takes_the_rendered_dspark_serve_command(stack_env: dict
         "draft_sample_method": "probabilistic",
     }
     assert rep["max_cudagraph_capture_size"] == rep["max_num_seqs"] * (5 + 1) == 36
-    assert rep["revision"] == "9e165c30" and rep["kv_cache_dtype"] == "fp8_ds_mla"
+    assert rep["revision"] == "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
+    assert rep["kv_cache_dtype"] == "fp8_ds_mla"
 
 
 def test_vllm_033_speculative_config_accepts_the_profile_fields_and_refuses_a_typo() -> None:

@@ -161,9 +161,15 @@ def expects_draft(profile: Any) -> bool:
     return spec is not None and spec.method == "dspark" and "model" not in spec.extra
 
 
-def resolve_model_dir(model: str, hf_home: Path) -> Path | None:
+def resolve_model_dir(model: str, hf_home: Path, revision: str | None = None) -> Path | None:
     """The local folder of ``model``: a path as given (absolute, or below ``hf_home``), or a
-    hub id's snapshot in ``hf_home/hub`` (``refs/main``, else the newest snapshot)."""
+    hub id's snapshot in ``hf_home/hub``.
+
+    With ``revision`` (the profile's ``--revision``: a commit id, or a branch/tag name) only
+    that revision's snapshot counts: ``snapshots/<revision>``, or the commit ``refs/<revision>``
+    names; ``None`` when it is not downloaded (a snapshot of another revision is never taken
+    for it). Without one: ``refs/main``'s snapshot, else the newest snapshot.
+    """
     for cand in (Path(model), hf_home / model.lstrip("/")):
         if cand.is_dir() and (
             any(cand.glob("*.safetensors")) or (cand / "model.safetensors.index.json").exists()
@@ -173,6 +179,13 @@ def resolve_model_dir(model: str, hf_home: Path) -> Path | None:
     snaps = repo / "snapshots"
     if not snaps.is_dir():
         return None
+    if revision is not None:
+        if "/" not in revision and (snaps / revision).is_dir():
+            return snaps / revision
+        ref = repo / "refs" / revision
+        if ref.is_file() and (snaps / ref.read_text().strip()).is_dir():
+            return snaps / ref.read_text().strip()
+        return None
     ref = repo / "refs" / "main"
     if ref.is_file() and (snaps / ref.read_text().strip()).is_dir():
         return snaps / ref.read_text().strip()
@@ -180,20 +193,33 @@ def resolve_model_dir(model: str, hf_home: Path) -> Path | None:
     return dirs[-1] if dirs else None
 
 
+def profile_checkpoint(model_override: str | None, profile: Any) -> tuple[str, str | None]:
+    """``(model, revision)`` a node serves: ``SPARKPAIR_MODEL`` when set (no revision: a local
+    folder or another hub id is taken as it is), else the profile's ``server.model`` at its
+    ``--revision``."""
+    if model_override:
+        return model_override, None
+    from sparkpair_health.profile import arg_value
+
+    return profile.server.model, arg_value(profile.server.args, "--revision")
+
+
 def check_checkpoint(c: Ctx) -> None:
     """The checkpoint is complete and its gate weights have the dtype the profile assumes
     (``sparkpair inspect``)."""
-    model = c.env.SPARKPAIR_MODEL or c.profile.server.model
+    model, revision = profile_checkpoint(c.env.SPARKPAIR_MODEL, c.profile)
     hf_home = c.host.path(os.environ.get("HF_HOME", "/models"))
-    d = resolve_model_dir(model, hf_home)
+    d = resolve_model_dir(model, hf_home, revision)
     if d is None:
+        at = f" at revision {revision}" if revision else ""
         c.add(
             "checkpoint",
             "fail",
             "model",
-            model,
+            f"{model}{at}",
             f"downloaded under HF_HOME ({hf_home})",
-            f"hf download {model} on this node",
+            f"sparkpair model pull {model}{' --revision ' + revision if revision else ''} on one node, "
+            "then sparkpair model sync (docs/operations.md)",
         )
         return
     try:

@@ -81,10 +81,10 @@ def _check_weight_share(c: Ctx, budget: int) -> None:
     """This node's share of the checkpoint (all shards / TP; a DSpark checkpoint's draft layers are
     in its shards) must fit the vLLM budget with room left for the KV cache. Skipped silently when
     the checkpoint is not local (the checkpoint check names that)."""
-    from .checkpoint import expects_draft, resolve_model_dir
+    from .checkpoint import expects_draft, profile_checkpoint, resolve_model_dir
 
-    model = c.env.SPARKPAIR_MODEL or c.profile.server.model
-    d = resolve_model_dir(model, c.host.path(os.environ.get("HF_HOME", "/models")))
+    model, revision = profile_checkpoint(c.env.SPARKPAIR_MODEL, c.profile)
+    d = resolve_model_dir(model, c.host.path(os.environ.get("HF_HOME", "/models")), revision)
     if d is None:
         return
     tp = max(1, c.profile.server.tensor_parallel_size)

@@ -13,7 +13,9 @@ from typer.testing import CliRunner
 HOSTS = Path(__file__).resolve().parents[2] / "fixtures" / "hosts"
 GOOD = HOSTS / "spark-head-good" / "models"
 BAD = HOSTS / "spark-head-bad-memory" / "models"
-ID = "deepseek-ai/DeepSeek-V4-Flash"
+ID = "deepseek-ai/DeepSeek-V4-Flash-0731"
+REV = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
+"""The commit the DeepSeek-V4 profile pins (--revision)."""
 
 
 def _cli(*args: str):  # type: ignore[no-untyped-def]
@@ -25,7 +27,7 @@ def _cli(*args: str):  # type: ignore[no-untyped-def]
 
 def test_a_complete_checkpoint_with_bf16_gates_passes() -> None:
     d = resolve_model_dir(ID, GOOD)
-    assert d is not None and d.name == "9e165c30"
+    assert d is not None and d.name == REV
     rep = inspect_checkpoint(d, gate_dtype="BF16")
     assert rep.problems == [] and rep.gate_dtypes == {"BF16": 2} and len(rep.shards) == 2 and rep.tensors == 9
 

@@ -41,7 +41,8 @@ def test_dsv4_head_serves_the_profile_with_vllm_mp_executor_across_two_nodes() -
     p = plan(BASE, "head")
     assert p.executor == "mp"
     s = p.serve
-    assert s[:5] == ["py", "-m", "sparkpair_cli.deploy.vllm_main", "serve", "deepseek-ai/DeepSeek-V4-Flash"]
+    model = "deepseek-ai/DeepSeek-V4-Flash-0731"
+    assert s[:5] == ["py", "-m", "sparkpair_cli.deploy.vllm_main", "serve", model]
     assert (
         s[s.index("--tensor-parallel-size") + 1] == "2"
         and s[s.index("--distributed-executor-backend") + 1] == "mp"

@@ -8,6 +8,9 @@ from sparkpair_overlay.kernels import fp8_einsum, router_gemm
 from sparkpair_overlay.probe import kernels as probe_kernels
 from sparkpair_overlay.probe import serve_paths
 
+REV = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
+"""The 0731 commit configs/profiles/deepseek-v4-flash.yaml pins (--revision)."""
+
 
 def test_the_probe_measures_the_default_profiles_verify_and_draft_step() -> None:
     server = load_profile("deepseek-v4-flash").server
@@ -41,7 +44,7 @@ def test_inspect_requires_the_dspark_draft_weights_for_the_dspark_profile(tmp_pa
     from sparkpair_cli.preflight.checkpoint import expects_draft, inspect_checkpoint, resolve_model_dir
 
     good = Path(__file__).resolve().parents[2] / "fixtures/hosts/spark-head-good/models"
-    d = resolve_model_dir("deepseek-ai/DeepSeek-V4-Flash", good)
+    d = resolve_model_dir("deepseek-ai/DeepSeek-V4-Flash-0731", good, REV)
     assert d is not None
     assert expects_draft(load_profile("deepseek-v4-flash")) and not expects_draft(
         load_profile("deepseek-v4-flash-nospec")
@@ -80,10 +83,10 @@ def test_preflight_memory_counts_the_nodes_checkpoint_share_with_the_draft(tmp_p
         )
     )
     env = load_node_env_file(hosts / "spark-head-good" / "node.env")
-    snap = tmp_path / "models/hub/models--deepseek-ai--DeepSeek-V4-Flash/snapshots/9e165c30"
+    snap = tmp_path / f"models/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/snapshots/{REV}"
     snap.mkdir(parents=True)
-    (tmp_path / "models/hub/models--deepseek-ai--DeepSeek-V4-Flash/refs").mkdir()
-    (tmp_path / "models/hub/models--deepseek-ai--DeepSeek-V4-Flash/refs/main").write_text("9e165c30")
+    (tmp_path / "models/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/refs").mkdir()
+    (tmp_path / "models/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/refs/main").write_text(REV)
     (snap / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": {"mtp.0.x": "a.safetensors"}})
     )

@@ -28,7 +28,7 @@ def test_the_default_dsv4_profile_serves_dspark_k5_probabilistic_capturing_seqs_
     assert spec == {"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic"}
     seqs = int(value(argv, "--max-num-seqs"))
     assert int(value(argv, "--max-cudagraph-capture-size")) == seqs * (5 + 1) == 36
-    assert value(argv, "--revision") == "9e165c30"
+    assert value(argv, "--revision") == "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
     assert value(argv, "--kv-cache-dtype") == "fp8_ds_mla" and value(argv, "--max-model-len") == "524288"
     assert p.server.verify_tokens() == 36
 
