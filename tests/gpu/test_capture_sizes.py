@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from kernel_numerics import fp8_einsum_reference, make_fp8_operands, max_rel, rel_fro
 from sparkpair_overlay.kernels import fp8_einsum as fe
 from sparkpair_overlay.kernels import router_gemm as rg
+from sparkpair_overlay.numerics import fp8_einsum_reference, make_fp8_operands, max_rel, rel_fro
 from sparkpair_overlay.plan import build_plan
 
 pytestmark = pytest.mark.gpu
