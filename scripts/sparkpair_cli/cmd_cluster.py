@@ -9,8 +9,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-err = Console(stderr=True)
-out = Console()
+err = Console(stderr=True, markup=False)  # paths, node names and server text are shown as given
+out = Console(markup=False)
 
 EXIT_NOT_READY = 1
 EXIT_CONFIG = 2
@@ -32,7 +32,7 @@ def _load(path: Path):  # type: ignore[no-untyped-def]
         return load_cluster(path)
     except ClusterError as e:
         err.print(
-            f"[red]sparkpair: the cluster is not consistent; nothing was started or stopped[/red]\n{e}",
+            f"sparkpair: the cluster is not consistent; nothing was started or stopped\n{e}",
             highlight=False,
         )
         raise typer.Exit(EXIT_CONFIG) from None
@@ -55,10 +55,10 @@ def register(app: typer.Typer) -> None:
         try:
             verdict = ops.up(c, err, wait=wait)
         except engines.EngineError as e:
-            err.print(f"[red]sparkpair up: refused; nothing was started[/red]\n{e}", highlight=False)
+            err.print(f"sparkpair up: refused; nothing was started\n{e}", highlight=False)
             raise typer.Exit(EXIT_REFUSED) from None
         except ops.ComposeError as e:
-            err.print(f"[red]sparkpair up:[/red] {e}", highlight=False)
+            err.print(f"sparkpair up: {e}", highlight=False)
             raise typer.Exit(EXIT_NOT_READY) from None
         if not wait:
             raise typer.Exit(0)
@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(0)
         body = verdict.body
         err.print(
-            f"[red]not ready[/red]: {body.get('failing_check', '')} {body.get('cause', '')} "
+            f"not ready: {body.get('failing_check', '')} {body.get('cause', '')} "
             f"(`sparkpair status -c {cluster}`, `sparkpair logs -c {cluster}`)",
             highlight=False,
         )
@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
 
         failed = ops.down(_load(cluster), err, volumes=volumes)
         for line in failed:
-            err.print(f"[red]{line}[/red]", highlight=False)
+            err.print(f"{line}", highlight=False)
         raise typer.Exit(1 if failed else 0)
 
     @app.command("status")
@@ -115,5 +115,5 @@ def register(app: typer.Typer) -> None:
         except KeyboardInterrupt:
             raise typer.Exit(0) from None
         for line in problems:
-            err.print(f"[red]{line}[/red]", highlight=False)
+            err.print(f"{line}", highlight=False)
         raise typer.Exit(1 if problems else 0)

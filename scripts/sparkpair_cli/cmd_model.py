@@ -12,16 +12,18 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-err = Console(stderr=True)
+err = Console(stderr=True, markup=False)  # paths, node names and server text are shown as given
 
-REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
+REVISION_RE = re.compile(r"[0-9a-f]{40}")
+"""A full commit id (matched whole: ``fullmatch``)."""
 """A pinned revision: a full 40-hex commit id (a branch or tag name can move)."""
 
 
 def _bytes_progress(what: str, total: int | None):  # type: ignore[no-untyped-def]
-    prog = Progress("{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=err)
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn())
+    prog = Progress(*columns, TransferSpeedColumn(), console=err)
     task = prog.add_task(what, total=total)
     return prog, (lambda n: prog.update(task, advance=n))
 
@@ -52,7 +54,7 @@ def register(app: typer.Typer) -> None:
             with prog:
                 entries = mf.build(folder, on_bytes=tick)
         except mf.ManifestError as e:
-            err.print(f"[red]model manifest:[/red] {e}", highlight=False)
+            err.print(f"model manifest: {e}", highlight=False)
             raise typer.Exit(1) from None
         text = mf.to_json(entries)
         if write:
@@ -79,14 +81,15 @@ def register(app: typer.Typer) -> None:
         except OSError as e:
             why = e.strerror or e
             err.print(
-                f"[red]model verify:[/red] node {name}: manifest {src}: cannot read it ({why}); "
+                f"model verify: node {name}: manifest {src}: cannot read it ({why}); "
                 "wanted the manifest `sparkpair model manifest --write` made on the source node",
                 highlight=False,
             )
             raise typer.Exit(1) from None
         except mf.ManifestError as e:
-            err.print(f"[red]model verify:[/red] node {name}: {e}", highlight=False)
+            err.print(f"model verify: node {name}: {e}", highlight=False)
             raise typer.Exit(1) from None
+        print(f"node {name}: {mf.DIGEST_LABEL} {mf.digest(want)}")
         problems = mf.check(folder, want, name, hashes=hashes)
         for p in problems:
             print(p)
@@ -105,14 +108,14 @@ def register(app: typer.Typer) -> None:
 
         host, _, port = to.rpartition(":")
         if not host or not port.isdigit():
-            err.print(f"[red]model send:[/red] --to {to!r}; wanted HOST:PORT", highlight=False)
+            err.print(f"model send: --to {to!r}; wanted HOST:PORT", highlight=False)
             raise typer.Exit(2)
         prog, tick = _bytes_progress(f"sending {folder} to {to}", _folder_bytes(folder))
         try:
             with prog:
                 n = transfer.send(folder, host.strip("[]"), int(port), on_bytes=tick)
         except transfer.TransferError as e:
-            err.print(f"[red]model send:[/red] {e}", highlight=False)
+            err.print(f"model send: {e}", highlight=False)
             raise typer.Exit(1) from None
         err.print(f"model send: {n} bytes to {to}", highlight=False)
 
@@ -132,7 +135,7 @@ def register(app: typer.Typer) -> None:
                 accept_timeout_s=timeout_s,
             )  # fmt: skip
         except (transfer.TransferError, OSError) as e:
-            err.print(f"[red]model receive:[/red] {e}", highlight=False)
+            err.print(f"model receive: {e}", highlight=False)
             raise typer.Exit(1) from None
         err.print(f"model receive: {len(names)} files into {into}", highlight=False)
 
@@ -144,8 +147,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Download the checkpoint at a pinned revision (resumable: run it again to continue),
         then write its manifest."""
-        if not REVISION_RE.match(revision):
-            err.print(f"[red]model pull:[/red] --revision {revision!r}; wanted a full 40-hex commit id "
+        if not REVISION_RE.fullmatch(revision):
+            err.print(f"model pull: --revision {revision!r}; wanted a full 40-hex commit id "
                       "(a branch or tag can move between the nodes' pulls)", highlight=False)  # fmt: skip
             raise typer.Exit(2)
         import warnings
@@ -161,7 +164,7 @@ def register(app: typer.Typer) -> None:
         except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
             why = " ".join(str(e).split())[:300]
             err.print(
-                f"[red]model pull:[/red] {repo_id}@{revision}: {type(e).__name__}: {why}; "
+                f"model pull: {repo_id}@{revision}: {type(e).__name__}: {why}; "
                 "wanted the hub reachable (and HF_HUB_OFFLINE unset) for the first pull",
                 highlight=False,
             )
@@ -191,7 +194,7 @@ def register(app: typer.Typer) -> None:
         try:
             problems = sync(_load(cluster), folder, source, port=port, network=network, say=err.print)
         except (engines.EngineError, SyncError) as e:
-            err.print(f"[red]model sync:[/red] {e}", highlight=False)
+            err.print(f"model sync: {e}", highlight=False)
             raise typer.Exit(1) from None
         for p in problems:
             print(p)
@@ -220,12 +223,12 @@ def register(app: typer.Typer) -> None:
         c = _load(cluster)
         clients, problems = ops.refusals(c)
         if problems:
-            err.print("[red]model check:[/red] " + "\n".join(problems), highlight=False)
+            err.print("model check: " + "\n".join(problems), highlight=False)
             raise typer.Exit(1)
         try:
             problems = check(c, folder, clients, network)
         except (engines.EngineError, SyncError) as e:
-            err.print(f"[red]model check:[/red] {e}", highlight=False)
+            err.print(f"model check: {e}", highlight=False)
             raise typer.Exit(1) from None
         for p in problems:
             print(p)

@@ -25,6 +25,10 @@ SKIP_DIRS = frozenset({".cache", ".git"})
 """Folders that are not the checkpoint: huggingface_hub's download metadata (``.cache/``
 of a ``local_dir`` download) and a git clone's ``.git``."""
 
+DIGEST_LABEL = "manifest sha256"
+"""``model verify`` prints ``node N: manifest sha256 <hex>`` (:func:`digest`); ``model check``
+compares them across nodes."""
+
 CHUNK = 8 << 20
 """Bytes read per hashing step (8 MiB)."""
 
@@ -44,13 +48,33 @@ class Entry:
 
 def files_of(folder: Path) -> list[Path]:
     """Every file of the checkpoint (symlinks followed; :data:`SKIP_DIRS` and the manifest
-    left out), sorted. Dangling symlinks are included (their check reports them)."""
+    left out), sorted. Dangling symlinks are included (their check reports them).
+
+    Raises:
+        ManifestError: a symlinked folder leads back into a folder already walked (a loop), or
+            an entry is neither a plain file nor a folder behind its links (a FIFO, a device:
+            reading one would block or never end); the message names the entry.
+    """
     out: list[Path] = []
+    seen: set[tuple[int, int]] = set()
     for root, dirs, names in os.walk(folder, followlinks=True):
+        st = os.stat(root)
+        if (st.st_dev, st.st_ino) in seen:
+            raise ManifestError(
+                f"{root}: a symlinked folder that leads back to a folder already listed (a loop); "
+                "wanted a checkpoint folder without symlink loops"
+            )
+        seen.add((st.st_dev, st.st_ino))
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
         for n in names:
-            if n != MANIFEST_NAME:
-                out.append(Path(root) / n)
+            if n == MANIFEST_NAME:
+                continue
+            p = Path(root) / n
+            if p.exists() and not p.is_file():
+                raise ManifestError(
+                    f"{p}: not a plain file (a FIFO, socket or device behind it); wanted only files"
+                )
+            out.append(p)
     return sorted(out)
 
 
@@ -98,11 +122,28 @@ def from_json(text: str, source: str) -> list[Entry]:
         d = json.loads(text)
         if d.get("schema") != SCHEMA:
             raise ManifestError(f"{source}: schema {d.get('schema')!r}; wanted {SCHEMA!r}")
-        return [Entry(str(f["path"]), int(f["size"]), str(f["sha256"])) for f in d["files"]]
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+        out = []
+        for f in d["files"]:
+            path, size, sha = f["path"], f["size"], f["sha256"]
+            parts = str(path).split("/")
+            if not isinstance(path, str) or path.startswith("/") or ".." in parts or "" in parts:
+                raise ManifestError(f"{source}: path {path!r}; wanted a relative path inside the folder")
+            if type(size) is not int or size < 0:
+                raise ManifestError(f"{source}: {path}: size {size!r}; wanted a whole number of bytes >= 0")
+            if not isinstance(sha, str) or len(sha) != 64:
+                raise ManifestError(f"{source}: {path}: sha256 {sha!r}; wanted 64 hex digits")
+            out.append(Entry(path, size, sha))
+        return out
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
         if isinstance(e, ManifestError):
             raise
         raise ManifestError(f"{source}: not a checkpoint manifest ({type(e).__name__}: {e})") from None
+
+
+def digest(entries: list[Entry]) -> str:
+    """SHA-256 of the manifest's content (paths, sizes, hashes; order-independent): equal on
+    two nodes exactly when both copies were checked against the same manifest."""
+    return hashlib.sha256(to_json(sorted(entries, key=lambda e: e.path)).encode()).hexdigest()
 
 
 def check(folder: Path, want: list[Entry], node: str, *, hashes: bool = True) -> list[str]:

@@ -181,8 +181,10 @@ def readyz(cluster: Cluster, clients: dict[str, docker.DockerClient]) -> Verdict
         return Verdict(False, {"cause": text})
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         body = {"cause": f"/readyz answered HTTP {status} with no JSON"}
+    if not isinstance(body, dict):
+        body = {"cause": f"/readyz answered HTTP {status} with JSON that is not an object: {text[:200]!r}"}
     return Verdict(status == 200 and bool(body.get("ready")), body)
 
 
@@ -209,7 +211,7 @@ def up(cluster: Cluster, console: Console, *, wait: bool = True) -> Verdict:
     if problems:
         raise engines.EngineError("\n".join(problems))
     with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
+        SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(), console=console
     ) as prog:
         tasks = {n.name: prog.add_task(f"{n.name} ({n.role}): waiting to start") for n in cluster.nodes}
         for n in cluster.nodes:
@@ -269,7 +271,7 @@ def status(cluster: Cluster, console: Console) -> tuple[Table, Verdict]:
             cs = engines.project_containers(clients[n.name], cluster.spec.project, SERVICES[n.role])
             states = "\n".join(f"{c.name}: {engines.container_state(c)}" for c in cs) or "no container"
         except engines.EngineError as e:
-            states = f"[red]unreachable[/red]: {e}"
+            states = f"unreachable: {e}"
         t.add_row(n.name, n.role, n.docker, states)
     verdict = readyz(cluster, clients)
     rep = report(cluster, clients)

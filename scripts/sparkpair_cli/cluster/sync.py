@@ -8,7 +8,9 @@ host network (so the receiver listens on the node's fabric address, ``VLLM_HOST_
 1. on the source node, ``model manifest --write`` (sizes and SHA-256 of every file);
 2. on each target, ``model receive`` on ``VLLM_HOST_IP:port``; on the source, ``model send``
    to it (symlinks resolved: snapshot folders arrive as plain files);
-3. on every node, ``model verify`` against the manifest that travelled with the copy.
+3. on every node, ``model verify`` against the manifest that travelled with the copy, and
+   every node's manifest compared with the source's (a manifest altered on the way, or a
+   node holding another checkpoint, is named).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import docker
 
 from . import engines
+from .manifest import DIGEST_LABEL
 from .spec import Cluster, Node
 
 SYNC_PORT = 29610
@@ -75,10 +78,20 @@ def finish(c: Any, n: Node, what: str, timeout_s: float = STEP_TIMEOUT_S) -> str
 
 
 def check(
-    cluster: Cluster, folder: str, clients: dict[str, docker.DockerClient], network: str = "host"
+    cluster: Cluster,
+    folder: str,
+    clients: dict[str, docker.DockerClient],
+    network: str = "host",
+    reference: str | None = None,
 ) -> list[str]:
-    """``model verify /models/<folder>`` on every node; one line per bad file (node and file named)."""
+    """``model verify /models/<folder>`` on every node; one line per bad file (node and file
+    named), and one per node whose manifest is not the ``reference`` node's (default: the
+    first node of the cluster file): each node checks its copy against its own manifest, so
+    only comparing the manifests across nodes shows two nodes holding different checkpoints
+    (or a manifest that arrived altered)."""
     problems: list[str] = []
+    digests: dict[str, str] = {}
+    label = f": {DIGEST_LABEL} "
     for n in cluster.nodes:
         c = start(
             clients[n.name],
@@ -88,10 +101,22 @@ def check(
             rw=False,
         )
         try:
-            finish(c, n, "model verify")
+            out = finish(c, n, "model verify")
         except SyncError as e:
-            lines = [x for x in str(e).splitlines() if x.startswith(f"node {n.name}")]
-            problems.extend(lines or [str(e)])
+            out = str(e)
+            lines = [x for x in out.splitlines() if x.startswith(f"node {n.name}") and label not in x]
+            problems.extend(lines or [out])
+        for line in out.splitlines():
+            if line.startswith(f"node {n.name}{label}"):
+                digests[n.name] = line.split(label, 1)[1].strip()
+    ref = reference or cluster.nodes[0].name
+    want = digests.get(ref)
+    for name, got in digests.items():
+        if want is not None and got != want:
+            problems.append(
+                f"node {name}: /models/{folder}: manifest sha256 {got[:12]}; wanted node {ref}'s "
+                f"{want[:12]} (the two nodes hold different checkpoints, or the manifest was altered)"
+            )
     return problems
 
 
@@ -141,4 +166,4 @@ def sync(cluster: Cluster, folder: str, source: str, *, port: int = SYNC_PORT, n
         finally:
             finish(rx, t, "model receive")
     say("checking every node against the manifest")
-    return check(cluster, folder, clients, network)
+    return check(cluster, folder, clients, network, reference=src.name)

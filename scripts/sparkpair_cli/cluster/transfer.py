@@ -10,6 +10,7 @@ extraction filters). The copy is then checked against the sender's manifest (:mo
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import tarfile
@@ -17,6 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .manifest import CHUNK, MANIFEST_NAME, SKIP_DIRS, files_of
+
+PARTIAL_SUFFIX = ".sparkpair-partial"
+"""Suffix of a member being received (renamed to its name once complete)."""
 
 ACCEPT_TIMEOUT_S = 600.0
 """Seconds the receiver waits for the sender to connect."""
@@ -33,6 +37,10 @@ def send(folder: Path, host: str, port: int, on_bytes: Callable[[int], None] | N
     Raises:
         TransferError: the receiver cannot be reached or the connection broke.
     """
+    if not folder.is_dir():
+        raise TransferError(f"{folder}: not a folder; wanted the checkpoint folder to send")
+    if not 0 < port < 65536:
+        raise TransferError(f"receiver port {port}; wanted 1-65535")
     try:
         sock = socket.create_connection((host, port), timeout=connect_timeout_s)
     except OSError as e:
@@ -99,10 +107,22 @@ def receive(into: Path, bind: str, port: int, on_listen: Callable[[], None] | No
                         raise TransferError(f"member {m.name!r} is not a plain file or folder")
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     src = tar.extractfile(m)
-                    assert src is not None
-                    with dest.open("wb") as f:
-                        shutil.copyfileobj(src, f, CHUNK)
+                    if src is None:
+                        raise TransferError(f"member {m.name!r} has no data")
+                    # A member lands under a temporary name and replaces the file only once
+                    # complete: a cut or refused stream never truncates a file already there.
+                    part = dest.with_name(dest.name + PARTIAL_SUFFIX)
+                    try:
+                        with part.open("wb") as f:
+                            shutil.copyfileobj(src, f, CHUNK)
+                        os.replace(part, dest)
+                    finally:
+                        part.unlink(missing_ok=True)
                     names.append(m.name)
         except (tarfile.TarError, OSError) as e:
             raise TransferError(f"receiving into {into} on {bind}:{port}: {e}") from None
+    if not names:
+        raise TransferError(
+            f"receiving into {into} on {bind}:{port}: the stream held no file; wanted a checkpoint folder"
+        )
     return names

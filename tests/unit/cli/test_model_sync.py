@@ -189,3 +189,111 @@ def test_the_nodes_serve_with_the_hub_offline() -> None:
 
     compose = yaml.safe_load((Path(__file__).resolve().parents[3] / "compose.yaml").read_text())
     assert compose["x-node"]["environment"]["HF_HUB_OFFLINE"] == "1"
+
+
+def _receive_bytes(into: Path, payload: bytes) -> list[Exception]:
+    """Run a receiver into ``into`` and feed it ``payload`` raw; return its errors."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ready, errs = threading.Event(), []
+
+    def rx() -> None:
+        try:
+            transfer.receive(into, "127.0.0.1", port, on_listen=ready.set, accept_timeout_s=30)
+        except transfer.TransferError as e:
+            errs.append(e)
+
+    t = threading.Thread(target=rx)
+    t.start()
+    ready.wait(30)
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        c.sendall(payload)
+    t.join(30)
+    return errs
+
+
+def test_a_stream_cut_short_leaves_the_file_already_there_whole(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    into = tmp_path / "in"
+    into.mkdir()
+    (into / "big.bin").write_bytes(b"A" * 100_000)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("big.bin")
+        info.size = 100_000
+        tar.addfile(info, io.BytesIO(b"B" * 100_000))
+    errs = _receive_bytes(into, buf.getvalue()[:40_000])
+    assert errs, "a cut stream was accepted"
+    assert (into / "big.bin").read_bytes() == b"A" * 100_000
+    assert not list(into.glob("*" + transfer.PARTIAL_SUFFIX))
+
+
+def test_an_empty_stream_is_refused(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w"):
+        pass
+    errs = _receive_bytes(tmp_path / "in", buf.getvalue())
+    assert errs and "held no file" in str(errs[0]), errs
+
+
+def test_symlink_loops_and_fifos_are_named_instead_of_hanging(tmp_path: Path) -> None:
+    loop = tmp_path / "loop"
+    (loop / "sub").mkdir(parents=True)
+    (loop / "f").write_text("x")
+    (loop / "sub" / "back").symlink_to("..")
+    with pytest.raises(manifest.ManifestError, match="loop"):
+        manifest.build(loop)
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "pipe")
+    with pytest.raises(manifest.ManifestError, match="not a plain file"):
+        manifest.build(fifo)
+
+
+@pytest.mark.parametrize(
+    ("entry", "wanted"),
+    [
+        ({"path": "../../etc/hostname", "size": 1, "sha256": "0" * 64}, "wanted a relative path"),
+        ({"path": "/etc/passwd", "size": 1, "sha256": "0" * 64}, "wanted a relative path"),
+        ({"path": "a.bin", "size": 1e400, "sha256": "0" * 64}, "wanted a whole number of bytes"),
+        ({"path": "a.bin", "size": -1, "sha256": "0" * 64}, "wanted a whole number of bytes"),
+        ({"path": "a.bin", "size": 1, "sha256": "zz"}, "wanted 64 hex digits"),
+    ],
+)
+def test_a_manifest_entry_outside_the_folder_or_malformed_is_refused(entry: dict, wanted: str) -> None:
+    text = json.dumps({"schema": manifest.SCHEMA, "files": [entry]})
+    with pytest.raises(manifest.ManifestError, match=wanted):
+        manifest.from_json(text, "m.json")
+
+
+def test_model_verify_prints_the_manifest_digest_the_nodes_are_compared_by(snapshot: Path, tmp_path: Path) -> None:
+    m = tmp_path / "m.json"
+    entries = manifest.build(snapshot)
+    m.write_text(manifest.to_json(entries))
+    r = subprocess.run([sys.executable, "-m", "sparkpair_cli.main", "model", "verify", str(snapshot),
+                        "--manifest", str(m), "--node", "spark-b"], capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"node spark-b: {manifest.DIGEST_LABEL} {manifest.digest(entries)}" in r.stdout
+    other = [manifest.Entry(e.path, e.size, "f" * 64) for e in entries]
+    assert manifest.digest(other) != manifest.digest(entries)
+
+
+def test_pull_refuses_a_revision_with_a_trailing_newline(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "sparkpair_cli.main", "model", "pull", "t/tiny", "--into", str(tmp_path / "m")]  # fmt: skip
+    r = subprocess.run([*cmd, "--revision", "a" * 40 + "\n"], capture_output=True, text=True)
+    assert r.returncode == 2 and "wanted a full 40-hex commit id" in " ".join(r.stderr.split()), r.stderr
+
+
+def test_a_path_that_looks_like_console_markup_is_printed_as_given(tmp_path: Path) -> None:
+    odd = tmp_path / "ck[bold red]x[link=evil.example]y"
+    odd.mkdir()
+    r = subprocess.run([sys.executable, "-m", "sparkpair_cli.main", "model", "verify", str(odd),
+                        "--node", "spark-b"], capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "ck[boldred]x[link=evil.example]y" in "".join(r.stderr.split()), r.stderr
