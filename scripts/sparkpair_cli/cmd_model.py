@@ -214,8 +214,8 @@ def register(app: typer.Typer) -> None:
         ),
         network: str = typer.Option("host", help="container network: host (real nodes) or a simulation's"),
     ) -> None:
-        """On every node, check the checkpoint against its manifest (same files, sizes, SHA-256).
-        Exit 1 naming each node and file that differ."""
+        """On every node, check the checkpoint against its manifest (same files, sizes, SHA-256),
+        and every node's manifest against the head's. Exit 1 naming each node and file that differ."""
         from .cluster import engines, ops
         from .cluster.sync import SyncError, check
         from .cmd_cluster import _load
@@ -233,5 +233,5 @@ def register(app: typer.Typer) -> None:
         for p in problems:
             print(p)
         if not problems:
-            print(f"every node's /models/{folder} matches its manifest")
+            print(f"every node's /models/{folder} matches its manifest, the same on every node")
         raise typer.Exit(1 if problems else 0)

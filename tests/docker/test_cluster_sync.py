@@ -105,6 +105,15 @@ def test_a_snapshot_synced_over_the_fabric_passes_on_both_nodes_and_a_damaged_co
         ), r.stdout
         assert f"node sim-worker: /models/{folder}/config.json: missing" in r.stdout, r.stdout
         assert "node sim-head" not in r.stdout  # the source's copy is intact
+        # A manifest rewritten on the worker to match its damaged copy passes there, and only the
+        # comparison with the head's manifest names it.
+        from sparkpair_cli.cluster import manifest
+
+        (copy / manifest.MANIFEST_NAME).write_text(manifest.to_json(manifest.build(copy)))
+        r = _cli(env, "model", "check", "-c", str(cluster), "--folder", folder, "--network", net)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert f"node sim-worker: /models/{folder}: manifest sha256" in r.stdout, r.stdout
+        assert "wanted node sim-head's" in r.stdout, r.stdout
     finally:
         left = sh("docker", "ps", "-aq", "--filter", "name=sparkpair-model-sim-").stdout.split()
         if left:

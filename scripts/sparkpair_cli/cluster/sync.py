@@ -86,7 +86,7 @@ def check(
 ) -> list[str]:
     """``model verify /models/<folder>`` on every node; one line per bad file (node and file
     named), and one per node whose manifest is not the ``reference`` node's (default: the
-    first node of the cluster file): each node checks its copy against its own manifest, so
+    head): each node checks its copy against its own manifest, so
     only comparing the manifests across nodes shows two nodes holding different checkpoints
     (or a manifest that arrived altered)."""
     problems: list[str] = []
@@ -109,7 +109,7 @@ def check(
         for line in out.splitlines():
             if line.startswith(f"node {n.name}{label}"):
                 digests[n.name] = line.split(label, 1)[1].strip()
-    ref = reference or cluster.nodes[0].name
+    ref = reference or next((n.name for n in cluster.nodes if n.role == "head"), cluster.nodes[0].name)
     want = digests.get(ref)
     for name, got in digests.items():
         if want is not None and got != want:
