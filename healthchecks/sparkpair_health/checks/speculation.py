@@ -18,6 +18,7 @@ Counter names are vLLM's (``vllm/v1/spec_decode/metrics.py``, 0.32 and 0.33, pro
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -73,6 +74,29 @@ class SpecCounters:
         length", ``vllm/v1/spec_decode/metrics.py``); ``None`` with no draft."""
         return 1.0 + self.accepted_tokens / self.drafts if self.drafts > 0 else None
 
+    def implausible(self, start: SpecCounters | None = None) -> str | None:
+        """Why these counters (and the counts since ``start``) cannot be believed, else ``None``:
+        a counter missing or not a finite number, a negative count, a counter that went down
+        since ``start`` (the server restarted, or lies), more tokens accepted than drafted."""
+        for key, name in SPEC_COUNTERS.items():
+            v = getattr(self, key)
+            if not math.isfinite(v):
+                return f"{name} is {v} (missing or not a number); wanted a finite count"
+            if v < 0:
+                return f"{name} is {v:g}; wanted a count >= 0"
+            if start is not None and v < getattr(start, key):
+                return (
+                    f"{name} went down from {getattr(start, key):g} to {v:g} during the suite "
+                    "(the server restarted, or its counters are wrong); wanted a counter that only grows"
+                )
+        d = self if start is None else self.minus(start)
+        if d.accepted_tokens > d.draft_tokens:
+            return (
+                f"{d.accepted_tokens:g} tokens accepted of {d.draft_tokens:g} drafted; wanted "
+                "accepted <= drafted (the counters disagree)"
+            )
+        return None
+
     def as_dict(self) -> dict[str, Any]:
         """Counts, rate and mean accepted length, for evidence and metrics."""
         return {
@@ -100,7 +124,8 @@ def parse_spec_counters(text: str) -> SpecCounters | None:
                 got[key] = got.get(key, 0.0) + float(sample.value)
     if not got:
         return None
-    return SpecCounters(got.get("drafts", 0.0), got.get("draft_tokens", 0.0), got.get("accepted_tokens", 0.0))
+    nan = float("nan")  # a counter missing beside the others: SpecCounters.implausible names it
+    return SpecCounters(got.get("drafts", nan), got.get("draft_tokens", nan), got.get("accepted_tokens", nan))
 
 
 def read_spec_counters(ctx: CheckContext, deadline: Deadline) -> SpecCounters | None:
@@ -153,7 +178,10 @@ def check_spec_active(ctx: CheckContext, deadline: Deadline) -> Passed:
     after = read_spec_counters(ctx, deadline)
     delta = (after or before).minus(before)
     ev = {"method": method, "k": k, "before": before.as_dict(), "delta": delta.as_dict()}
-    if delta.draft_tokens < want:
+    bad = (after or before).implausible(before) or before.implausible()
+    if bad is not None:
+        raise Fail(f"/metrics speculation counters: {bad}", ev)
+    if not delta.draft_tokens >= want:
         raise Fail(
             f"one greedy request raised {SPEC_COUNTERS['draft_tokens']} by {delta.draft_tokens:g}; "
             f"wanted at least {want} (profile checks.speculation.min_draft_tokens): speculation "
@@ -242,6 +270,10 @@ def check_spec_acceptance(ctx: CheckContext, deadline: Deadline) -> Passed:
     since = "the suite's requests" if isinstance(start, SpecCounters) else "the server's start"
     delta = now.minus(start) if isinstance(start, SpecCounters) else now
     ev = {"method": method, "k": k, "floor": floor, "over": since, **delta.as_dict()}
+    bad = now.implausible(start if isinstance(start, SpecCounters) else None)
+    if bad is not None:
+        ctx.state[STATE_RESULT] = {**ev, "acceptance_rate": None}
+        raise Fail(f"/metrics speculation counters: {bad}", ev)
     ctx.state[STATE_RESULT] = ev
     rate = delta.acceptance_rate
     if rate is None:

@@ -72,8 +72,14 @@ def test_acceptance_below_the_floor_fails_naming_the_rate_and_the_floor() -> Non
         ),
         ({"spec_k": 3}, "spec_not_drafting", "spec_acceptance", "no draft tokens over the suite's requests"),
         ({"spec_k": 3}, "batch_differs", "spec_batch_greedy", "of 3 greedy requests sent together"),
+        (
+            {"spec_k": 3, "acceptance": 50.0},
+            None,
+            "spec_acceptance",
+            "wanted accepted <= drafted (the counters disagree)",
+        ),
     ],
-    ids=["no-counters", "not-drafting", "acceptance-no-drafts", "batch-differs"],
+    ids=["no-counters", "not-drafting", "acceptance-no-drafts", "batch-differs", "accepted-over-drafted"],
 )
 def test_each_speculation_check_fails_on_its_fault(
     kw: dict, fault: str | None, check_id: str, fragment: str
@@ -130,3 +136,33 @@ def test_the_gateway_exports_the_suites_acceptance_rate_as_a_metric() -> None:
     assert f"sparkpair_spec_acceptance_rate {rate}" in text, text
     m.record_report([{"id": "spec_acceptance", "status": "skip", "evidence": {}}], True, 1.0)
     assert "sparkpair_spec_acceptance_rate NaN" in generate_latest(m.registry).decode()
+
+
+@pytest.mark.parametrize(
+    ("text", "start", "fragment"),
+    [
+        ("vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total 12\n"
+         "vllm:spec_decode_num_accepted_tokens_total NaN\n", None, "is nan (missing or not a number)"),
+        ("vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total 12\n",
+         None, "accepted_tokens_total is nan (missing"),
+        ("vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total +Inf\n"
+         "vllm:spec_decode_num_accepted_tokens_total 3\n", None, "is inf"),
+        ("vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total -12\n"
+         "vllm:spec_decode_num_accepted_tokens_total 3\n", None, "wanted a count >= 0"),
+        ("vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total 12\n"
+         "vllm:spec_decode_num_accepted_tokens_total 3\n", (3.0, 40.0, 2.0), "went down from 40 to 12"),
+    ],
+    ids=["nan", "missing", "inf", "negative", "went-down"],
+)
+def test_counters_that_cannot_be_believed_are_named(text: str, start: tuple | None, fragment: str) -> None:
+    from sparkpair_health.checks.speculation import SpecCounters
+
+    now = parse_spec_counters(text)
+    assert now is not None
+    why = now.implausible(SpecCounters(*start) if start else None)
+    assert why is not None and fragment in why, why
+    good = parse_spec_counters(
+        "vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total 12\n"
+        "vllm:spec_decode_num_accepted_tokens_total 3\n"
+    )
+    assert good is not None and good.implausible() is None
