@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+import yaml
 from pydantic import ValidationError
 
 
@@ -158,3 +160,28 @@ def format_validation_error(exc: ValidationError, names: dict[str, str] | None =
         else:
             lines.append(f"{shown}={err.get('input')!r}: {msg}")
     return "; ".join(lines)
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing aliases: a few hundred bytes of nested aliases expand to
+    billions of nodes (the "billion laughs" file), and no sparkpair YAML needs them."""
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"an alias (*{getattr(event, 'anchor', '?')}); wanted plain YAML without anchors/aliases",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)  # type: ignore[arg-type]
+
+
+def load_yaml(text: str) -> Any:
+    """Parse one YAML document with the safe loader, refusing aliases (:class:`_NoAliasLoader`).
+
+    Raises:
+        yaml.YAMLError: not YAML, or an alias (the message names it and where it is).
+    """
+    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass

@@ -16,6 +16,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .inputs import load_yaml
+
 
 def _configs_dir() -> Path:
     """``configs/`` of a source checkout (also the layout inside the image), else the copy a
@@ -423,7 +425,7 @@ def load_profile(name_or_path: str | Path) -> Profile:
             "wanted a YAML file"
         ) from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as e:
         raise ProfileError(f"profile {p}: not valid YAML: {e}") from None
     if not isinstance(data, dict):

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from sparkpair_health.inputs import load_yaml
 from sparkpair_health.profile import CONFIGS_DIR
 
 WORKLOADS_DIR = CONFIGS_DIR / "bench"
@@ -237,7 +238,7 @@ def load_workload(name_or_path: str | Path) -> Workload:
             f"workload {name_or_path!r}: no file {p}; known workloads: {', '.join(known_workloads())}"
         )
     try:
-        data = yaml.safe_load(p.read_text())
+        data = load_yaml(p.read_text())
     except yaml.YAMLError as e:
         raise WorkloadError(f"workload {p}: not valid YAML: {e}") from None
     except UnicodeDecodeError as e:

@@ -153,20 +153,19 @@ def _resolve(cluster_file: Path, p: Path) -> Path:
 
 
 def _read_yaml(path: Path) -> Any:
+    from sparkpair_health.inputs import load_yaml, read_small_file
+
     try:
-        with path.open("rb") as f:
-            data = f.read(CLUSTER_FILE_MAX_BYTES + 1)
+        data = read_small_file(path, CLUSTER_FILE_MAX_BYTES)
     except OSError as e:
         raise ClusterError(
             f"cluster file {path}: cannot read it ({e.strerror or e}); wanted a copy of "
             "configs/cluster.yaml.example filled in for your nodes"
         ) from None
-    if len(data) > CLUSTER_FILE_MAX_BYTES:
-        raise ClusterError(
-            f"cluster file {path}: larger than {CLUSTER_FILE_MAX_BYTES} bytes; wanted a few lines per node"
-        )
+    except ValueError as e:  # not a regular file, or too large
+        raise ClusterError(f"cluster file {path}: {e}; wanted a few lines per node") from None
     try:
-        return yaml.safe_load(data.decode("utf-8"))
+        return load_yaml(data.decode("utf-8"))
     except (UnicodeDecodeError, yaml.YAMLError) as e:
         raise ClusterError(
             f"cluster file {path}: not YAML ({str(e).splitlines()[0]}); wanted a YAML mapping"

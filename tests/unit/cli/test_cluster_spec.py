@@ -172,3 +172,16 @@ def test_the_example_cluster_file_is_valid() -> None:
 
     spec = parse_cluster_file(REPO / "configs" / "cluster.yaml.example")
     assert sorted(spec.nodes) == ["spark-a", "spark-b"] and spec.nodes["spark-b"].docker == "ssh://me@spark-b"
+
+
+def test_a_cluster_file_that_is_a_fifo_or_uses_yaml_aliases_is_refused(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ClusterError, match="not a regular file"):
+        load_cluster(fifo)
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text('a: &a ["x", "x"]\nnodes: [*a, *a]\n')
+    with pytest.raises(ClusterError, match="alias"):
+        load_cluster(bomb)

@@ -127,3 +127,15 @@ def test_infinite_timeout_and_empty_model_name_are_refused(args: list[str], frag
     # silently replaced by the profile's name.
     res = CliRunner().invoke(app, ["health", "--base-url", CLOSED, *args])
     assert res.exit_code == 3 and fragment in res.output.replace("\n", " ").replace("  ", " "), res.output
+
+
+def test_a_profile_with_yaml_aliases_is_refused_before_it_expands(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A few hundred bytes of nested aliases would expand to billions of nodes."""
+    from sparkpair_health.profile import ProfileError, load_profile
+
+    bomb = tmp_path / "bomb.yaml"
+    rows = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    rows += [f"{n}: &{n} [{','.join(['*' + p] * 9)}]" for p, n in zip("abcdefgh", "bcdefghi", strict=True)]
+    bomb.write_text("\n".join(rows) + "\nname: *i\n")
+    with pytest.raises(ProfileError, match=r"an alias \(\*a\); wanted plain YAML without anchors/aliases"):
+        load_profile(str(bomb))
