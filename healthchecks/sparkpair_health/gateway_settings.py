@@ -89,7 +89,7 @@ class GatewaySettings(BaseSettings):
             defaults). After it the gateway exits 2 (compose restarts it).
         request_timeout_s: one ordinary suite request, seconds.
         long_prompt_timeout_s: one long-prompt request, seconds.
-        canary_interval_s: seconds between canary completions.
+        canary_interval_s: seconds between canary completions (>= 0.1).
         canary_timeout_s: the overall deadline of one canary request, seconds (connect to
             last byte, not per read).
         canary_max_tokens: tokens the canary asks for (when the profile has no expected answer).
@@ -107,8 +107,9 @@ class GatewaySettings(BaseSettings):
             ``/var/lib/sparkpair/state/kernel-plan.json``), read by the ``overlay_plan`` check.
         recovery: wedge recovery on (:mod:`sparkpair_health.recovery`); off by default. Needs
             ``stability`` with a node named ``head`` and each node's ``containers``.
-        recovery_max_restarts / recovery_window_s: at most this many pair restarts within
-            any window of this many seconds; then recovery stops and ``/readyz`` says why.
+        recovery_max_restarts / recovery_window_s: at most this many pair restarts (1-100)
+            within any window of this many seconds (60 s to 7 days: a shorter window would let
+            restarts go on for ever); then recovery stops and ``/readyz`` says why.
         recovery_after_failures: canary failures in a row that count as a wedge.
         recovery_stall_s: seconds without a new generated token (vLLM's
             ``vllm:generation_tokens_total``) while requests run that count as a wedge.
@@ -126,7 +127,7 @@ class GatewaySettings(BaseSettings):
     ready_timeout_s: float = Field(default_factory=default_ready_timeout_s, gt=0, allow_inf_nan=False)
     request_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False)
     long_prompt_timeout_s: float = Field(180.0, gt=0, allow_inf_nan=False)
-    canary_interval_s: float = Field(15.0, gt=0, allow_inf_nan=False)
+    canary_interval_s: float = Field(15.0, ge=0.1, allow_inf_nan=False)
     canary_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
     canary_max_tokens: int = Field(4, gt=0)
     canary_prompt: str = "Reply with OK."
@@ -142,8 +143,8 @@ class GatewaySettings(BaseSettings):
     head_log: Path | None = DEFAULT_HEAD_LOG
     peer_probe_port: int | None = Field(None, ge=1, le=65535)
     recovery: bool = False
-    recovery_max_restarts: int = Field(3, ge=1)
-    recovery_window_s: float = Field(3600.0, gt=0, allow_inf_nan=False)
+    recovery_max_restarts: int = Field(3, ge=1, le=100)
+    recovery_window_s: float = Field(3600.0, ge=60.0, le=7 * 86400.0, allow_inf_nan=False)
     recovery_after_failures: int = Field(3, ge=1)
     recovery_stall_s: float = Field(120.0, gt=0, allow_inf_nan=False)
 

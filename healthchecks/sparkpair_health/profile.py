@@ -265,10 +265,14 @@ def removed_dsv4_env(env: Mapping[str, str]) -> str | None:
     """The error for ``SPARKPAIR_DSV4_<FIELD>`` variables in ``env`` (the removed
     ``DSV4CheckSettings`` named them so), each with the setting that replaces it; ``None``
     when there are none. ``SPARKPAIR_DSV4_CHECKS`` (the gateway's switch) is not one."""
-    stale = sorted(k for k in env if k.startswith("SPARKPAIR_DSV4_") and k != "SPARKPAIR_DSV4_CHECKS")
+    # Matched in any case, as the gateway's settings are read (pydantic-settings).
+    stale = sorted(
+        k for k in env if k.upper().startswith("SPARKPAIR_DSV4_") and k.upper() != "SPARKPAIR_DSV4_CHECKS"
+    )
     if not stale:
         return None
-    return "; ".join(removed_dsv4_setting(k.removeprefix("SPARKPAIR_DSV4_").lower(), k) for k in stale)
+    n = len("SPARKPAIR_DSV4_")
+    return "; ".join(removed_dsv4_setting(k[n:].lower(), k) for k in stale)
 
 
 class DSV4Spec(_Strict):
