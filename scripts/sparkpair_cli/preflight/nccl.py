@@ -337,6 +337,8 @@ def library_version(path: str) -> str:
     rc = fn(ctypes.byref(v))
     if rc != 0:
         raise OSError(f"{path}: ncclGetVersion returned {rc}")
+    if v.value < 20900:  # NCCL_VERSION(2, 9, 0): the encoding decode_version reads, since 2.9
+        raise OSError(f"{path}: ncclGetVersion answered {v.value}; wanted an NCCL >= 2.9 version code")
     return decode_version(v.value)
 
 

@@ -118,3 +118,8 @@ def test_compare_flags_different_nccl_versions_naming_the_nodes() -> None:
         r for r in pf.compare([rep("spark-a", "2.28.9"), rep("spark-b", "2.28.9")]) if r.id == "same-nccl"
     ]
     assert {r.status for r in same} == {"pass"}
+
+
+def test_a_nonsense_version_code_fails_naming_it(tmp_path: Path) -> None:
+    r, _ = local({"VLLM_NCCL_SO_PATH": str(craft(tmp_path / "libnccl.so.2", -1))})
+    assert r.status == "fail" and "ncclGetVersion answered -1" in r.message, r.message
