@@ -8,6 +8,8 @@ value wanted.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar, cast
@@ -21,6 +23,10 @@ class PlanError(ValueError):
     """An input to the plan (probe JSON, plan JSON, override) is malformed; the message says which."""
 
 
+MAX_JSON_BYTES = 4 << 20
+"""Largest plan or probe-results file read (4 MiB; a real one is a few KiB)."""
+
+
 def read_json_file(path: Path | str, source: str) -> object:
     """Parse the JSON file at ``path``; ``source`` names it in errors (``"SETTING=path"``, say).
 
@@ -28,15 +34,23 @@ def read_json_file(path: Path | str, source: str) -> object:
         PlanError: ``"<source>: not readable JSON (<why>); wanted a JSON object"``.
     """
     try:
-        text = Path(path).read_text()
+        # O_NONBLOCK: a FIFO named by mistake does not block the open; only regular files are read.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise PlanError(f"{source}: not a regular file; wanted a JSON file")
+            raw = f.read(MAX_JSON_BYTES + 1)
+        if len(raw) > MAX_JSON_BYTES:
+            raise PlanError(f"{source}: larger than {MAX_JSON_BYTES} bytes; wanted a plan or probe JSON file")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanError(
             f"{source}: not readable JSON ({type(exc).__name__}: {exc}); wanted a JSON object"
         ) from None
     try:
         data: object = json.loads(text)
-    except ValueError as exc:
-        raise PlanError(f"{source}: not readable JSON ({exc}); wanted a JSON object") from None
+    except (ValueError, RecursionError) as exc:
+        raise PlanError(f"{source}: not readable JSON ({type(exc).__name__}); wanted a JSON object") from None
     return data
 
 

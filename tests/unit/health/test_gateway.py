@@ -196,7 +196,9 @@ def test_settings_from_env_use_one_schema_and_name_the_bad_variable() -> None:
         9000,
     )
     assert s.api_key is not None and s.api_key.get_secret_value() == "k-123"
-    with pytest.raises(GatewaySettingsError, match=r"SPARKPAIR_CANARY_INTERVAL_S='-1'.*greater than 0"):
+    with pytest.raises(
+        GatewaySettingsError, match=r"SPARKPAIR_CANARY_INTERVAL_S='-1'.*greater than or equal to 0.1"
+    ):
         GatewaySettings.from_env({"SPARKPAIR_CANARY_INTERVAL_S": "-1"})
     # The model-check settings are profile fields now: the old variable is refused, naming the field.
     with pytest.raises(GatewaySettingsError, match=r"SPARKPAIR_DSV4.*field checks\.dsv4\.soak_requests"):

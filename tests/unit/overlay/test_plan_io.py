@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+from pathlib import Path
 
 import pytest
 from sparkpair_overlay import plugin
@@ -183,3 +185,27 @@ def test_the_old_probe_variable_is_refused_naming_the_new_one():
     with pytest.raises(envs.EnvError, match="SPARKPAIR_PROBE_PLAN=.*wanted SPARKPAIR_PROBE_RESULTS"):
         envs.read_all({"SPARKPAIR_PROBE_PLAN": "/tmp/probe.json"})
     assert envs.read("SPARKPAIR_PROBE_RESULTS", {"SPARKPAIR_PROBE_RESULTS": "/x.json"}) == "/x.json"
+
+
+def test_a_plan_file_that_is_a_device_a_fifo_huge_or_deeply_nested_is_named_not_read_whole(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    from sparkpair_overlay.jsonio import MAX_JSON_BYTES
+    from sparkpair_overlay.plan import KernelPlan, PlanError
+
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.json"
+    huge.write_bytes(b" " * (MAX_JSON_BYTES + 1))
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    for path, why in (
+        ("/dev/zero", "not a regular file"),
+        (fifo, "not a regular file"),
+        (huge, f"larger than {MAX_JSON_BYTES} bytes"),
+        (deep, "not readable JSON (RecursionError)"),
+    ):
+        with pytest.raises(PlanError, match=re.escape(why)):
+            KernelPlan.load(path, "plan file")
