@@ -62,10 +62,20 @@ class SpeculationSpec(_Strict):
         extra: further ``SpeculativeConfig`` fields (e.g. ``prompt_lookup_max`` for ngram).
     """
 
-    method: str = Field(min_length=1)
-    num_speculative_tokens: int = Field(ge=1, le=64)
+    method: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    num_speculative_tokens: int = Field(ge=1, le=64, strict=True)
     draft_sample_method: Literal["greedy", "probabilistic"] | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _extra_does_not_override(self) -> SpeculationSpec:
+        own = sorted({"method", "num_speculative_tokens", "draft_sample_method"} & set(self.extra))
+        if own:
+            raise ValueError(
+                f"speculation.extra sets {own}; wanted them only as the speculation fields of the "
+                "same names (the checks and the capture size read those)"
+            )
+        return self
 
     def config_json(self) -> str:
         """The ``--speculative-config`` value: compact JSON, keys in a fixed order."""

@@ -4,6 +4,7 @@ size of max_num_seqs x (k + 1); the schema refuses a profile that contradicts it
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,20 @@ def test_a_profile_contradicting_its_speculation_is_refused_naming_the_value(
     with pytest.raises(ProfileError) as e:
         load_profile(f)
     assert fragment in str(e.value) and str(f) in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ({"method": "ngram", "num_speculative_tokens": 5, "extra": {"num_speculative_tokens": 40}},
+         "speculation.extra sets ['num_speculative_tokens']"),
+        ({"method": " dspark\n", "num_speculative_tokens": 5}, "should match pattern"),
+        ({"method": "dspark", "num_speculative_tokens": True}, "valid integer"),
+    ],
+    ids=["extra-overrides-k", "method-with-spaces", "k-is-a-bool"],
+)
+def test_a_speculation_block_that_would_render_something_else_is_refused(spec: dict, fragment: str) -> None:
+    from sparkpair_health.profile import SpeculationSpec
+
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        SpeculationSpec.model_validate(spec)
