@@ -153,6 +153,18 @@ class ProbeResults:
             raise f.fail("capability", None, "[MAJOR, MINOR]")
         router = tuple(RouterProbe.from_json(r) for r in f.objects("router"))
         o_proj = tuple(OProjProbe.from_json(o) for o in f.objects("o_proj"))
+        # One row per measurement: a second row for the same one would hide the first (a
+        # failure followed by a pass of the same shape reads as a pass).
+        for what, keys in (
+            ("router", [(r.path, r.weight_dtype, r.m) for r in router]),
+            ("o_proj", [(o.backend, o.recipe, o.t) for o in o_proj]),
+        ):
+            dup = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+            if dup is not None:
+                raise f.fail(what, f"two rows for {dup}", "one row per (path/backend, dtype/recipe, tokens)")
+        bad = [r.m for r in router if r.m < 1] + [o.t for o in o_proj if o.t < 1]
+        if bad:
+            raise f.fail("router/o_proj", f"token count {bad[0]}", "token counts >= 1")
         serve: ServeChoice | None = None
         raw = f.data.get("serve_choice")
         if raw is not None:

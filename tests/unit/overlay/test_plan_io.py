@@ -209,3 +209,19 @@ def test_a_plan_file_that_is_a_device_a_fifo_huge_or_deeply_nested_is_named_not_
     ):
         with pytest.raises(PlanError, match=re.escape(why)):
             KernelPlan.load(path, "plan file")
+
+
+def test_probe_results_with_two_rows_for_one_measurement_are_refused() -> None:
+    """A failed row followed by a passing row of the same shape must not read as a pass."""
+    row = {"path": "triton-bf16-lowM", "weight_dtype": "bfloat16", "m": 8, "us": 1.0, "shape": [256, 4096]}
+    data = {
+        "schema": "sparkpair-probe/1",
+        "capability": [12, 1],
+        "router": [{**row, "ok": False}, {**row, "ok": True}],
+        "o_proj": [],
+    }
+    with pytest.raises(PlanError, match=r"two rows for \('triton-bf16-lowM', 'bfloat16', 8\)"):
+        ProbeResults.from_json(data, "probe.json")
+    data["router"] = [{**row, "m": -5, "ok": True}]
+    with pytest.raises(PlanError, match="token counts >= 1"):
+        ProbeResults.from_json(data, "probe.json")
