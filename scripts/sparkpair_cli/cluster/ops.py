@@ -246,9 +246,12 @@ def up(cluster: Cluster, console: Console, *, wait: bool = True) -> Verdict:
 
 
 def down(cluster: Cluster, console: Console, *, volumes: bool = False) -> list[str]:
-    """``docker compose down`` on every node (every node is tried); one line per node that failed."""
-    failed: list[str] = []
+    """``docker compose down`` on every node (every node is tried); one line per node that failed,
+    an unreachable engine included (nothing can be said to be down there)."""
+    clients, failed = connect_all(cluster)
     for n in cluster.nodes:
+        if n.name not in clients:
+            continue
         args = ["down", "-t", "30", *(["-v"] if volumes else [])]
         try:
             with console.status(f"{n.name}: docker compose down"):

@@ -185,3 +185,20 @@ def test_a_cluster_file_that_is_a_fifo_or_uses_yaml_aliases_is_refused(tmp_path:
     bomb.write_text('a: &a ["x", "x"]\nnodes: [*a, *a]\n')
     with pytest.raises(ClusterError, match="alias"):
         load_cluster(bomb)
+
+
+def test_down_never_says_down_for_a_node_whose_engine_does_not_answer(tmp_path: Path) -> None:
+    from rich.console import Console
+    from sparkpair_cli.cluster import ops
+
+    p = pair(tmp_path)
+    p.write_text(
+        "nodes:\n"
+        f"  spark-a: {{env_file: a.env, docker: 'unix://{tmp_path}/a.sock'}}\n"
+        f"  spark-b: {{env_file: b.env, docker: 'unix://{tmp_path}/b.sock'}}\n"
+    )
+    console = Console(file=open(tmp_path / "out.txt", "w"), markup=False)  # noqa: SIM115
+    failed = ops.down(load_cluster(p), console)
+    console.file.close()
+    assert len(failed) == 2 and all("unreachable" in f for f in failed), failed
+    assert "down" not in (tmp_path / "out.txt").read_text()
