@@ -166,7 +166,9 @@ def register(app: typer.Typer) -> None:
         """Validate a node env file and the profile it names; exit 2 with every problem listed."""
         env = _load_env(env_file)
         profile = _load_profile(env)
-        problems = []
+        from .deploy.nodeenv import parse_env_file, unknown_key_problems
+
+        problems = unknown_key_problems(parse_env_file(env_file), str(env_file))
         try:
             launch.check_shape(env, profile)
             launch.executor_of(env, profile)

@@ -450,3 +450,61 @@ def load_node_env_file(path: Path) -> NodeEnv:
 def load_node_env_from_environ() -> NodeEnv:
     """Validate the container's environment (compose passes the env file through ``env_file``)."""
     return load_node_env(dict(os.environ), source="container environment")
+
+
+COMPOSE_ONLY_KEYS = frozenset(
+    {
+        # read by compose.yaml
+        "SPARKPAIR_IMAGE",
+        "SPARKPAIR_GATEWAY_PORT",
+        "SPARKPAIR_GRAFANA_IMAGE",
+        "SPARKPAIR_PROMETHEUS_IMAGE",
+        "SPARKPAIR_NODE_ENV",
+        "SPARKPAIR_HOST_USER",
+        "SPARKPAIR_DSV4_CHECKS",
+        "SPARKPAIR_PLAN_FILE",
+        # read from the environment by the node entrypoint, preflight and the CLI
+        "SPARKPAIR_AOT_TRITON_CACHE",
+        "SPARKPAIR_CLUSTER_FILE",
+        "SPARKPAIR_GATE_DTYPE",
+        "SPARKPAIR_HOME",
+        "SPARKPAIR_NCCL_TIMEOUT_S",
+        "SPARKPAIR_NODE_ROLE",
+        "SPARKPAIR_PROBE_OUT",
+        "SPARKPAIR_REPORTS_DIR",
+    }
+)
+"""``SPARKPAIR_*`` keys read by compose.yaml, the node entrypoint or the CLI rather than by a
+settings schema (tests/unit/cli/test_node_env.py keeps this in step with the code)."""
+
+
+def known_keys() -> frozenset[str]:
+    """Every ``SPARKPAIR_*`` key a node env file may hold: the node's (:class:`NodeEnv`), the
+    overlay's (``sparkpair_overlay.envs.REGISTRY``), the gateway's (its settings' fields) and
+    compose's (:data:`COMPOSE_ONLY_KEYS`)."""
+    from sparkpair_health.gateway_settings import GatewaySettings
+    from sparkpair_overlay.envs import REGISTRY
+
+    gateway = {"SPARKPAIR_" + f.upper() for f in GatewaySettings.model_fields}
+    node = {k for k in NodeEnv.model_fields if k.startswith("SPARKPAIR_")}
+    return frozenset(node | set(REGISTRY) | gateway | COMPOSE_ONLY_KEYS)
+
+
+def unknown_key_problems(values: Mapping[str, str], source: str) -> list[str]:
+    """One line per ``SPARKPAIR_*`` key of an env file that nothing reads (a typo is silently
+    ignored otherwise), with the closest known key."""
+    import difflib
+
+    known = known_keys()
+    node = values.get("SPARKPAIR_NODE_NAME") or source
+    out = []
+    for k in sorted(values):
+        if k.upper().startswith("SPARKPAIR_") and k not in known:
+            near = difflib.get_close_matches(k.upper(), sorted(known), n=1)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            out.append(
+                f"node {node}: {k} in {source} is not a sparkpair setting (nothing reads it){hint} "
+                "wanted one of the keys of configs/node.env.example, docs/deploy.md or "
+                "docs/health-verdict.md"
+            )
+    return out

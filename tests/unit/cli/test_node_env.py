@@ -297,3 +297,36 @@ def test_a_long_bad_value_is_cut_in_the_message() -> None:
     msg = str(pytest.raises(NodeEnvError, load_node_env, values).value)
     assert "SPARKPAIR_NODE_NAME='" + "n" * 64 + "'... (5000 characters); wanted a short name" in msg
     assert len(msg) < 400, msg
+
+
+def test_every_sparkpair_key_the_code_or_compose_reads_is_known_to_node_validate() -> None:
+    import re
+    import subprocess
+
+    from sparkpair_cli.deploy.nodeenv import known_keys
+
+    repo = Path(__file__).resolve().parents[3]
+    files = subprocess.run(
+        ["git", "ls-files", "overlay", "healthchecks", "scripts/sparkpair_cli", "compose.yaml", "configs"],
+        cwd=repo, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    read = set()
+    for f in files:
+        if f.endswith((".py", ".yaml", ".example")):
+            read |= set(re.findall(r"SPARKPAIR_[A-Z0-9_]*[A-Z0-9]", (repo / f).read_text()))
+    read -= {"SPARKPAIR_PROBE_PLAN"}  # renamed: the overlay refuses it naming the new name
+    assert read - known_keys() == set()
+
+
+def test_node_validate_names_a_misspelt_key_and_the_one_meant(tmp_path: Path) -> None:
+    from sparkpair_cli.deploy.nodeenv import parse_env_file, unknown_key_problems
+
+    env = tmp_path / "node.env"
+    env.write_text(
+        (
+            Path(__file__).resolve().parents[2] / "fixtures" / "hosts" / "spark-head-good" / "node.env"
+        ).read_text()
+        + "SPARKPAIR_NODE_RANKK=1\n"
+    )
+    (line,) = unknown_key_problems(parse_env_file(env), str(env))
+    assert "SPARKPAIR_NODE_RANKK" in line and "did you mean SPARKPAIR_NODE_RANK?" in line, line
