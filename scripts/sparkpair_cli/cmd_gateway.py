@@ -48,16 +48,11 @@ def register(app: typer.Typer) -> None:
         dsv4_checks: bool = typer.Option(
             None, "--dsv4-checks/--no-dsv4-checks", help="add the DeepSeek-V4 checks"
         ),
-        dsv4: str = typer.Option(
-            None, help="DeepSeek-V4 check settings as JSON, e.g. '{\"soak_requests\": 15}'"
-        ),
         report_json: Path = typer.Option(None, help="also write each report here"),
         junit_xml: Path = typer.Option(None, help="also write JUnit XML here"),
         check_settings: bool = typer.Option(False, "--check-settings", help="print the settings and exit"),
     ) -> None:
         """Gate traffic on a real verdict: readiness, the suite, then a periodic canary completion."""
-        import json
-
         from sparkpair_health.apikey import ApiKeyError
         from sparkpair_health.gateway import GatewayGaveUp, GatewaySettings, GatewaySettingsError, serve
 
@@ -68,11 +63,6 @@ def register(app: typer.Typer) -> None:
             if k in GatewaySettings.model_fields and k != "dsv4" and v is not None
         }
         try:
-            if dsv4 is not None:
-                try:
-                    overrides["dsv4"] = json.loads(dsv4)
-                except ValueError as e:
-                    raise GatewaySettingsError(f"--dsv4={dsv4!r}: not valid JSON ({e})") from None
             settings = GatewaySettings.from_env(overrides=overrides)
             settings.resolved_api_key()
         except (GatewaySettingsError, ApiKeyError) as e:

@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def logscan(
-        files: list[str] = typer.Argument(..., help="log files to scan; '-' reads standard input"),
+        files: list[str] = typer.Argument(None, help="log files to scan; '-' reads standard input"),
         json_out: Path = typer.Option(None, "--json", help="also write the findings as JSON here"),
         catalogue: bool = typer.Option(False, help="print the pattern catalogue and exit"),
     ) -> None:
@@ -95,6 +95,11 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(0)
         from sparkpair_health.inputs import check_output_file
 
+        if not files:
+            console.print(
+                "sparkpair logscan: no FILE given; wanted log files, '-' for standard input, or --catalogue"
+            )
+            raise typer.Exit(2)
         labels = ["stdin" if name == "-" else name for name in files]
         if files.count("-") > 1:
             console.print(

@@ -221,14 +221,14 @@ def test_cli_command_reads_env_and_options_the_same_way(monkeypatch: pytest.Monk
 
     monkeypatch.setenv("SPARKPAIR_CANARY_INTERVAL_S", "7")
     monkeypatch.setenv("SPARKPAIR_API_KEY", "never-print-me")
-    r = CliRunner().invoke(
-        app, ["gateway", "--check-settings", "--port", "9123", "--dsv4", "{}"]
-    )
+    r = CliRunner().invoke(app, ["gateway", "--check-settings", "--port", "9123"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert (d["canary_interval_s"], d["port"], d["dsv4"]) == (7.0, 9123, {})
-    r = CliRunner().invoke(app, ["gateway", "--check-settings", "--dsv4", '{"soak_requests": 3}'])
+    monkeypatch.setenv("SPARKPAIR_DSV4", '{"soak_requests": 3}')
+    r = CliRunner().invoke(app, ["gateway", "--check-settings"])
     assert r.exit_code == 3 and "checks.dsv4.soak_requests" in r.output, r.output
+    monkeypatch.delenv("SPARKPAIR_DSV4")
     assert "never-print-me" not in r.output
     monkeypatch.setenv("SPARKPAIR_PORT", "70000")
     r = CliRunner().invoke(app, ["gateway", "--check-settings"])
