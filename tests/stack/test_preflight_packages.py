@@ -96,7 +96,7 @@ def test_flashinfer_check_fails_on_a_table_without_the_pair(
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     res = _run("flashinfer")
     assert res.status == "fail", res.message
-    assert "(32, 128) in table: False" in res.seen and "TP=2" in res.wanted, res.message
+    assert "(32, 128), (32, 192) in table: False" in res.seen and "TP=2" in res.wanted, res.message
     assert res.message.startswith("node spark-a: FlashInfer DSv4 decode table="), res.message
 
 
@@ -150,7 +150,7 @@ def test_the_ptxas_check_fails_on_tritons_cuda_12_8_ptxas(monkeypatch: pytest.Mo
 def test_the_recorded_trees_answer_in_the_format_the_live_check_prints() -> None:
     """tests/fixtures/hosts recordings are this venv's real FlashInfer answer."""
     live = subprocess.run(
-        [sys.executable, "-c", toolchain.FLASHINFER_DSV4_CMD, json.dumps([[32, 128]])],
+        [sys.executable, "-c", toolchain.FLASHINFER_DSV4_CMD, json.dumps([[32, 128], [32, 192]])],
         capture_output=True,
         text=True,
         timeout=300,

@@ -117,6 +117,27 @@ def dsv4_decode_pair(tp: int) -> tuple[int, int]:
     raise ValueError(f"{per_rank} DSv4 heads per rank; wanted <= {DSV4_Q_HEAD_SPECIALISATIONS[-1]}")
 
 
+DSPARK_SWA_INDEX_ALIGNMENT = 64
+"""vLLM 0.33 pads the DSpark draft's sliding-window index width (window + k) up to a multiple of
+this (``_DSPARK_SWA_INDEX_ALIGNMENT``, vllm/v1/attention/backends/mla/compressor_utils.py)."""
+
+
+def dsv4_decode_pairs(profile: Any) -> list[tuple[int, int]]:
+    """Every ``(num_q_heads, top_k)`` vLLM 0.33 asks FlashInfer's SM120 DSv4 decode table for
+    with this profile: the target's :func:`dsv4_decode_pair`, and with a DSpark draft also the
+    draft's non-causal window, ``top_k`` = window + k rounded up to
+    :data:`DSPARK_SWA_INDEX_ALIGNMENT` (``_required_sm120_sparse_topk`` and
+    ``get_dspark_swa_index_width`` in vLLM 0.33; (32, 192) at TP=2, k=5; checked against
+    vLLM 0.33 in tests/stack/test_speculation_config.py)."""
+    heads, window = dsv4_decode_pair(_tp(profile))
+    pairs = [(heads, window)]
+    spec = getattr(getattr(profile, "server", None), "speculation", None)
+    if spec is not None and spec.method == "dspark":
+        width = -(-(window + spec.num_speculative_tokens) // DSPARK_SWA_INDEX_ALIGNMENT)
+        pairs.append((heads, width * DSPARK_SWA_INDEX_ALIGNMENT))
+    return pairs
+
+
 FLASHINFER_DSV4_CMD = """import json, sys
 asked = [tuple(p) for p in json.loads(sys.argv[1])]
 missing = []
@@ -148,16 +169,17 @@ Python so a FlashInfer that crashes on import fails this check, not the prefligh
 
 def check_flashinfer_table(c: Ctx) -> None:
     """FlashInfer's SM120 DSv4 decode table answers ``(heads, top_k) in table`` with True for
-    the pair vLLM 0.33 asks at this TP (:func:`dsv4_decode_pair`; ``(32, 128)`` at TP=2), and the
+    every pair vLLM 0.33 asks with this profile (:func:`dsv4_decode_pairs`; ``(32, 128)`` at
+    TP=2, and ``(32, 192)`` for the DSpark draft at k=5), and the
     sparse-MLA decode entry points vLLM checks exist; otherwise vLLM's attention layer raises at
     init ("requires a FlashInfer DSV4 sparse MLA decode specialization")."""
     setting = "FlashInfer DSv4 decode table"
     if not c.profile.is_dsv4:
         c.add("flashinfer-dsv4", "pass", setting, "n/a", "n/a", "profile is not DeepSeek-V4")
         return
-    want = dsv4_decode_pair(_tp(c.profile))
-    wanted = f"{want} in the table (what vLLM 0.33 asks at TP={_tp(c.profile)})"
-    argv = [sys.executable, "-c", FLASHINFER_DSV4_CMD, json.dumps([list(want)])]
+    want = dsv4_decode_pairs(c.profile)
+    wanted = f"{', '.join(map(str, want))} in the table (what vLLM 0.33 asks at TP={_tp(c.profile)})"
+    argv = [sys.executable, "-c", FLASHINFER_DSV4_CMD, json.dumps([list(p) for p in want])]
     try:
         r = c.host.run("flashinfer-dsv4-table", argv)
     except CommandUnavailable as e:
@@ -182,17 +204,19 @@ def check_flashinfer_table(c: Ctx) -> None:
         )
         return
     answers = {(int(h), int(k)): bool(ok) for h, k, ok in got.get("answers", [])}
-    if not answers.get(want, False):
+    absent = [p for p in want if not answers.get(p, False)]
+    if absent:
         c.add(
             "flashinfer-dsv4",
             "fail",
             setting,
-            f"{got.get('table')} answers {want} in table: False",
+            f"{got.get('table')} answers {', '.join(map(str, absent))} in table: False",
             wanted,
             f"TP={_tp(c.profile)} needs (padded heads per rank, top_k); install a FlashInfer with it",
         )
     else:
-        c.add("flashinfer-dsv4", "pass", setting, f"{got.get('table')} has {want}", wanted)
+        has = ", ".join(map(str, want))
+        c.add("flashinfer-dsv4", "pass", setting, f"{got.get('table')} has {has}", wanted)
 
 
 DEEPGEMM_LOCATE_ARGV = ["-m", "sparkpair_overlay.deepgemm"]

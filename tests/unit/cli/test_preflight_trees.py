@@ -194,3 +194,26 @@ def test_excluding_both_halves_is_not_reported_as_both_halves_listed() -> None:
     assert got["rdma-both-halves"].status == "fail", got["rdma-both-halves"].message
     assert "NCCL uses []" in got["rdma-both-halves"].message
     assert got["rdma-link"].status == "fail" and "is ACTIVE/LinkUp" in got["rdma-link"].message
+
+
+def test_a_flashinfer_without_the_dspark_drafts_window_fails_naming_that_pair(tmp_path: Path) -> None:
+    """The DSpark profile's draft asks (32, 192) besides the target's (32, 128)."""
+    import json
+    import shutil
+
+    tree = tmp_path / "spark-head-good"
+    shutil.copytree(HOSTS / "spark-head-good", tree, symlinks=True)
+    rec = tree / "_cmd" / "flashinfer-dsv4-table.json"
+    data = json.loads(rec.read_text())
+    answer = json.loads(data["stdout"])
+    answer["answers"] = [[32, 128, True], [32, 192, False]]
+    data["stdout"] = json.dumps(answer) + "\n"
+    rec.write_text(json.dumps(data))
+    env = load_node_env_file(HOSTS / "spark-head-good" / "node.env")
+    res = {r.id: r for r in pf.run_local(env, load_profile("deepseek-v4-flash"), root=tree).results}
+    assert (
+        res["flashinfer-dsv4"].status == "fail"
+        and "(32, 192) in table: False" in res["flashinfer-dsv4"].message
+    )
+    nospec = {r.id: r for r in pf.run_local(env, load_profile("deepseek-v4-flash-nospec"), root=tree).results}
+    assert nospec["flashinfer-dsv4"].status == "pass", nospec["flashinfer-dsv4"].message
