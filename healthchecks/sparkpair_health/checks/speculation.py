@@ -178,7 +178,7 @@ def check_spec_active(ctx: CheckContext, deadline: Deadline) -> Passed:
     after = read_spec_counters(ctx, deadline)
     delta = (after or before).minus(before)
     ev = {"method": method, "k": k, "before": before.as_dict(), "delta": delta.as_dict()}
-    bad = (after or before).implausible(before) or before.implausible()
+    bad = before.implausible() or (after.implausible(before) if after is not None else None)
     if bad is not None:
         raise Fail(f"/metrics speculation counters: {bad}", ev)
     if not delta.draft_tokens >= want:
