@@ -145,6 +145,7 @@ class Gateway(CanaryMixin):
         self._stability_thread: threading.Thread | None = None
         self._runner = suite_runner or self.run_suite
         self.monitor = StabilityMonitor(settings.stability) if settings.stability else None
+        self._stability_lock = threading.Lock()
         self.stability_failing: dict[str, str] | None = None
         self.peers = PeerWatch(settings.peer_settings()) if settings.peers else None
         self.recovery = recovery_of(settings, clock) if settings.recovery else None
@@ -299,7 +300,7 @@ class Gateway(CanaryMixin):
         if ok and peer is None:
             self.canary_failures = 0
             self.metrics.canary_latency.observe(lat)
-            if self.suite_ok and not (self.recovery is not None and self.recovery.exhausted):
+            if self.suite_ok and not self.recovery_exhausted():
                 self._set(
                     *(
                         ("stability_failing", self.stability_failing)
@@ -333,6 +334,12 @@ class Gateway(CanaryMixin):
         if rec.exhausted is not None:
             self.metrics.recovery_exhausted.set(1.0)
             self._set("recovery_exhausted", {"check": "recovery", "cause": rec.exhausted})
+        elif ev is not None and ev.action == "recovered":
+            # The restarts and the wedge's log lines are in recovery's events now: judge the
+            # reloaded pair afresh, at once, rather than on the next stability tick.
+            if self.monitor is not None:
+                self.monitor.new_epoch()
+                self._guard("stability", self.stability_tick)
         elif ev is not None and ev.action == "restarted":
             self.metrics.recovery_restarts.inc()
             self._set(
@@ -397,16 +404,21 @@ class Gateway(CanaryMixin):
     def stability_tick(self) -> None:
         """Look at both nodes once; a fatal finding makes /readyz 503 (``failing_check: stability``)."""
         assert self.monitor is not None
-        rep = self.monitor.check()
+        with self._stability_lock:  # the stability thread and recovery's fresh look
+            rep = self.monitor.check()
         self.metrics.record_stability(rep)
         if rep.status == "fail":
             self.stability_failing = {"check": "stability", "cause": rep.message()}
-            if self.suite_ok:
+            if self.suite_ok and not self.recovery_exhausted():
                 self._set("stability_failing", self.stability_failing)
         else:
             self.stability_failing = None
-            if self.suite_ok and self.canary_failures == 0:
+            if self.suite_ok and self.canary_failures == 0 and not self.recovery_exhausted():
                 self._set("ready", None)
+
+    def recovery_exhausted(self) -> bool:
+        """True once wedge recovery spent its budget: the verdict stays 503 naming it for good."""
+        return self.recovery is not None and self.recovery.exhausted is not None
 
     def start(self) -> Gateway:
         """Start the background worker thread (idempotent)."""

@@ -173,7 +173,7 @@ def restart_pair(nodes: Sequence[StabilityNode], head: str = "head", timeout_s: 
 @dataclass
 class RecoveryEvent:
     """One wedge seen: when (unix s), why, and what recovery did (``restarted``, ``exhausted``,
-    ``failed``)."""
+    ``failed``), or ``recovered``: the first successful canary after a restart."""
 
     at: float
     cause: str
@@ -237,14 +237,25 @@ class Recovery:
     ) -> RecoveryEvent | None:
         """Judge one canary tick; restart the pair when it is wedged and the budget allows.
 
-        Returns the event when a wedge was acted on (restarted, exhausted, failed), else None.
-        Never raises (a failed restart is an event naming the error).
+        Returns the event when a wedge was acted on (restarted, exhausted, failed) or the pair
+        serves again after a restart (recovered), else None. Never raises (a failed restart is
+        an event naming the error).
         """
         if self.exhausted is not None:
             return None
         now = self.clock()
-        if canary_ok and peer_down is None:
+        if canary_ok and peer_down is None and not self.served_since_restart:
             self.served_since_restart = True
+            last = self.events[-1].cause if self.events else ""
+            back = RecoveryEvent(
+                time.time(),
+                last,
+                "recovered",
+                f"serving again {now - (self.last_restart_at or now):.0f} s after the restart",
+            )
+            self.say(f"the pair serves again after the wedge ({last}): {back.detail}")
+            self.events.append(back)
+            return back
         if (
             not self.served_since_restart
             and self.last_restart_at is not None

@@ -327,6 +327,18 @@ class StabilityMonitor:
         self.catalogue = catalogue
         self.baseline: dict[tuple[str, str], int] | None = None
         self.previous_boot_done: set[str] = set()
+        self.logs_since: int | None = None
+
+    def new_epoch(self, at: float | None = None) -> None:
+        """Start judging afresh from ``at`` (unix seconds; default now): the next look takes its
+        restart counts as the new baseline and reads container logs written from ``at`` on only.
+
+        Wedge recovery calls it once the pair it restarted serves again: the restarts it made
+        (and compose's, during the same reload) and the log lines of the wedge it acted on are
+        accounted for in its own events, so they must not keep the pair failing for ever.
+        """
+        self.baseline = None
+        self.logs_since = int(time.time() if at is None else at)
 
     def _runner(self, node: StabilityNode) -> CommandRunner | None:
         return self.runners[node.name] if node.name in self.runners else runner_for(node.kernel_log)
@@ -443,7 +455,10 @@ class StabilityMonitor:
                     )
                 )
             try:
-                logs = c.logs(stdout=True, stderr=True, tail=self.s.log_tail).decode("utf-8", "replace")
+                since = {} if self.logs_since is None else {"since": self.logs_since}
+                logs = c.logs(stdout=True, stderr=True, tail=self.s.log_tail, **since).decode(
+                    "utf-8", "replace"
+                )
             except Exception as e:  # noqa: BLE001
                 rep.findings.append(
                     StabilityFinding(

@@ -3,7 +3,8 @@
 The policy runs on the real monotonic clock with short windows (no fake time). The gateway
 walk uses the health fault server to freeze the answers (a fault a real server cannot be
 told to produce on demand) and an injected restart that unfreezes it. The restart of real
-containers in the two-container simulation is not tested yet (docs/observability.md).
+containers: tests/unit/health/test_gateway_recovery_docker.py (the restart order) and
+tests/docker/test_sim_pair.py (the two-container vLLM pair frozen and killed).
 """
 
 from __future__ import annotations
@@ -83,6 +84,19 @@ def test_recovery_restarts_on_each_signal_and_stops_after_n_naming_the_cause() -
     assert r.exhausted is not None and "2 restart(s) within recovery_window_s=60 s" in r.exhausted
     assert "peer node 'worker'" in r.exhausted
     assert r.observe(False, "engine died: x", 9) is None and len(done) == 2, "stopped for good"
+
+
+def test_the_first_good_canary_after_a_restart_is_one_recovered_event() -> None:
+    r = rec([], n=5)
+    r.grace_s = 60.0
+    assert r.observe(True, "", 0) is None, "serving from the start: nothing to report"
+    assert r.observe(False, "engine died: x", 1) is not None
+    assert r.observe(False, "server went away: refused", 2) is None, "reloading (grace)"
+    back = r.observe(True, "", 0)
+    assert back is not None and back.action == "recovered" and back.cause == "engine dead: engine died: x"
+    assert back.detail.startswith("serving again ") and back.detail.endswith(" s after the restart")
+    assert r.observe(True, "", 0) is None, "once"
+    assert [e.action for e in r.events] == ["restarted", "recovered"]
 
 
 def test_a_failed_restart_is_an_event_naming_the_error() -> None:
@@ -182,5 +196,16 @@ def test_the_gateway_restarts_a_frozen_pair_returns_to_ready_then_stays_down_aft
                 assert r.status_code == 503 and r.json()["failing_check"] == "recovery", "must stay down"
                 assert len(restarts) == 1
                 assert "recovery stopped" in httpx.get(g.base_url + "/status").text
+                # A stability look that passes (the pair came back by itself) does not lift it.
+                from sparkpair_health.stability import StabilityReport
+
+                class Passing:
+                    def check(self) -> StabilityReport:
+                        return StabilityReport()
+
+                gw.monitor = Passing()  # type: ignore[assignment]
+                gw.stability_tick()
+                r = httpx.get(g.base_url + "/readyz")
+                assert r.status_code == 503 and "recovery stopped" in r.json()["cause"], r.json()
             finally:
                 gw.stop()

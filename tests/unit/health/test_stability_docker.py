@@ -153,3 +153,44 @@ def test_restart_loop_oom_kill_and_log_lines_seen_through_the_docker_sdk(  # typ
     ).check()
     f = next(f for f in rep.findings if f.id == "oom_killed")
     assert f.severity == "fatal" and "OOM-killed" in f.message and rep.status == "fail"
+
+
+def test_a_new_epoch_forgets_the_restarts_and_log_lines_before_it_and_sees_the_ones_after(  # type: ignore[no-untyped-def]
+    client, sh_image, containers
+) -> None:
+    """What wedge recovery relies on once the pair it restarted serves again: the restart it
+    made and the dead engine's log lines are not fatal any more; a new death after it is."""
+    tag = uuid.uuid4().hex[:8]
+    dead = "(EngineCore_DP0 pid=1) ERROR vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue"
+    c = client.containers.run(
+        sh_image,
+        ["/bin/sh", "-c", f"if [ -e /again ]; then read x; else echo '{dead}'; : > /again; exit 3; fi"],
+        detach=True,
+        stdin_open=True,
+        name=f"sp-epoch-{tag}",
+        restart_policy={"Name": "on-failure", "MaximumRetryCount": 1},
+    )
+    containers.append(c)
+    mon = StabilityMonitor(StabilitySettings(nodes=[StabilityNode(name="head", containers=[c.name])]))
+    mon.baseline = {("head", c.name): 0}  # the baseline taken before the engine died
+
+    def restarted_and_running() -> bool:
+        c.reload()
+        return c.attrs["RestartCount"] == 1 and c.attrs["State"]["Running"]
+
+    wait(restarted_and_running, 60, "one restart, then running")
+    before = mon.check()
+    assert before.status == "fail", before.to_dict()
+    assert {f.id for f in before.findings if f.severity == "fatal"} == {"restarted", "engine_dead"}
+
+    time.sleep(1.1)  # docker's `since` has one-second resolution
+    mon.new_epoch()
+    after = mon.check()
+    assert after.status == "pass", after.to_dict()
+    assert [f.id for f in after.findings] == ["restarted"] and after.findings[0].severity == "warning"
+
+    # A dead engine's line written after the epoch is fatal again.
+    r = c.exec_run(["/bin/sh", "-c", f"echo '{dead}' > /proc/1/fd/1"])
+    assert r.exit_code == 0, r.output
+    rep = mon.check()
+    assert rep.status == "fail" and {f.id for f in rep.findings if f.severity == "fatal"} == {"engine_dead"}
