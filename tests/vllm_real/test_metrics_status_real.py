@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -28,7 +26,9 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
+import obslib  # noqa: E402
 from dsv4_fault_server import Served  # noqa: E402
+from obslib import badge_pixels, hostport, query, screenshot  # noqa: E402
 
 pytestmark = [pytest.mark.vllm_real, pytest.mark.slow]
 
@@ -83,56 +83,13 @@ def ready_gateway(vllm_server: Any) -> Iterator[tuple[Any, str]]:
             gw.stop()
 
 
-def hostport(url: str) -> str:
-    return url.split("://", 1)[1].rstrip("/")
-
-
 @pytest.fixture(scope="module")
 def prometheus(ready_gateway: tuple[Any, str], vllm_server: Any, tmp_path_factory: Any) -> Iterator[str]:
     """A real Prometheus scraping the session's vLLM server and the ready gateway every second."""
-    from sparkpair_cli.server import free_port
-
-    exe = shutil.which("prometheus")
-    assert exe, "prometheus is not installed: run scripts/ensure-prometheus.sh"
-    tmp = tmp_path_factory.mktemp("prometheus")
-    # The shipped config with the test's addresses and a 1 s interval.
-    cfg = (REPO / "deploy" / "prometheus" / "prometheus.yml").read_text()
-    cfg = cfg.replace("127.0.0.1:8000", hostport(vllm_server.base_url))
-    cfg = cfg.replace("127.0.0.1:8080", hostport(ready_gateway[1]))
-    cfg = cfg.replace("scrape_interval: 15s", "scrape_interval: 1s")
-    (tmp / "prometheus.yml").write_text(cfg)
-    port = free_port()
-    log = (tmp / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            exe,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        assert proc.poll() is None, (tmp / "prometheus.log").read_text()[-2000:]
-        try:
-            return httpx.get(url + "/-/ready", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait("prometheus ready", up, 60)
+    with obslib.prometheus(
+        hostport(vllm_server.base_url), hostport(ready_gateway[1]), tmp_path_factory.mktemp("prometheus")
+    ) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
-
-
-def query(prom: str, expr: str) -> dict[str, Any]:
-    return httpx.get(prom + "/api/v1/query", params={"query": expr}, timeout=10).json()
 
 
 def test_prometheus_scrapes_the_real_pair_and_the_canary_latency_series_has_data(prometheus: str) -> None:
@@ -142,11 +99,7 @@ def test_prometheus_scrapes_the_real_pair_and_the_canary_latency_series_has_data
 
     n = wait("canary latency samples in Prometheus", canaries, 60)
     assert n >= 1
-    targets = httpx.get(prometheus + "/api/v1/targets").json()["data"]["activeTargets"]
-    assert sorted((t["labels"]["job"], t["health"]) for t in targets) == [
-        ("sparkpair-gateway", "up"),
-        ("vllm", "up"),
-    ], targets
+    assert obslib.targets(prometheus) == [("sparkpair-gateway", "up"), ("vllm", "up")]
     gen = query(prometheus, "vllm:generation_tokens_total")["data"]["result"]
     assert gen and float(gen[0]["value"][1]) > 0, f"vLLM's generated-token counter not scraped: {gen}"
 
@@ -210,37 +163,6 @@ def test_the_dashboard_check_fails_on_a_typo_and_on_an_unknown_series(prometheus
     assert len(probs) == 2 and "does not parse" in probs[0] and "vllm:generation_tokenz_total" in probs[1], (
         probs
     )
-
-
-def screenshot(url: str, png: Path) -> Any:
-    from PIL import Image
-
-    exe = shutil.which("chromium")
-    assert exe, "chromium is not installed: run scripts/ensure-chromium.sh"
-    r = subprocess.run(
-        [
-            exe,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--window-size=1000,700",
-            f"--screenshot={png}",
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert r.returncode == 0 and png.is_file(), r.stderr[-2000:]
-    return Image.open(png).convert("RGB")
-
-
-def badge_pixels(img: Any, hex_colour: str) -> int:
-    """Pixels of exactly ``hex_colour`` in the page's top-left corner (where ``#verdict`` sits)."""
-    want = bytes.fromhex(hex_colour[1:])
-    raw = img.crop((0, 0, 400, 120)).tobytes()  # RGB, 3 bytes a pixel
-    return sum(1 for i in range(0, len(raw), 3) if raw[i : i + 3] == want)
 
 
 def test_the_status_page_screenshot_shows_the_green_ready_verdict(
