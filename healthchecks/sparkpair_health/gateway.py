@@ -97,7 +97,7 @@ def recovery_of(settings: GatewaySettings, clock: Callable[[], float] = time.mon
     return Recovery(
         budget=RestartBudget(settings.recovery_max_restarts, settings.recovery_window_s, clock),
         after_failures=settings.recovery_after_failures,
-        restart=lambda: restart_pair(nodes),
+        restart=lambda: restart_pair(nodes, timeout_s=settings.recovery_stop_timeout_s),
         progress=TokenProgress(settings.recovery_stall_s, clock),
         grace_s=settings.ready_timeout_s,
         clock=clock,

@@ -113,6 +113,8 @@ class GatewaySettings(BaseSettings):
         recovery_after_failures: canary failures in a row that count as a wedge.
         recovery_stall_s: seconds without a new generated token (vLLM's
             ``vllm:generation_tokens_total``) while requests run that count as a wedge.
+        recovery_stop_timeout_s: seconds Docker gives each container to stop when recovery
+            restarts the pair, before it kills it (a wedged engine seldom stops on SIGTERM).
     """
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True, extra="forbid")
@@ -147,6 +149,7 @@ class GatewaySettings(BaseSettings):
     recovery_window_s: float = Field(3600.0, ge=60.0, le=7 * 86400.0, allow_inf_nan=False)
     recovery_after_failures: int = Field(3, ge=1)
     recovery_stall_s: float = Field(120.0, gt=0, allow_inf_nan=False)
+    recovery_stop_timeout_s: int = Field(30, ge=1, le=600)
 
     @property
     def stale_after_s(self) -> float:

@@ -128,7 +128,10 @@ def test_recovery_is_off_by_default_and_needs_the_nodes_it_restarts() -> None:
             "SPARKPAIR_STABILITY": '{"nodes": [{"name": "head", "containers": ["h"]}]}',
         }
     )
-    assert s.recovery and s.recovery_max_restarts == 3
+    assert s.recovery and s.recovery_max_restarts == 3 and s.recovery_stop_timeout_s == 30
+    with pytest.raises(GatewaySettingsError) as e:
+        GatewaySettings.from_env({"SPARKPAIR_RECOVERY_STOP_TIMEOUT_S": "0"})
+    assert str(e.value).startswith("SPARKPAIR_RECOVERY_STOP_TIMEOUT_S='0'"), str(e.value)
 
 
 def wait_for(what: str, fn: Any, timeout_s: float) -> Any:
