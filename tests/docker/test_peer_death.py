@@ -22,13 +22,11 @@ that it fails here at "head restarted".
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from dockerlib import REPO, sh
+from dockerlib import sh
 from test_sim_pair import WORKER_IP, Sim, sim_factory, wait_for  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -47,24 +45,6 @@ READYZ = (
 )
 
 
-class PeerSim(Sim):
-    """The simulation plus this test's override file for the ``health`` service."""
-
-    extra: Path | None = None
-
-    def compose(
-        self, *args: str, timeout: float = 600, check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        from compose_rules import compose_binary
-
-        files = ["-f", str(REPO / "compose.yaml"), "-f", str(REPO / "tests" / "docker" / "compose.sim.yaml")]
-        if self.extra is not None:
-            files += ["-f", str(self.extra)]
-        return sh(*compose_binary(), "-p", self.project, "--project-directory", str(REPO), *files,
-                  "--env-file", str(self.head_env), "--profile", "head", "--profile", "worker", "--profile", "health",
-                  *args, timeout=timeout, check=check, env=dict(os.environ) | self.env)  # fmt: skip
-
-
 def readyz(sim: Sim) -> dict:
     r = sh("docker", "exec", sim.name("health"), "python3", "-c", READYZ, check=False, timeout=30)
     if r.returncode != 0:
@@ -81,12 +61,12 @@ def test_killing_the_worker_names_it_in_readyz_within_one_canary_interval_and_th
     for f in (base.head_env, base.worker_env):
         f.write_text(f.read_text().replace(SIM_NET, OWN_NET))
     base.env = {k: v.replace(SIM_NET, OWN_NET) for k, v in base.env.items()}
-    sim = PeerSim(base.project, base.head_env, base.worker_env, base.env)
-    base.compose = sim.compose  # type: ignore[method-assign]  # the factory's teardown uses the same files
+    sim = base
     worker_ip = WORKER_IP.replace(SIM_NET, OWN_NET)
     peers = [{"name": "sim-worker", "address": worker_ip, "container": sim.name("worker")}]
-    sim.extra = tmp_path / "compose.peer.yaml"
-    sim.extra.write_text(
+    extra = tmp_path / "compose.peer.yaml"
+    sim.extra = [extra]
+    extra.write_text(
         "services:\n"
         "  health:\n"
         "    volumes:\n"

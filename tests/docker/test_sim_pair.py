@@ -5,6 +5,19 @@ the tiny model with TP=2 across the containers on CPU, and the `health` containe
 healthy only after the functional suite passed, with the head's kernel plan in its report
 (compose's shared ``sparkpair-state`` volume, the gateway's ``SPARKPAIR_PLAN_FILE``).
 
+The same pair (one bring-up for the module, the tests run in order) then shows what
+docs/observability.md promises, with what a user adds to turn it on (:data:`OBSERVE`: the
+Docker socket and the stability nodes for the ``health`` service, ``SPARKPAIR_RECOVERY``):
+
+- a real Prometheus (the shipped config, pointed at the head's API and the gateway) scrapes
+  the pair and a query returns the canary-latency series; the status page's screenshot in
+  headless Chromium shows the green verdict;
+- wedge recovery: the head's engine core is frozen (SIGSTOP: /health still answers, tokens
+  stop), then killed (SIGKILL: the engine dies); each time the gateway restarts the pair in
+  order and the verdict returns to ready; a third wedge finds the budget spent, and the pair
+  stays down with a verdict naming the budget and the wedge, in /readyz, in Prometheus and
+  on the status page.
+
 The executor is vLLM's multi-node ``mp`` (the only one: Ray was removed).
 """
 
@@ -20,10 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import obslib
 import pytest
 from dockerlib import REPO, sh
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 SUBNET, HEAD_IP, WORKER_IP, HEALTH_IP = "172.31.77.0/24", "172.31.77.11", "172.31.77.12", "172.31.77.13"
 WAIVE = "rdma-devices,gid-index,driver,memory,probe"
@@ -85,6 +99,9 @@ class Sim:
     head_env: Path
     worker_env: Path
     env: dict[str, str] = field(default_factory=dict)
+    extra: list[Path] = field(default_factory=list)
+    """More override files after compose.sim.yaml (a test's own additions)."""
+    seen: list[tuple[float, str, str, str]] = field(default_factory=list)
 
     def compose(
         self, *args: str, timeout: float = 600, check: bool = True
@@ -94,8 +111,10 @@ class Sim:
         from compose_rules import compose_binary
 
         env = dict(os.environ) | self.env
-        return sh(*compose_binary(), "-p", self.project, "--project-directory", str(REPO),
-                  "-f", str(REPO / "compose.yaml"), "-f", str(REPO / "tests" / "docker" / "compose.sim.yaml"),
+        files = ["-f", str(REPO / "compose.yaml"), "-f", str(REPO / "tests" / "docker" / "compose.sim.yaml")]
+        for f in self.extra:
+            files += ["-f", str(f)]
+        return sh(*compose_binary(), "-p", self.project, "--project-directory", str(REPO), *files,
                   "--env-file", str(self.head_env), "--profile", "head", "--profile", "worker", "--profile", "health",
                   *args, timeout=timeout, check=check, env=env)  # fmt: skip
 
@@ -125,30 +144,40 @@ class Sim:
         return r.stdout.strip()
 
 
+def new_sim(image: str, cache: Path, workdir: Path) -> Sim:
+    """A simulation project with its two node env files under ``workdir``."""
+    head = write_env(workdir / "head.env", name="sim-head", rank=0, ip=HEAD_IP, image=image, cache=cache)
+    worker = write_env(
+        workdir / "worker.env", name="sim-worker", rank=1, ip=WORKER_IP, image=image, cache=cache
+    )
+    sim = Sim(f"spsim{uuid.uuid4().hex[:6]}", head, worker)
+    sim.env = {
+        "SIM_HEAD_ENV": str(head), "SIM_WORKER_ENV": str(worker), "SIM_SUBNET": SUBNET,
+        "SIM_HEAD_IP": HEAD_IP, "SIM_WORKER_IP": WORKER_IP, "SIM_HEALTH_IP": HEALTH_IP,
+        "SIM_MEMLOCK": str(engine_limit("Max locked memory")), "SIM_NOFILE": str(engine_limit("Max open files")),
+    }  # fmt: skip
+    return sim
+
+
+def tear_down(sim: Sim, logs: Path) -> None:
+    """Keep each service's log under ``logs``, then remove the project (volumes included)."""
+    for svc in ("head", "worker", "health"):
+        (logs / f"{sim.project}-{svc}.log").write_text(sim.logs(svc))
+    sim.compose("down", "-v", "-t", "10", check=False, timeout=300)
+
+
 @pytest.fixture
 def sim_factory(sparkpair_image: str, model_cache: Path, tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
     _require_registered()
     made: list[Sim] = []
 
     def make() -> Sim:
-        head = write_env(tmp_path / "head.env", name="sim-head", rank=0, ip=HEAD_IP,
-                         image=sparkpair_image, cache=model_cache)  # fmt: skip
-        worker = write_env(tmp_path / "worker.env", name="sim-worker", rank=1, ip=WORKER_IP,
-                           image=sparkpair_image, cache=model_cache)  # fmt: skip
-        sim = Sim(f"spsim{uuid.uuid4().hex[:6]}", head, worker)
-        sim.env = {
-            "SIM_HEAD_ENV": str(head), "SIM_WORKER_ENV": str(worker), "SIM_SUBNET": SUBNET,
-            "SIM_HEAD_IP": HEAD_IP, "SIM_WORKER_IP": WORKER_IP, "SIM_HEALTH_IP": HEALTH_IP,
-            "SIM_MEMLOCK": str(engine_limit("Max locked memory")), "SIM_NOFILE": str(engine_limit("Max open files")),
-        }  # fmt: skip
-        made.append(sim)
-        return sim
+        made.append(new_sim(sparkpair_image, model_cache, tmp_path))
+        return made[-1]
 
     yield make
     for sim in made:
-        for svc in ("head", "worker", "health"):
-            (tmp_path / f"{sim.project}-{svc}.log").write_text(sim.logs(svc))
-        sim.compose("down", "-v", "-t", "10", check=False, timeout=300)
+        tear_down(sim, tmp_path)
 
 
 def wait_for(pred, timeout_s: float, what: str, sim: Sim, step: float = 3.0):  # type: ignore[no-untyped-def]
@@ -164,30 +193,69 @@ def wait_for(pred, timeout_s: float, what: str, sim: Sim, step: float = 3.0):  #
     raise AssertionError(f"{what}: not within {timeout_s:.0f} s\n{tails}")
 
 
+CANARY_INTERVAL_S, CANARY_TIMEOUT_S = 5.0, 10.0
+MAX_RESTARTS, AFTER_FAILURES = 2, 2
+
+
+def observe_override(sim: Sim, path: Path) -> Path:
+    """What a user adds to turn on the stability watch and wedge recovery (docs/observability.md),
+    plus the sim's own: a short canary and stability interval, and the gateway bound to every
+    address of its container so Prometheus on this host reaches it (on a Spark it shares the
+    head's host network)."""
+    nodes = {"nodes": [{"name": "head", "containers": [sim.name("head")]},
+                       {"name": "worker", "containers": [sim.name("worker")]}]}  # fmt: skip
+    env = {
+        "SPARKPAIR_HOST": "0.0.0.0",
+        "SPARKPAIR_CANARY_INTERVAL_S": f"{CANARY_INTERVAL_S:g}",
+        "SPARKPAIR_CANARY_TIMEOUT_S": f"{CANARY_TIMEOUT_S:g}",
+        "SPARKPAIR_STABILITY": json.dumps(nodes),
+        "SPARKPAIR_STABILITY_INTERVAL_S": "5",
+        "SPARKPAIR_RECOVERY": "true",
+        "SPARKPAIR_RECOVERY_MAX_RESTARTS": str(MAX_RESTARTS),
+        "SPARKPAIR_RECOVERY_AFTER_FAILURES": str(AFTER_FAILURES),
+        "SPARKPAIR_RECOVERY_STOP_TIMEOUT_S": "5",
+    }
+    lines = ["services:", "  health:", "    volumes:", "      - /var/run/docker.sock:/var/run/docker.sock",
+             "    environment:"] + [f"      {k}: '{v}'" for k, v in env.items()]  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def pair(sparkpair_image: str, model_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    """The module's pair, brought up once: worker first, the head a little later (start order
+    must not matter); yields once the ``health`` container is healthy, with ``sim.seen``: the
+    (seconds, head, worker, health) states polled on the way."""
+    _require_registered()
+    work = tmp_path_factory.mktemp("sim-pair")
+    sim = new_sim(sparkpair_image, model_cache, work)
+    sim.extra = [observe_override(sim, work / "compose.observe.yaml")]
+    try:
+        sim.compose("up", "-d", "--no-deps", "worker")
+        time.sleep(5)
+        sim.compose("up", "-d")
+        assert sim.ip("head") == HEAD_IP and sim.ip("worker") == WORKER_IP
+        t0 = time.monotonic()
+
+        def health_healthy() -> bool:
+            states = (sim.health("head"), sim.health("worker"), sim.health("health"))
+            sim.seen.append((time.monotonic() - t0, *states))
+            for svc in ("head", "worker", "health"):
+                st = sim.state(svc)
+                if st.get("Status") == "exited" and st.get("ExitCode", 0) != 0 and svc != "health":
+                    raise AssertionError(f"{svc} exited {st.get('ExitCode')}:\n{sim.logs(svc)[-4000:]}")
+            return states[2] == "healthy"
+
+        wait_for(health_healthy, 1000, "health container healthy", sim)
+        yield sim
+    finally:
+        tear_down(sim, work)
+
+
 def test_mp_pair_serves_tp2_across_two_containers_and_health_turns_healthy_after_the_suite(
-    sim_factory,
-) -> None:  # type: ignore[no-untyped-def]
-    sim = sim_factory()
-    # Start order does not matter: the worker first, the head a little later.
-    sim.compose("up", "-d", "--no-deps", "worker")
-    time.sleep(5)
-    sim.compose("up", "-d")
-    assert sim.ip("head") == HEAD_IP and sim.ip("worker") == WORKER_IP
-
-    seen: list[tuple[float, str, str, str]] = []
-    t0 = time.monotonic()
-
-    def health_healthy() -> bool:
-        states = (sim.health("head"), sim.health("worker"), sim.health("health"))
-        seen.append((time.monotonic() - t0, *states))
-        for svc in ("head", "worker", "health"):
-            st = sim.state(svc)
-            if st.get("Status") == "exited" and st.get("ExitCode", 0) != 0 and svc != "health":
-                raise AssertionError(f"{svc} exited {st.get('ExitCode')}:\n{sim.logs(svc)[-4000:]}")
-        return states[2] == "healthy"
-
-    wait_for(health_healthy, 1000, "health container healthy", sim)
-
+    pair: Sim,
+) -> None:
+    sim, seen = pair, pair.seen
     # The verdict came after the head was serving, never before.
     first_head = next(t for t, h, _w, _g in seen if h == "healthy")
     first_health = next(t for t, _h, _w, g in seen if g == "healthy")
@@ -232,3 +300,140 @@ def test_mp_pair_serves_tp2_across_two_containers_and_health_turns_healthy_after
     # Read-only for the health service: the plan is the head's to write.
     r = sh("docker", "exec", sim.name("health"), "touch", "/var/lib/sparkpair/state/x", check=False)
     assert r.returncode != 0 and "Read-only file system" in r.stderr, r.stderr
+
+
+GATEWAY = f"http://{HEALTH_IP}:8080"
+"""The health service's gateway, reached from this host on the sim fabric (:func:`observe_override`)."""
+
+
+def readyz() -> dict:  # type: ignore[type-arg]
+    try:
+        r = httpx.get(GATEWAY + "/readyz", timeout=5)
+        return {"status": r.status_code, "body": r.json()}
+    except (httpx.HTTPError, ValueError) as e:
+        return {"status": None, "body": {"error": f"{type(e).__name__}: {e}"}}
+
+
+@pytest.fixture(scope="module")
+def prom(pair: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Prometheus on this host, the shipped config pointed at the pair (1 s scrapes)."""
+    with obslib.prometheus(
+        f"{HEAD_IP}:8000", f"{HEALTH_IP}:8080", tmp_path_factory.mktemp("prom-sim")
+    ) as url:
+        yield url
+
+
+def test_prometheus_scrapes_the_pair_and_the_status_page_shows_it_ready(
+    pair: Sim, prom: str, tmp_path: Path
+) -> None:
+    from sparkpair_health.gateway_status import COLOURS
+
+    n = wait_for(
+        lambda: obslib.value(prom, "sparkpair_canary_latency_seconds_count"),
+        90,
+        "canary latency in Prometheus",
+        pair,
+        step=1,
+    )
+    assert n >= 1
+    assert obslib.targets(prom) == [("sparkpair-gateway", "up"), ("vllm", "up")]
+    assert (obslib.value(prom, "vllm:generation_tokens_total") or 0) > 0
+    assert obslib.value(prom, "sparkpair_ready") == 1.0
+    # Both nodes' containers, through the gateway's stability look (the worker serves no HTTP).
+    restarts = obslib.query(prom, "sparkpair_container_restart_count")["data"]["result"]
+    assert sorted(r["metric"]["node"] for r in restarts) == ["head", "worker"], restarts
+    img = obslib.screenshot(GATEWAY + "/status", tmp_path / "status-ready.png")
+    assert (
+        obslib.badge_pixels(img, COLOURS["ready"]) > 5000 and obslib.badge_pixels(img, COLOURS["fail"]) == 0
+    )
+
+
+def engine_core_pid(sim: Sim) -> str:
+    """The host PID of the head's vLLM engine core (its process title names it)."""
+    out = sh("docker", "top", sim.name("head"), "-eo", "pid,args").stdout
+    pids = [ln.split()[0] for ln in out.splitlines()[1:] if "EngineCore" in ln]
+    assert len(pids) == 1, f"wanted one EngineCore process in {sim.name('head')}:\n{out}"
+    return pids[0]
+
+
+def started_at(sim: Sim, service: str) -> str:
+    return str(sim.state(service).get("StartedAt"))
+
+
+def recovery_lines(sim: Sim) -> list[str]:
+    return [ln for ln in sim.logs("health").splitlines() if "sparkpair gateway: recovery:" in ln]
+
+
+def test_a_frozen_then_a_killed_engine_is_restarted_and_a_third_wedge_leaves_the_pair_down(
+    pair: Sim, prom: str, tmp_path: Path
+) -> None:
+    from sparkpair_health.gateway_status import COLOURS
+
+    sim = pair
+    wait_for(lambda: readyz()["status"] == 200, 120, "/readyz 200 before the first wedge", sim)
+    tick = CANARY_INTERVAL_S + CANARY_TIMEOUT_S
+
+    def wedge_then_back(signal: str, n: int) -> str:
+        """Send ``signal`` to the head's engine core; the gateway restarts the pair (its ``n``-th
+        restart) and the verdict returns to 200. Returns the restart's log line."""
+        head0, worker0 = started_at(sim, "head"), started_at(sim, "worker")
+        sh("kill", f"-{signal}", engine_core_pid(sim))
+        t0 = time.monotonic()
+        if signal == "STOP":  # the field's wedge: the engine stopped, /health still answers
+            assert httpx.get(f"http://{HEAD_IP}:8000/health", timeout=5).status_code == 200
+        restarts = wait_for(
+            lambda: (r := [ln for ln in recovery_lines(sim) if "restarted the pair" in ln])[n - 1 :] and r,
+            AFTER_FAILURES * tick + 180, f"restart {n} by wedge recovery", sim, step=1,
+        )  # fmt: skip
+        line = restarts[n - 1]
+        assert (
+            f"stop head/{sim.name('head')}; restart worker/{sim.name('worker')}; start head/{sim.name('head')}"
+            in line
+        )
+        assert started_at(sim, "head") != head0 and started_at(sim, "worker") != worker0
+        wait_for(lambda: readyz()["status"] == 200, 900, f"/readyz 200 again after {signal}", sim)
+        print(f"SIG{signal}: ready again {time.monotonic() - t0:.0f} s later; {line}")
+        return line
+
+    frozen = wedge_then_back("STOP", 1)
+    assert f"{AFTER_FAILURES} canaries failed in a row" in frozen, frozen
+    assert any("the pair serves again" in ln for ln in recovery_lines(sim))
+    killed = wedge_then_back("KILL", 2)
+    assert "engine dead" in killed or "canaries failed in a row" in killed, killed
+    wait_for(
+        lambda: obslib.value(prom, "sparkpair_recovery_restarts_total") == 2.0,
+        60,
+        "2 restarts in Prometheus",
+        sim,
+        step=1,
+    )
+
+    # The third wedge finds the budget spent: no restart, 503 naming the budget and the wedge.
+    head2 = started_at(sim, "head")
+    sh("kill", "-STOP", engine_core_pid(sim))
+    body = wait_for(
+        lambda: (r := readyz())["body"].get("failing_check") == "recovery" and "recovery stopped" in r["body"].get("cause", "") and r["body"],
+        AFTER_FAILURES * tick + 60, "recovery exhausted", sim, step=1,
+    )  # fmt: skip
+    assert f"{MAX_RESTARTS} restart(s) within recovery_window_s=3600 s" in body["cause"], body
+    assert "canaries failed in a row" in body["cause"], body
+    time.sleep(2 * tick)  # the pair stays down: nothing restarts it, the verdict stays
+    got = readyz()
+    assert got["status"] == 503 and got["body"]["failing_check"] == "recovery", got
+    assert started_at(sim, "head") == head2
+    assert len([ln for ln in recovery_lines(sim) if "restarted the pair" in ln]) == MAX_RESTARTS
+    assert any("recovery stopped" in ln for ln in recovery_lines(sim)), recovery_lines(sim)
+    wait_for(
+        lambda: obslib.value(prom, "sparkpair_recovery_exhausted") == 1.0,
+        60,
+        "exhausted in Prometheus",
+        sim,
+        step=1,
+    )
+    assert obslib.value(prom, "sparkpair_ready") == 0.0
+    html = httpx.get(GATEWAY + "/status", timeout=10).text
+    assert "recovery stopped" in html
+    img = obslib.screenshot(GATEWAY + "/status", tmp_path / "status-exhausted.png")
+    assert (
+        obslib.badge_pixels(img, COLOURS["fail"]) > 5000 and obslib.badge_pixels(img, COLOURS["ready"]) == 0
+    )
