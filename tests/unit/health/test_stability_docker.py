@@ -161,7 +161,10 @@ def test_a_new_epoch_forgets_the_restarts_and_log_lines_before_it_and_sees_the_o
     """What wedge recovery relies on once the pair it restarted serves again: the restart it
     made and the dead engine's log lines are not fatal any more; a new death after it is."""
     tag = uuid.uuid4().hex[:8]
-    dead = "(EngineCore_DP0 pid=1) ERROR vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue"
+    dead = (
+        "(EngineCore_DP0 pid=1) ERROR vllm.v1.engine.exceptions.EngineDeadError: "
+        "EngineCore encountered an issue"
+    )
     c = client.containers.run(
         sh_image,
         ["/bin/sh", "-c", f"if [ -e /again ]; then read x; else echo '{dead}'; : > /again; exit 3; fi"],
