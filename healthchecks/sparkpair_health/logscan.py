@@ -103,6 +103,17 @@ CATALOGUE: tuple[Pattern, ...] = (
         "boot with kho=off or a 6.17 kernel; compare CmaTotal/CmaFree in /proc/meminfo",
     ),
     Pattern(
+        "nccl_socket_transport",
+        r"NCCL INFO (?:Using network Socket\b|Assigned NET plugin Socket\b|Channel .*\bvia NET/Socket\b)",
+        "warning",
+        "B05",
+        "NCCL carries the pair's traffic over TCP sockets, not RDMA (no usable IB/RoCE device): "
+        "~3 GB/s instead of 20-24 GB/s on a Spark pair (docs/reference/nccl.md#socket-fallback-in-the-log)",
+        "set NCCL_IB_HCA to both RoCE devices of the cable, NCCL_SOCKET_IFNAME to the fabric "
+        "interface and NCCL_IB_GID_INDEX=auto (the RoCEv2 entry); check with `sparkpair preflight` "
+        "and `sparkpair nccl-allreduce`",
+    ),
+    Pattern(
         "engine_dead",
         "|".join(re.escape(m) for m in ENGINE_DEAD_MARKERS),
         "fatal",

@@ -8,6 +8,7 @@ the key, the value seen and what was wanted.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -403,6 +404,37 @@ def _looks_like_path(name: str) -> bool:
     return "/" in name or "\\" in name or name.startswith(("~", "."))
 
 
+PROFILE_ENV = "SPARKPAIR_PROFILE"
+"""The environment variable naming the profile (the node env file sets it; compose passes it on)."""
+
+
+def known_profiles() -> list[str]:
+    """Names of the shipped profiles (the stems of :data:`PROFILES_DIR`'s ``*.yaml``), sorted."""
+    return sorted(x.stem for x in PROFILES_DIR.glob("*.yaml")) if PROFILES_DIR.is_dir() else []
+
+
+def require_profile(
+    value: str | None, env: Mapping[str, str] | None = None, option: str = "--profile"
+) -> str:
+    """The profile a command was given: ``value`` (its option), else ``$SPARKPAIR_PROFILE``.
+
+    ``sparkpair health`` and ``sparkpair gateway`` have no default profile: one pointed at the
+    DeepSeek-V4 pair must not silently run the tiny model's checks.
+
+    Raises:
+        ProfileError: neither is set (or both are blank); the message names the option, the
+            variable and the shipped profiles.
+    """
+    env = os.environ if env is None else env
+    for v in (value, env.get(PROFILE_ENV)):
+        if v is not None and v.strip():
+            return v
+    raise ProfileError(
+        f"no profile: {option} and {PROFILE_ENV} are unset; wanted the served model's profile, one of "
+        f"{', '.join(known_profiles())} (configs/profiles/NAME.yaml) or a path to a profile YAML"
+    )
+
+
 def load_profile(name_or_path: str | Path) -> Profile:
     """Load a profile by name (``configs/profiles/<name>.yaml``) or by path.
 
@@ -425,8 +457,7 @@ def load_profile(name_or_path: str | Path) -> Profile:
             "(configs/profiles/NAME.yaml or a path to one)"
         )
     if not p.is_file():
-        known = sorted(x.stem for x in PROFILES_DIR.glob("*.yaml")) if PROFILES_DIR.is_dir() else []
-        raise ProfileError(f"profile {raw!r}: no file {p}; known profiles: {', '.join(known)}")
+        raise ProfileError(f"profile {raw!r}: no file {p}; known profiles: {', '.join(known_profiles())}")
     try:
         text = p.read_bytes().decode("utf-8")
     except OSError as e:

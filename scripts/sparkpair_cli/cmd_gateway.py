@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
     def gateway(
         base_url: str = typer.Option(None, help="the vLLM server, http://host:port [env SPARKPAIR_BASE_URL]"),
         profile: str = typer.Option(
-            None, help="model profile name or path [env SPARKPAIR_PROFILE; tiny-demo]"
+            None, help="the served model's profile, name or path [env SPARKPAIR_PROFILE; required]"
         ),
         served_model_name: str = typer.Option(None, help="model name to request [default: the profile's]"),
         api_key_file: Path = typer.Option(
@@ -55,8 +55,14 @@ def register(app: typer.Typer) -> None:
         """Gate traffic on a real verdict: readiness, the suite, then a periodic canary completion."""
         from sparkpair_health.apikey import ApiKeyError
         from sparkpair_health.gateway import GatewayGaveUp, GatewaySettings, GatewaySettingsError, serve
+        from sparkpair_health.profile import ProfileError, require_profile
 
         given = dict(locals())
+        try:  # no default: the pair's gateway must not judge it with the tiny model's checks
+            require_profile(profile)
+        except ProfileError as e:
+            typer.echo(f"sparkpair gateway: {e}", err=True)
+            raise typer.Exit(3) from None
         overrides = {
             k: v
             for k, v in given.items()

@@ -36,7 +36,11 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def health(
         base_url: str = typer.Option(..., help="the vLLM server, http://host:port"),
-        profile: str = typer.Option("tiny-demo", help="model profile: configs/profiles/NAME.yaml or a path"),
+        profile: str = typer.Option(
+            None,
+            envvar="SPARKPAIR_PROFILE",
+            help="the served model's profile: configs/profiles/NAME.yaml or a path (required; no default)",
+        ),
         served_model_name: str = typer.Option(None, help="model name to request [default: the profile's]"),
         report_json: Path = typer.Option(None, help="write the JSON report here"),
         junit: Path = typer.Option(None, help="write JUnit XML here"),
@@ -58,7 +62,7 @@ def register(app: typer.Typer) -> None:
         from sparkpair_health.apikey import ApiKeyError, api_key_source, resolve_api_key
         from sparkpair_health.checks import check_list
         from sparkpair_health.inputs import format_validation_error
-        from sparkpair_health.profile import ProfileError
+        from sparkpair_health.profile import ProfileError, require_profile
         from sparkpair_health.report import ReportWriteError
         from sparkpair_health.suite import (
             SuiteSettings,
@@ -68,6 +72,11 @@ def register(app: typer.Typer) -> None:
         )
 
         console = Console()
+        try:
+            profile = require_profile(profile)
+        except ProfileError as e:
+            console.print(f"[red]sparkpair health: {e}[/]", soft_wrap=True, markup=True, highlight=False)
+            raise typer.Exit(3) from None
         if api_key is not None:
             # The value is not echoed: it is the key.
             console.print(

@@ -98,22 +98,34 @@ def register(app: typer.Typer) -> None:
             print(f"node {name}: {folder}: {len(want)} files match the manifest ({how})")
         raise typer.Exit(1 if problems else 0)
 
+    token_help = (
+        "the sync token file, the same on both nodes [env SPARKPAIR_SYNC_TOKEN_FILE; or the token "
+        "itself in SPARKPAIR_SYNC_TOKEN]"
+    )
+
     @model.command("send")
     def send(
         folder: Path = typer.Argument(..., help="checkpoint folder to send"),
         to: str = typer.Option(..., help="receiver HOST:PORT (its fabric address)"),
+        token_file: Path | None = typer.Option(None, envvar="SPARKPAIR_SYNC_TOKEN_FILE", help=token_help),
     ) -> None:
-        """Stream FOLDER (symlinks resolved) to a `model receive` on another node."""
+        """Prove the sync token to a `model receive` on another node, then stream FOLDER to it
+        (symlinks resolved)."""
         from .cluster import transfer
 
         host, _, port = to.rpartition(":")
         if not host or not port.isdigit():
             err.print(f"model send: --to {to!r}; wanted HOST:PORT", highlight=False)
             raise typer.Exit(2)
+        try:
+            token, _ = transfer.resolve_token(token_file)
+        except transfer.TransferError as e:
+            err.print(f"model send: {e}", highlight=False)
+            raise typer.Exit(2) from None
         prog, tick = _bytes_progress(f"sending {folder} to {to}", _folder_bytes(folder))
         try:
             with prog:
-                n = transfer.send(folder, host.strip("[]"), int(port), on_bytes=tick)
+                n = transfer.send(folder, host.strip("[]"), int(port), token=token, on_bytes=tick)
         except transfer.TransferError as e:
             err.print(f"model send: {e}", highlight=False)
             raise typer.Exit(1) from None
@@ -125,15 +137,37 @@ def register(app: typer.Typer) -> None:
         bind: str = typer.Option(..., help="address to listen on (this node's VLLM_HOST_IP)"),
         port: int = typer.Option(29610, min=1024, max=65535, help="TCP port"),
         timeout_s: float = typer.Option(600.0, help="seconds to wait for the sender"),
+        token_file: Path | None = typer.Option(
+            None, envvar="SPARKPAIR_SYNC_TOKEN_FILE", help=token_help + "; created (mode 600) when absent"
+        ),
     ) -> None:
-        """Accept one `model send` and unpack it into INTO."""
+        """Accept one `model send` that proves the sync token, and unpack it into INTO. A sender
+        without the token is refused, naming its address, before anything is written."""
         from .cluster import transfer
 
         try:
+            token, created = transfer.resolve_token(token_file, create=True)
+        except transfer.TransferError as e:
+            err.print(f"model receive: {e}", highlight=False)
+            raise typer.Exit(2) from None
+        if created:
+            err.print(
+                f"model receive: wrote a new sync token to {token_file} (mode 600); copy it to the "
+                "sending node and pass it to `model send --token-file`",
+                highlight=False,
+                soft_wrap=True,
+            )
+        try:
             names = transfer.receive(
-                into, bind, port, on_listen=lambda: err.print(f"model receive: listening on {bind}:{port}"),
+                into,
+                bind,
+                port,
+                token=token,
+                on_listen=lambda: err.print(
+                    f"model receive: listening on {bind}:{port}", highlight=False, soft_wrap=True
+                ),
                 accept_timeout_s=timeout_s,
-            )  # fmt: skip
+            )
         except (transfer.TransferError, OSError) as e:
             err.print(f"model receive: {e}", highlight=False)
             raise typer.Exit(1) from None

@@ -25,7 +25,14 @@ def register(app: typer.Typer) -> None:
         root: Path = typer.Option(Path("/"), help="root for /sys, /proc, /etc reads (recorded trees)"),
         only: str = typer.Option("", help="comma list of check groups (rdma,netdev,gid,memory,...)"),
         facts_out: Path | None = typer.Option(None, help="write this node's report (with facts) as JSON"),
-        compare: list[Path] = typer.Option([], help="reports of every node (--facts-out files) to compare"),
+        compare: list[Path] = typer.Option(
+            [],
+            help="reports of every node (--facts-out files) to compare: --compare A.json B.json, "
+            "or --compare A.json --compare B.json",
+        ),
+        more_reports: list[Path] = typer.Argument(
+            None, metavar="REPORTS", help="more reports for --compare (after --compare A.json)"
+        ),
         list_ids: bool = typer.Option(False, "--list", help="list check ids and exit"),
     ) -> None:
         """Check this node (fabric, memory, shm, logind, kernel, driver, ptxas, FlashInfer,
@@ -37,6 +44,16 @@ def register(app: typer.Typer) -> None:
             for k, v in CHECK_IDS.items():
                 print(f"{k:20s} {v}")
             return
+        # Click options take one value each: the files after the first one of a
+        # `--compare A.json B.json` arrive as arguments, which only --compare may have.
+        if more_reports and not compare:
+            err.print(
+                f"[red]preflight:[/red] report files {[str(p) for p in more_reports]} given without "
+                "--compare; wanted `preflight --compare A.json B.json`",
+                highlight=False,
+            )
+            raise typer.Exit(2)
+        compare = [*compare, *(more_reports or [])]
         try:
             groups = pf.parse_only(only)
             if facts_out is not None:

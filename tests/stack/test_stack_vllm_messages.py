@@ -57,6 +57,7 @@ VLLM_MARKERS: dict[tuple[str, str], tuple[str, ...]] = {
 NOT_VLLM = {
     "ptxas_arch": "Triton / ptxas",
     "nccl_system_error": "NCCL",
+    "nccl_socket_transport": "NCCL",
     "ibv_reg_mr_enomem": "rdma-core / NCCL",
     "ray_channel_timeout": "Ray",
     "illegal_memory_access": "the CUDA runtime",

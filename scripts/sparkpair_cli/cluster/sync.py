@@ -7,7 +7,10 @@ host network (so the receiver listens on the node's fabric address, ``VLLM_HOST_
 
 1. on the source node, ``model manifest --write`` (sizes and SHA-256 of every file);
 2. on each target, ``model receive`` on ``VLLM_HOST_IP:port``; on the source, ``model send``
-   to it (symlinks resolved: snapshot folders arrive as plain files);
+   to it (symlinks resolved: snapshot folders arrive as plain files). Both get a fresh sync
+   token (``SPARKPAIR_SYNC_TOKEN``, made here for this copy and gone with the two
+   containers): the receiver refuses any connection that does not prove it
+   (:mod:`.transfer`);
 3. on every node, ``model verify`` against the manifest that travelled with the copy, and
    every node's manifest compared with the source's (a manifest altered on the way, or a
    node holding another checkpoint, is named).
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import docker
@@ -24,6 +28,7 @@ import docker
 from . import engines
 from .manifest import DIGEST_LABEL
 from .spec import Cluster, Node
+from .transfer import TOKEN_ENV, new_token
 
 SYNC_PORT = 29610
 """TCP port the receiver listens on (next to the rendezvous ports of node.env.example)."""
@@ -44,8 +49,10 @@ def _cache(n: Node) -> str:
     return n.values.get("SPARKPAIR_MODEL_CACHE") or "/srv/sparkpair/models"
 
 
-def start(client: docker.DockerClient, n: Node, argv: list[str], *, network: str, rw: bool) -> Any:
-    """Start ``sparkpair <argv>`` in a container of ``n``'s image on ``n``'s engine."""
+def start(client: docker.DockerClient, n: Node, argv: list[str], *, network: str, rw: bool,
+          env: Mapping[str, str] | None = None) -> Any:  # fmt: skip
+    """Start ``sparkpair <argv>`` in a container of ``n``'s image on ``n``'s engine, with
+    ``SPARKPAIR_NODE_NAME`` and ``env`` in its environment."""
     kw: dict[str, Any] = {}
     if network == "host":
         kw["network_mode"] = "host"
@@ -57,7 +64,7 @@ def start(client: docker.DockerClient, n: Node, argv: list[str], *, network: str
     return client.containers.run(
         _image(n), argv, detach=True, name=f"sparkpair-model-{n.name}-{uuid.uuid4().hex[:6]}",
         volumes={_cache(n): {"bind": "/models", "mode": "rw" if rw else "ro"}},
-        environment={"SPARKPAIR_NODE_NAME": n.name}, **kw,
+        environment={"SPARKPAIR_NODE_NAME": n.name, **(env or {})}, **kw,
     )  # fmt: skip
 
 
@@ -148,10 +155,11 @@ def sync(cluster: Cluster, folder: str, source: str, *, port: int = SYNC_PORT, n
     for t in cluster.nodes:
         if t is src:
             continue
+        secret = {TOKEN_ENV: new_token()}  # one per copy: both containers, nobody else
         ip = str(t.env.VLLM_HOST_IP)
         say(f"{src.name} -> {t.name} ({ip}:{port}): copying /models/{folder}")
-        rx = start(clients[t.name], t, ["model", "receive", "--into", f"/models/{folder}", "--bind", ip,
-                                         "--port", str(port)], network=network, rw=True)  # fmt: skip
+        argv = ["model", "receive", "--into", f"/models/{folder}", "--bind", ip, "--port", str(port)]
+        rx = start(clients[t.name], t, argv, network=network, rw=True, env=secret)
         for _ in range(60):  # the receiver says when it listens
             if b"listening on" in rx.logs():
                 break
@@ -161,7 +169,7 @@ def sync(cluster: Cluster, folder: str, source: str, *, port: int = SYNC_PORT, n
             time.sleep(0.5)
         try:
             tx = start(clients[src.name], src, ["model", "send", f"/models/{folder}", "--to", f"{ip}:{port}"],
-                       network=network, rw=False)  # fmt: skip
+                       network=network, rw=False, env=secret)  # fmt: skip
             finish(tx, src, f"model send to {t.name}")
         finally:
             finish(rx, t, "model receive")

@@ -472,6 +472,8 @@ COMPOSE_ONLY_KEYS = frozenset(
         "SPARKPAIR_NODE_ROLE",
         "SPARKPAIR_PROBE_OUT",
         "SPARKPAIR_REPORTS_DIR",
+        "SPARKPAIR_SYNC_TOKEN",  # model send/receive (cluster/transfer.py); model sync sets it
+        "SPARKPAIR_SYNC_TOKEN_FILE",
     }
 )
 """``SPARKPAIR_*`` keys read by compose.yaml, the node entrypoint or the CLI rather than by a

@@ -2,7 +2,8 @@
 """The checkpoint manifest and the copy between nodes: a generated checkpoint laid out as a
 Hugging Face snapshot (symlinks into blobs/, a hard link) is streamed over a real TCP
 connection, arrives as plain files and passes the check; a shard removed, cut short or
-changed on the copy fails, naming the node and the file."""
+changed on the copy fails, naming the node and the file. The receiver writes nothing for a
+sender that does not prove the sync token (wrong token, garbage, silence)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,34 @@ from pathlib import Path
 
 import pytest
 from sparkpair_cli.cluster import manifest, transfer
+
+TOKEN = transfer.SyncToken(b"t" * 64, "test token")
+"""The token both ends of a test copy hold."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_receiver(into: Path, token: transfer.SyncToken = TOKEN, **kw) -> tuple[int, threading.Thread, list, list]:
+    """A receiver in a thread on a free loopback port: (port, thread, names got, errors)."""
+    port = free_port()
+    ready, got, errs = threading.Event(), [], []
+
+    def rx() -> None:
+        try:
+            got.extend(transfer.receive(into, "127.0.0.1", port, token=token, on_listen=ready.set,
+                                        accept_timeout_s=30, **kw))  # fmt: skip
+        except Exception as e:  # surfaced by the caller
+            errs.append(e)
+            ready.set()
+
+    t = threading.Thread(target=rx)
+    t.start()
+    assert ready.wait(30)
+    return port, t, got, errs
 
 
 def shard(path: Path, names: list[str], n: int = 4096) -> None:
@@ -49,23 +78,9 @@ def snapshot(tmp_path: Path) -> Path:
 
 
 def copy(src: Path, dst: Path) -> list[str]:
-    """src -> dst over a loopback TCP connection (receiver in a thread)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ready, got, errs = threading.Event(), [], []
-
-    def rx() -> None:
-        try:
-            got.extend(transfer.receive(dst, "127.0.0.1", port, on_listen=ready.set, accept_timeout_s=30))
-        except Exception as e:  # surfaced below
-            errs.append(e)
-            ready.set()
-
-    t = threading.Thread(target=rx)
-    t.start()
-    assert ready.wait(30)
-    transfer.send(src, "127.0.0.1", port)
+    """src -> dst over a loopback TCP connection (receiver in a thread), both holding TOKEN."""
+    port, t, got, errs = start_receiver(dst)
+    transfer.send(src, "127.0.0.1", port, token=TOKEN)
     t.join(60)
     assert not errs, errs
     return got
@@ -135,28 +150,12 @@ def test_a_receiver_refuses_members_outside_its_folder(tmp_path: Path) -> None:
     import io
     import tarfile
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ready, errs = threading.Event(), []
-
-    def rx() -> None:
-        try:
-            transfer.receive(tmp_path / "in", "127.0.0.1", port, on_listen=ready.set, accept_timeout_s=30)
-        except transfer.TransferError as e:
-            errs.append(e)
-
-    t = threading.Thread(target=rx)
-    t.start()
-    ready.wait(30)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         info = tarfile.TarInfo("../escape.txt")
         info.size = 1
         tar.addfile(info, io.BytesIO(b"x"))
-    with socket.create_connection(("127.0.0.1", port)) as c:
-        c.sendall(buf.getvalue())
-    t.join(30)
+    errs = _receive_bytes(tmp_path / "in", buf.getvalue())
     assert errs and "outside the destination" in str(errs[0]), errs
     assert not (tmp_path / "escape.txt").exists()
 
@@ -192,22 +191,11 @@ def test_the_nodes_serve_with_the_hub_offline() -> None:
 
 
 def _receive_bytes(into: Path, payload: bytes) -> list[Exception]:
-    """Run a receiver into ``into`` and feed it ``payload`` raw; return its errors."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ready, errs = threading.Event(), []
-
-    def rx() -> None:
-        try:
-            transfer.receive(into, "127.0.0.1", port, on_listen=ready.set, accept_timeout_s=30)
-        except transfer.TransferError as e:
-            errs.append(e)
-
-    t = threading.Thread(target=rx)
-    t.start()
-    ready.wait(30)
+    """Run a receiver into ``into`` and feed it ``payload`` raw, after a correct handshake
+    (``transfer``'s own sender side of it); return its errors."""
+    port, t, _, errs = start_receiver(into)
     with socket.create_connection(("127.0.0.1", port)) as c:
+        transfer._authenticate_to_receiver(c, f"127.0.0.1:{port}", TOKEN, 10)
         c.sendall(payload)
     t.join(30)
     return errs
@@ -297,3 +285,110 @@ def test_a_path_that_looks_like_console_markup_is_printed_as_given(tmp_path: Pat
                         "--node", "spark-b"], capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert "ck[boldred]x[link=evil.example]y" in "".join(r.stderr.split()), r.stderr
+
+
+# --- the sender must prove the sync token before the receiver writes anything -------------
+
+
+def test_a_sender_with_another_token_is_refused_naming_it_and_nothing_is_written(
+    snapshot: Path, tmp_path: Path
+) -> None:
+    into = tmp_path / "copy"
+    port, t, got, errs = start_receiver(into)
+    other = transfer.SyncToken(b"u" * 64, "--token-file=/elsewhere")
+    with pytest.raises(transfer.TransferError, match=r"refused this sender's token \(--token-file=/elsewhere\)"):
+        transfer.send(snapshot, "127.0.0.1", port, token=other)
+    t.join(30)
+    assert len(errs) == 1 and not got, (errs, got)
+    msg = str(errs[0])
+    assert msg.startswith("sender 127.0.0.1:") and "another HMAC-SHA256" in msg, msg
+    assert "wanted a `sparkpair model send` holding this receiver's token (test token)" in msg, msg
+    assert not into.exists(), "the receiver wrote before the sender proved the token"
+
+
+@pytest.mark.parametrize(
+    ("payload", "wanted"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"x" * 16, "answered with another HMAC-SHA256"),
+        (b"hello", "closed after 5 of 32 authentication bytes"),
+    ],
+    ids=["garbage", "short-then-closed"],
+)
+def test_a_client_that_sends_garbage_is_refused_and_nothing_is_written(
+    tmp_path: Path, payload: bytes, wanted: str
+) -> None:
+    into = tmp_path / "copy"
+    port, t, _, errs = start_receiver(into)
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        hello = c.recv(64)
+        c.sendall(payload)
+        if len(payload) < 32:
+            c.shutdown(socket.SHUT_WR)
+        verdict = c.recv(1)
+    t.join(30)
+    assert hello.startswith(transfer.GREETING)
+    assert verdict in (b"R", b""), verdict
+    assert len(errs) == 1 and wanted in str(errs[0]) and "refused, nothing written" in str(errs[0]), errs
+    assert not into.exists()
+
+
+def test_a_client_that_connects_and_stalls_times_out_with_a_clear_message(tmp_path: Path) -> None:
+    into = tmp_path / "copy"
+    port, t, _, errs = start_receiver(into, handshake_timeout_s=0.5)
+    with socket.create_connection(("127.0.0.1", port)):
+        t.join(30)
+    assert len(errs) == 1 and "sent no authentication within 0.5 s" in str(errs[0]), errs
+    assert str(errs[0]).startswith("sender 127.0.0.1:")
+    assert not into.exists()
+
+
+def test_a_sender_that_stalls_after_the_handshake_is_cut_off(tmp_path: Path) -> None:
+    port, t, _, errs = start_receiver(tmp_path / "copy", idle_timeout_s=0.5)
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        transfer._authenticate_to_receiver(c, f"127.0.0.1:{port}", TOKEN, 10)
+        t.join(30)
+    assert len(errs) == 1 and "sent nothing for 0.5 s" in str(errs[0]), errs
+
+
+def test_the_token_comes_from_a_file_or_the_environment_and_is_checked(tmp_path: Path) -> None:
+    f = tmp_path / "sync-token"
+    tok, created = transfer.resolve_token(f, {}, create=True)
+    assert created and f.stat().st_mode & 0o777 == 0o600 and len(tok.secret) == 64
+    assert transfer.resolve_token(f, {})[0] == tok  # the sender reads the same bytes
+    assert "secret" not in repr(tok) and tok.secret.decode() not in repr(tok)
+    env_tok, _ = transfer.resolve_token(None, {transfer.TOKEN_ENV: "k" * 40})
+    assert env_tok.secret == b"k" * 40 and env_tok.source == transfer.TOKEN_ENV
+    with pytest.raises(transfer.TransferError, match="no sync token: --token-file, SPARKPAIR_SYNC_TOKEN_FILE and SPARKPAIR_SYNC_TOKEN are unset"):
+        transfer.resolve_token(None, {})
+    with pytest.raises(transfer.TransferError, match=r"--token-file=.*missing.*cannot read the token file \(No such file"):
+        transfer.resolve_token(tmp_path / "missing", {})
+    (tmp_path / "short").write_text("abc\n")
+    with pytest.raises(transfer.TransferError, match="the token has 3 characters; wanted at least 32"):
+        transfer.resolve_token(tmp_path / "short", {})
+    with pytest.raises(transfer.TransferError, match="not a regular file"):
+        transfer.resolve_token(Path("/dev/zero"), {})
+
+
+def test_model_receive_and_send_as_commands_copy_with_the_token_file_receive_created(
+    snapshot: Path, tmp_path: Path
+) -> None:
+    """The two commands as an operator runs them: receive creates the token file, the sender
+    is given a copy of it; a sender without a token is stopped before it connects."""
+    tok, into, port = tmp_path / "sync-token", tmp_path / "copy", free_port()
+    cli = [sys.executable, "-m", "sparkpair_cli.main", "model"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKPAIR_SYNC_TOKEN")}
+    r = subprocess.run([*cli, "send", str(snapshot), "--to", f"127.0.0.1:{port}"], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "no sync token" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    rx = subprocess.Popen([*cli, "receive", "--into", str(into), "--bind", "127.0.0.1", "--port", str(port),
+                           "--timeout-s", "60", "--token-file", str(tok)], stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    try:
+        assert rx.stderr is not None
+        lines = [rx.stderr.readline(), rx.stderr.readline()]
+        assert "wrote a new sync token" in lines[0] and "listening on" in lines[1], lines
+        r = subprocess.run([*cli, "send", str(snapshot), "--to", f"127.0.0.1:{port}"], capture_output=True,
+                           text=True, env={**env, "SPARKPAIR_SYNC_TOKEN_FILE": str(tok)})  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert rx.wait(60) == 0
+    finally:
+        rx.kill()
+    assert (into / "model-00001-of-00002.safetensors").read_bytes() == (snapshot / "model-00001-of-00002.safetensors").read_bytes()

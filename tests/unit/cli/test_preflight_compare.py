@@ -120,3 +120,45 @@ def test_a_must_match_fact_no_report_recorded_fails_a_warn_fact_warns() -> None:
     c = {"node": "c", "results": [], "facts": {"fabric_mtu": 9000}}
     d = {"node": "d", "results": [], "facts": {"fabric_mtu": 9000}}
     assert {r.status for r in by_id(pf.compare([c, d]), "same-kernel")} == {"warn"}
+
+
+def write_reports(tmp_path: Path, *reports: dict) -> list[str]:
+    paths = []
+    for i, r in enumerate(reports):
+        p = tmp_path / f"node{i}.json"
+        p.write_text(json.dumps(r))
+        paths.append(str(p))
+    return paths
+
+
+@pytest.mark.parametrize(
+    "form",
+    ["one-flag", "repeated", "mixed"],
+)
+def test_compare_takes_several_files_after_one_flag_or_the_flag_repeated(
+    good_pair: tuple[dict, dict], tmp_path: Path, form: str
+) -> None:
+    """Every form reads every file: the worker with another GID index (the second file, or the
+    third) fails the comparison, so a form that dropped a file would pass."""
+    head, worker = good_pair
+    bad = json.loads(json.dumps(worker))
+    bad["node"], bad["facts"]["gid_index"] = "spark-c", 5
+    a, b, c = write_reports(tmp_path, head, worker, bad)
+    args = {
+        "one-flag": ["--compare", a, b, c],
+        "repeated": ["--compare", a, "--compare", b, "--compare", c],
+        "mixed": ["--compare", a, b, "--compare", c],
+    }[form]
+    res = CliRunner().invoke(app, ["preflight", *args])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 1, out
+    assert "same-gid-index" in out and "spark-c" in out, out
+    res = CliRunner().invoke(app, ["preflight", *args[: args.index(b) + 1]])  # head + worker only
+    assert res.exit_code == 0, " ".join(res.output.split())
+
+
+def test_report_files_without_compare_are_refused(good_pair: tuple[dict, dict], tmp_path: Path) -> None:
+    a, b = write_reports(tmp_path, *good_pair)
+    res = CliRunner().invoke(app, ["preflight", a, b])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and "given without --compare" in out and "Traceback" not in out, out

@@ -13,8 +13,10 @@ from sparkpair_health.gateway import GatewaySettings, GatewaySettingsError
 from typer.testing import CliRunner
 
 
-def gateway(env: dict[str, str], *args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(app, ["gateway", "--check-settings", *args], env=env)
+def gateway(env: dict[str, str | None], *args: str) -> tuple[int, str]:
+    """``gateway --check-settings`` with the node env's SPARKPAIR_PROFILE unless ``env`` sets it."""
+    full = {"SPARKPAIR_PROFILE": "tiny-demo", **env}
+    res = CliRunner().invoke(app, ["gateway", "--check-settings", *args], env=full)
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     return res.exit_code, res.output.replace("\n", " ").replace("  ", " ")
 
@@ -95,7 +97,8 @@ def test_port_in_use_exits_3_at_once_instead_of_hanging_without_a_listener() -> 
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        env = {**os.environ, "SPARKPAIR_PORT": str(port), "SPARKPAIR_BASE_URL": "http://127.0.0.1:1"}
+        env = {**os.environ, "SPARKPAIR_PORT": str(port), "SPARKPAIR_BASE_URL": "http://127.0.0.1:1",
+               "SPARKPAIR_PROFILE": "tiny-demo"}  # fmt: skip
         try:
             res = subprocess.run(
                 [sys.executable, "-m", "sparkpair_cli.main", "gateway"],
@@ -123,3 +126,14 @@ def test_port_in_use_exits_3_at_once_instead_of_hanging_without_a_listener() -> 
 def test_infinite_gateway_timeouts_are_refused(env: dict[str, str], fragment: str) -> None:
     code, out = gateway(env)
     assert code == 3 and fragment in out, out
+
+
+def test_without_a_profile_the_gateway_stops_naming_the_option_the_variable_and_the_profiles() -> None:
+    """No default: the pair's gateway would otherwise judge DeepSeek-V4 with the tiny model's checks."""
+    code, out = gateway({"SPARKPAIR_PROFILE": None})
+    assert code == 3 and "Traceback" not in out, out
+    assert "no profile: --profile and SPARKPAIR_PROFILE are unset" in out and "deepseek-v4-flash" in out, out
+    code, out = gateway({"SPARKPAIR_PROFILE": None}, "--profile", "deepseek-v4-flash")
+    assert code == 0 and '"profile": "deepseek-v4-flash"' in out, out
+    code, out = gateway({"SPARKPAIR_PROFILE": "deepseek-v4-flash"})
+    assert code == 0 and '"profile": "deepseek-v4-flash"' in out, out

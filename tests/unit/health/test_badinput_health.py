@@ -15,8 +15,12 @@ from typer.testing import CliRunner
 CLOSED = "http://127.0.0.1:1"
 
 
+PROFILE_ENV = {"SPARKPAIR_PROFILE": "tiny-demo"}
+"""The profile a node's env sets (health has no default profile)."""
+
+
 def health(*args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(app, ["health", "--ready-timeout", "0.5", *args])
+    res = CliRunner().invoke(app, ["health", "--ready-timeout", "0.5", *args], env=PROFILE_ENV)
     assert not isinstance(res.exception, Exception) or isinstance(res.exception, SystemExit), res.exception
     return res.exit_code, res.output
 
@@ -125,7 +129,7 @@ def test_plan_file_that_is_a_folder_is_refused(tmp_path: Path) -> None:
 def test_infinite_timeout_and_empty_model_name_are_refused(args: list[str], fragment: str) -> None:
     # An infinite timeout waits forever (DESIGN: nothing is retried forever); '' was
     # silently replaced by the profile's name.
-    res = CliRunner().invoke(app, ["health", "--base-url", CLOSED, *args])
+    res = CliRunner().invoke(app, ["health", "--base-url", CLOSED, *args], env=PROFILE_ENV)
     assert res.exit_code == 3 and fragment in res.output.replace("\n", " ").replace("  ", " "), res.output
 
 
@@ -139,3 +143,29 @@ def test_a_profile_with_yaml_aliases_is_refused_before_it_expands(tmp_path) -> N
     bomb.write_text("\n".join(rows) + "\nname: *i\n")
     with pytest.raises(ProfileError, match=r"an alias \(\*a\); wanted plain YAML without anchors/aliases"):
         load_profile(str(bomb))
+
+
+def test_without_a_profile_health_stops_naming_the_option_the_variable_and_the_profiles() -> None:
+    """No default: pointed at the DeepSeek pair, health would otherwise run the tiny model's checks."""
+    quick = ["--ready-timeout", "0.5"]  # a CLI that took a default profile fails fast, not in 600 s
+    res = CliRunner().invoke(app, ["health", "--base-url", CLOSED, *quick], env={"SPARKPAIR_PROFILE": None})
+    out = " ".join(res.output.split())
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert res.exit_code == 3 and "Traceback" not in out, out
+    assert "no profile: --profile and SPARKPAIR_PROFILE are unset" in out, out
+    assert "deepseek-v4-flash" in out and "tiny-demo" in out, out
+    unset: dict[str, str | None] = {"SPARKPAIR_PROFILE": None}
+    blank = CliRunner().invoke(app, ["health", "--base-url", CLOSED, "--profile", " ", *quick], env=unset)
+    assert blank.exit_code == 3 and "no profile" in blank.output
+
+
+def test_the_profile_comes_from_sparkpair_profile_and_the_option_wins(tmp_path: Path) -> None:
+    missing = str(tmp_path / "from-env.yaml")
+    args = ["health", "--base-url", CLOSED, "--ready-timeout", "0.5"]
+    res = CliRunner().invoke(app, args, env={"SPARKPAIR_PROFILE": missing})
+    assert res.exit_code == 3 and "from-env.yaml" in " ".join(res.output.split()), res.output
+    opt = str(tmp_path / "from-option.yaml")
+    env = {"SPARKPAIR_PROFILE": missing}
+    res = CliRunner().invoke(app, ["health", "--base-url", CLOSED, "--profile", opt], env=env)
+    out = " ".join(res.output.split())
+    assert res.exit_code == 3 and "from-option.yaml" in out and "from-env.yaml" not in out, out

@@ -219,6 +219,7 @@ def test_cli_command_reads_env_and_options_the_same_way(monkeypatch: pytest.Monk
     def _other() -> None:  # a second command keeps typer in multi-command mode
         pass
 
+    monkeypatch.setenv("SPARKPAIR_PROFILE", "tiny-demo")  # as the node env sets it
     monkeypatch.setenv("SPARKPAIR_CANARY_INTERVAL_S", "7")
     monkeypatch.setenv("SPARKPAIR_API_KEY", "never-print-me")
     r = CliRunner().invoke(app, ["gateway", "--check-settings", "--port", "9123"])

@@ -30,7 +30,9 @@ SPELLINGS = (KEY, json.dumps(KEY)[1:-1], "s3cr")
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, **env, "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "COLUMNS": "200"}
+    # SPARKPAIR_PROFILE as the node env sets it (health and gateway have no default profile)
+    full = {**os.environ, "SPARKPAIR_PROFILE": "tiny-demo", **env}
+    full.update(PYTHONPATH=os.environ.get("PYTHONPATH", ""), COLUMNS="200")
     return subprocess.run(
         [sys.executable, "-m", "sparkpair_cli.main", *args],
         env=full,
@@ -129,6 +131,7 @@ def test_no_endpoint_file_or_stream_of_the_gateway_holds_the_key(tmp_path: Path)
     port = free_port()
     env = {
         "SPARKPAIR_API_KEY_FILE": str(key_file(tmp_path)),
+        "SPARKPAIR_PROFILE": "tiny-demo",
         "SPARKPAIR_PORT": str(port),
         "SPARKPAIR_DSV4_CHECKS": "false",
         "SPARKPAIR_CANARY_INTERVAL_S": "0.5",

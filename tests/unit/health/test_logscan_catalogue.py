@@ -8,6 +8,7 @@ marked "vllm" were captured from vLLM 0.32's CPU server (tests/vllm_real covers 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from sparkpair_health.logscan import CATALOGUE, Pattern, scan_lines, scan_text
@@ -18,6 +19,8 @@ SAMPLES = {
     "e8m0_keyerror": "(EngineCore_DP0 pid=41) ERROR KeyError: 'float8_e8m0fnu'",
     "nccl_system_error": "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",
     "ibv_reg_mr_enomem": "NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory",
+    # NCCL 2.28.9's own line (tests/fixtures/hosts/nccl-logs/h200x2-socket-allreduce-rank0.log)
+    "nccl_socket_transport": "vm:565:565 [0] NCCL INFO Using network Socket",
     "engine_dead": "(APIServer pid=8579) WARNING 11-29 22:58:57 [core_client.py:817] [shutdown] MPClient: "
     "engine core exited unexpectedly; starting cleanup",
     "engine_start_failed": "RuntimeError: Engine core initialization failed. See root cause above.",
@@ -124,3 +127,41 @@ def test_fatal_findings_come_first_and_json_round_trips() -> None:
     assert [f.severity for f in r.findings] == ["fatal", "warning"]
     d = json.loads(r.to_json())
     assert d["fatal"] is True and d["findings"][0]["pattern"]["id"] == "engine_dead"
+
+
+NCCL_LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "hosts" / "nccl-logs"
+
+SPARK_ROCE = [
+    # The shape of NCCL's lines on a Spark pair over RoCE (device and interface names of a Spark's
+    # ConnectX-7; the wording is NCCL's, as in the recorded InfiniBand log).
+    "spark-a:81:81 [0] NCCL INFO NET/IB : Using [0]rocep1s0f1:1/RoCE [1]roceP2p1s0f1:1/RoCE [RO]; OOB enp1s0f1np1:10.0.0.1<0>",
+    "spark-a:81:81 [0] NCCL INFO Using network IB",
+    "spark-a:81:204 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0",
+    "spark-a:81:204 [0] NCCL INFO Channel 01/0 : 1[0] -> 0[0] [receive] via NET/IB/1",
+    # NCCL's bootstrap always connects over a TCP socket; that is not the data path.
+    "spark-a:81:81 [0] NCCL INFO Bootstrap : Using enp1s0f1np1:10.0.0.1<0>",
+]
+
+
+def test_nccl_on_sockets_is_a_warning_on_the_recorded_socket_log() -> None:
+    """A real NCCL 2.28.9 run whose RDMA plugin found no device (it still prints a NET/IB line)."""
+    r = scan_text((NCCL_LOGS / "h200x2-socket-allreduce-rank0.log").read_text())
+    f = r.get("nccl_socket_transport")
+    assert f is not None and f.severity == "warning" and not r.fatal, r.ids()
+    assert f.count >= 3  # the plugin chosen, the assignment, and every channel's `via NET/Socket`
+    assert "NCCL_IB_HCA" in f.pattern.fix and "NCCL_SOCKET_IFNAME" in f.pattern.fix
+    assert "RoCEv2" in f.pattern.fix
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        (NCCL_LOGS / "horovod-2node-ib.log").read_text().splitlines(),
+        SPARK_ROCE,
+        # sparkpair's own verdict quoting the transport is not NCCL's line
+        ["nccl-allreduce on spark-a: data path: 4 channels via NET/Socket, networks ['Socket']; wanted none via NET/Socket (B05)"],
+    ],
+    ids=["recorded-infiniband", "spark-roce", "preflight-message"],
+)
+def test_nccl_on_rdma_does_not_fire_the_socket_warning(lines: list[str]) -> None:
+    assert "nccl_socket_transport" not in scan_lines(lines).ids()
