@@ -395,5 +395,43 @@ def main() -> None:
         f.write("\n".join(rows) + "\n")
 
 
+def ab_main() -> None:
+    """Run 3: the plan and the two best run-2 candidates interleaved, 4 rounds, T = 512, 2048, 8192."""
+    out_csv = sys.argv[1]
+    triton.set_allocator(scratch_alloc)
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    best = {k: PROTOS2[k] for k in ("tma_p_t64_d128_s4_w4_g16", "tma_p_t64_d128_s3_w4")}
+    rows = []
+    for enc in ("fp32", "int32-bcast"):
+        recipe = (1, 128, 128) if enc == "fp32" else (1, 1, 128)
+        for t in (512, 2048, 8192):
+            a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=t)
+            ref = fp8_einsum_reference(a, sa_f, w, sw_f)
+            out = torch.empty((t, G, D), dtype=torch.bfloat16, device="cuda")
+            flops = 2 * t * G * D * R
+            cands = [("auto", lambda: fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe))]
+            for name, p in best.items():
+                cands.append((name, lambda p=p: launch(a, sa, w, sw, out, enc, p, num_sms)))  # noqa: B023
+            for _, fn in cands:
+                fn()
+                out.fill_(0)
+                fn()
+                torch.cuda.synchronize()
+                assert rel_fro(out.double(), ref) < 1e-2
+            for rnd in range(4):
+                for name, fn in cands:
+                    p20, p50, p80 = graph_time_us(lambda i, fn=fn: fn(), calls=10, reps=20)
+                    line = f"{enc},{t},{rnd},{name},{p20:.1f},{p50:.1f},{p80:.1f},{flops / p50 / 1e6:.1f}"
+                    print(line, flush=True)
+                    rows.append(line)
+            del ref
+            torch.cuda.empty_cache()
+    with open(out_csv, "w") as f:
+        f.write("enc,T,round,candidate,p20_us,p50_us,p80_us,tflops\n" + "\n".join(rows) + "\n")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[2] == "run3":
+        ab_main()
+    else:
+        main()
