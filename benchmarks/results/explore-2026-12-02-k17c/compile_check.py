@@ -1,6 +1,7 @@
 """Compile proto_prefill.py's candidates (no GPU) for sm_90a and sm_121a: registers, shared bytes.
 
-usage (repo root, this machine): PYTHONPATH=overlay:scripts:healthchecks python benchmarks/results/explore-2026-12-02-k17c/compile_check.py
+usage (repo root, this machine):
+    PYTHONPATH=overlay:scripts:healthchecks python benchmarks/results/explore-2026-12-02-k17c/compile_check.py
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import proto_prefill as pp  # noqa: E402
 
 for arch in ("sm_90a", "sm_121a"):
-    for name, p in pp.PROTOS.items():
+    for name, p in {**pp.PROTOS, **pp.PROTOS2}.items():
         for enc in ("fp32", "int32-bcast"):
             kind = 0 if enc == "fp32" else 1
             sd = torch.float32 if kind == 0 else torch.int32
