@@ -229,8 +229,9 @@ def test_decode_pdl_and_plain_launch_give_the_same_bits() -> None:
 
 
 def test_prefill_takes_the_persistent_tma_path_on_sm90_only_where_it_can() -> None:
-    """From FP8_EINSUM_TMA_MIN_T on a compute capability 9.x GPU, group-major activations take
-    PATH 3 (same bits as its explicit call, fp64-close, the same bits run to run); contiguous
+    """From FP8_EINSUM_TMA_MIN_T on a compute capability 9.x GPU, group-major activations with
+    block weight scales take PATH 3 (same bits as its explicit call, fp64-close, the same bits run
+    to run); per-row weight scales keep the plan's config; contiguous
     activations keep the plan's PATH 0 config; an explicit PATH 3 call on them is refused."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("PATH 3 is dispatched on compute capability 9.x only")
@@ -250,6 +251,12 @@ def test_prefill_takes_the_persistent_tma_path_on_sm90_only_where_it_can() -> No
     )
     assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], explicit)
     assert rel_fro(outs[0], fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL
+    p = make_fp8_operands(t, G, D, R, (1, 1, 128), "int32-bcast", seed=2)
+    plan = fe.select_fp8_einsum_config(t)
+    via_plan, via_auto = torch.empty_like(explicit), torch.empty_like(explicit)
+    fe.fp8_einsum_with_config("bhr,hdr->bhd", (p[0], p[1]), (p[2], p[3]), via_plan, (1, 1, 128), plan)
+    fe.fp8_einsum("bhr,hdr->bhd", (p[0], p[1]), (p[2], p[3]), via_auto, recipe=(1, 1, 128))
+    assert plan.constexprs().get("PATH", 0) == 0 and torch.equal(via_plan, via_auto)
     c = make_fp8_operands(t, G, D, R, (1, 128, 128), "fp32", seed=2, group_major=False)
     assert not fe._tma_ok(c[0], c[2])
     with pytest.raises(ValueError, match="group-major"):

@@ -1106,16 +1106,23 @@ FP8_EINSUM_PLAN_FP32: tuple[tuple[int, str], ...] = (
 )
 FP8_EINSUM_PLAN = FP8_EINSUM_PLAN_UE8M0  # the served recipe on GB10
 
-#: Where TMA and wgmma exist (compute capability 9.x) and the operands allow PATH 3 (``a``
-#: group-major, ``w`` contiguous, as vLLM calls it), T >= this takes FP8_EINSUM_TMA_PLAN_CONFIG,
-#: both scale encodings. H200 evidence: benchmarks/results/explore-2026-12-02-k17c/ (runs 4-5).
-FP8_EINSUM_TMA_MIN_T = 512
+#: Where TMA and wgmma exist (compute capability 9.x), the operands allow PATH 3 (``a``
+#: group-major, ``w`` contiguous, as vLLM calls it) and the weight scales are 128x128 block scales
+#: (recipe (1,128,128): sm_90's layout, any scale encoding), T >= this takes
+#: FP8_EINSUM_TMA_PLAN_CONFIG. Per-row weight scales keep the plans above: in run 818a747
+#: (benchmarks/results/explore-2026-12-02-k17c/final-818a747/) PATH 3 on per-row UE8M0 scales was
+#: slower than e0d50ad at T = 512 (int32-bcast 26.4 against 23.3 us) and at every T where the rows
+#: differ (int32, T = 8192: 1084 against 812; its per-row loop spills under the register cap),
+#: while fp32 block scales gained from T = 2048 (75.9 against 93.8 us; T = 8192 299.9 against
+#: 357.2) and tied at T = 512 (22.31 against 22.36).
+FP8_EINSUM_TMA_MIN_T = 1024
 FP8_EINSUM_TMA_PLAN_CONFIG = "tma_t64_d128_s3_r168"
 
 
 def select_fp8_einsum_config(t: int, fp32_scales: bool = False, tma: bool = False) -> KernelConfig:
     """The config :func:`fp8_einsum` uses for ``t`` tokens (``fp32_scales``: both scales fp32;
-    ``tma``: the device and operands allow PATH 3, see :data:`FP8_EINSUM_TMA_MIN_T`)."""
+    ``tma``: the device, the operands and block weight scales allow PATH 3, see
+    :data:`FP8_EINSUM_TMA_MIN_T`)."""
     if tma and t >= FP8_EINSUM_TMA_MIN_T:
         return _CONFIGS_BY_NAME[FP8_EINSUM_TMA_PLAN_CONFIG]
     plan = FP8_EINSUM_PLAN_FP32 if fp32_scales else FP8_EINSUM_PLAN_UE8M0
@@ -1285,7 +1292,8 @@ def fp8_einsum_with_config(
         return
     if config is None:
         fp32_scales = sa_kind == _SCALE_FP32 and sw_kind == _SCALE_FP32
-        cfg = select_fp8_einsum_config(t, fp32_scales, _tma_ok(x, w) and t >= FP8_EINSUM_TMA_MIN_T)
+        tma = not per_row and t >= FP8_EINSUM_TMA_MIN_T and _tma_ok(x, w)
+        cfg = select_fp8_einsum_config(t, fp32_scales, tma)
     else:
         cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
     meta = cfg.constexprs()
