@@ -51,7 +51,7 @@ The operand strides stay specialised: they are T-independent, or (``a``'s group 
 group-major layout) always a multiple of 16, so their specialisation never changes with T and
 keeps the 16-byte vector loads. Total elements per operand must stay below 2**31 (int32 offsets).
 
-Three paths in one jitted kernel (constexpr ``PATH``):
+Four paths in one jitted kernel (constexpr ``PATH``):
 
 * 0, the tile loop (prefill and mid T): a (T tile, D tile, K split) per CTA, a software-pipelined
   loop over 128-wide K blocks; split configs sum their partials in the last CTA of each tile.
@@ -64,12 +64,20 @@ Three paths in one jitted kernel (constexpr ``PATH``):
   Caller contract (as the router's): no kernel right before this one writes ``w`` or ``sw``
   (model parameters).
 * 2, the split sum of path 1: a second launch (PDL, so it is resident and waiting when the
-  partials land) adds ``0 + p0 + p1 + ...`` in split order and writes bf16 ``out``. Every path
-  adds in a fixed order: bitwise deterministic run to run.
+  partials land) adds ``0 + p0 + p1 + ...`` in split order and writes bf16 ``out``.
+* 3, persistent TMA loop (prefill on compute capability 9.x with block weight scales, T >= 1024):
+  a persistent grid (``PERSIST_CTAS_PER_SM`` CTAs per SM) walking each group's tiles in PATH 0's
+  grouped order, whole K per tile, operands loaded by TMA through device-side tensor descriptors
+  (``a`` must be group-major, ``w`` contiguous), the same promotion as PATH 0. Its config carries
+  Triton's ``maxnreg`` launch option so three CTAs fit an SM's registers. The descriptors' global
+  scratch is one reused buffer per device (no allocation per call once sized).
+
+Every path adds in a fixed order: bitwise deterministic run to run.
 
 Public API: :func:`fp8_einsum`; torch custom op ``torch.ops.sparkpair.fp8_einsum`` (mutates
-``out``; fake implementation registered); :data:`FP8_EINSUM_CONFIGS` (paths 0 and 1),
-:data:`FP8_EINSUM_SUM_CONFIGS` (path 2, for the AOT build); :func:`fp8_einsum_with_config`.
+``out``; fake implementation registered); :data:`FP8_EINSUM_CONFIGS` (paths 0, 1 and 3),
+:data:`FP8_EINSUM_SUM_CONFIGS` (path 2, for the AOT build); :data:`FP8_EINSUM_TMA_CONFIGS` (path 3);
+:func:`fp8_einsum_with_config`.
 """
 
 from __future__ import annotations
@@ -85,6 +93,9 @@ __all__ = [
     "FP8_EINSUM_DECODE_CONFIGS",
     "FP8_EINSUM_PLAN",
     "FP8_EINSUM_SUM_CONFIGS",
+    "FP8_EINSUM_TMA_CONFIGS",
+    "FP8_EINSUM_TMA_MIN_T",
+    "FP8_EINSUM_TMA_PLAN_CONFIG",
     "SUPPORTED_EQUATION",
     "decode_ue8m0",
     "fp8_einsum",
