@@ -1009,10 +1009,11 @@ FP8_EINSUM_DECODE_CONFIGS: tuple[KernelConfig, ...] = (
 FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_DECODE_CONFIGS
 
 #: PATH 3 CTAs per SM: the grid is (ceil(SMs * this / G), G). Three 64x128 CTAs of 3 stages fit an
-#: H200 SM: 3 x 74,280 B of shared memory (sm_90a build) within its 232,448 B (227 KB per SM,
-#: NVIDIA's Hopper tuning guide), and 3 x 128 threads x 168 registers (the config's ``maxnreg``)
-#: within its 65,536 registers. Sweep: benchmarks/results/explore-2026-12-02-k17c/ (run 4: 2 CTAs
-#: per SM without the register cap 333-341 us at T = 8192 fp32; 3 with it 297-301).
+#: H200 SM: 3 x 74,280 B of shared memory (sm_90a build) within its 228 KB (233,472 B) per SM, and
+#: 3 x 128 threads x 168 registers (the config's ``maxnreg``) within its 65,536 registers (NVIDIA's
+#: Hopper tuning guide, https://docs.nvidia.com/cuda/hopper-tuning-guide/). Sweep:
+#: benchmarks/results/explore-2026-12-02-k17c/ (run 4, T = 8192 fp32: 2 CTAs per SM without the
+#: register cap 315-341 us; 3 with it 297-301).
 PERSIST_CTAS_PER_SM = 3
 
 
