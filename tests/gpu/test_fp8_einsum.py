@@ -145,7 +145,7 @@ def test_no_recompile_across_t() -> None:
 @pytest.mark.parametrize("recipe,enc", CASES[:2], ids=IDS[:2])
 def test_cuda_graph_capture_and_replay_across_t(recipe, enc) -> None:
     graphs = {}
-    for t in (1, 5, 32, 37, 300):
+    for t in (1, 5, 32, 37, 300, 1100):  # 1100, fp32: PATH 3 on sm_90 (its descriptor scratch reused)
         a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=t)
         out = torch.empty((t, G, D), dtype=torch.bfloat16, device="cuda")
         fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
@@ -226,3 +226,40 @@ def test_decode_pdl_and_plain_launch_give_the_same_bits() -> None:
             fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe, name)
             outs.append(out)
         assert torch.equal(outs[0], outs[1]), enc
+
+
+def test_prefill_takes_the_persistent_tma_path_on_sm90_only_where_it_can() -> None:
+    """From FP8_EINSUM_TMA_MIN_T on a compute capability 9.x GPU, group-major activations with
+    block weight scales take PATH 3 (same bits as its explicit call, fp64-close, the same bits run
+    to run); per-row weight scales keep the plan's config; contiguous
+    activations keep the plan's PATH 0 config; an explicit PATH 3 call on them is refused."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("PATH 3 is dispatched on compute capability 9.x only")
+    t = fe.FP8_EINSUM_TMA_MIN_T
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, (1, 128, 128), "fp32", seed=2)
+    assert fe._tma_ok(a, w)
+    assert fe.select_fp8_einsum_config(t, True, tma=True).name == fe.FP8_EINSUM_TMA_PLAN_CONFIG
+    assert fe.select_fp8_einsum_config(t - 1, True, tma=True).name != fe.FP8_EINSUM_TMA_PLAN_CONFIG
+    outs = []
+    for _ in range(2):
+        out = torch.full((t, G, D), float("nan"), dtype=torch.bfloat16, device="cuda")
+        fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=(1, 128, 128))
+        outs.append(out)
+    explicit = torch.empty_like(outs[0])
+    fe.fp8_einsum_with_config(
+        "bhr,hdr->bhd", (a, sa), (w, sw), explicit, (1, 128, 128), fe.FP8_EINSUM_TMA_PLAN_CONFIG
+    )
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], explicit)
+    assert rel_fro(outs[0], fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL
+    p = make_fp8_operands(t, G, D, R, (1, 1, 128), "int32-bcast", seed=2)
+    plan = fe.select_fp8_einsum_config(t)
+    via_plan, via_auto = torch.empty_like(explicit), torch.empty_like(explicit)
+    fe.fp8_einsum_with_config("bhr,hdr->bhd", (p[0], p[1]), (p[2], p[3]), via_plan, (1, 1, 128), plan)
+    fe.fp8_einsum("bhr,hdr->bhd", (p[0], p[1]), (p[2], p[3]), via_auto, recipe=(1, 1, 128))
+    assert plan.constexprs().get("PATH", 0) == 0 and torch.equal(via_plan, via_auto)
+    c = make_fp8_operands(t, G, D, R, (1, 128, 128), "fp32", seed=2, group_major=False)
+    assert not fe._tma_ok(c[0], c[2])
+    with pytest.raises(ValueError, match="group-major"):
+        fe.fp8_einsum_with_config(
+            "bhr,hdr->bhd", (c[0], c[1]), (c[2], c[3]), explicit, (1, 128, 128), fe.FP8_EINSUM_TMA_PLAN_CONFIG
+        )

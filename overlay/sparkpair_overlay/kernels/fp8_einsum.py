@@ -51,7 +51,7 @@ The operand strides stay specialised: they are T-independent, or (``a``'s group 
 group-major layout) always a multiple of 16, so their specialisation never changes with T and
 keeps the 16-byte vector loads. Total elements per operand must stay below 2**31 (int32 offsets).
 
-Three paths in one jitted kernel (constexpr ``PATH``):
+Four paths in one jitted kernel (constexpr ``PATH``):
 
 * 0, the tile loop (prefill and mid T): a (T tile, D tile, K split) per CTA, a software-pipelined
   loop over 128-wide K blocks; split configs sum their partials in the last CTA of each tile.
@@ -64,12 +64,20 @@ Three paths in one jitted kernel (constexpr ``PATH``):
   Caller contract (as the router's): no kernel right before this one writes ``w`` or ``sw``
   (model parameters).
 * 2, the split sum of path 1: a second launch (PDL, so it is resident and waiting when the
-  partials land) adds ``0 + p0 + p1 + ...`` in split order and writes bf16 ``out``. Every path
-  adds in a fixed order: bitwise deterministic run to run.
+  partials land) adds ``0 + p0 + p1 + ...`` in split order and writes bf16 ``out``.
+* 3, persistent TMA loop (prefill on compute capability 9.x with block weight scales, T >= 1024):
+  a persistent grid (``PERSIST_CTAS_PER_SM`` CTAs per SM) walking each group's tiles in PATH 0's
+  grouped order, whole K per tile, operands loaded by TMA through device-side tensor descriptors
+  (``a`` must be group-major, ``w`` contiguous), the same promotion as PATH 0. Its config carries
+  Triton's ``maxnreg`` launch option so three CTAs fit an SM's registers. The descriptors' global
+  scratch is one reused buffer per device (no allocation per call once sized).
+
+Every path adds in a fixed order: bitwise deterministic run to run.
 
 Public API: :func:`fp8_einsum`; torch custom op ``torch.ops.sparkpair.fp8_einsum`` (mutates
-``out``; fake implementation registered); :data:`FP8_EINSUM_CONFIGS` (paths 0 and 1),
-:data:`FP8_EINSUM_SUM_CONFIGS` (path 2, for the AOT build); :func:`fp8_einsum_with_config`.
+``out``; fake implementation registered); :data:`FP8_EINSUM_CONFIGS` (paths 0, 1 and 3),
+:data:`FP8_EINSUM_SUM_CONFIGS` (path 2, for the AOT build); :data:`FP8_EINSUM_TMA_CONFIGS` (path 3);
+:func:`fp8_einsum_with_config`.
 """
 
 from __future__ import annotations
@@ -85,6 +93,9 @@ __all__ = [
     "FP8_EINSUM_DECODE_CONFIGS",
     "FP8_EINSUM_PLAN",
     "FP8_EINSUM_SUM_CONFIGS",
+    "FP8_EINSUM_TMA_CONFIGS",
+    "FP8_EINSUM_TMA_MIN_T",
+    "FP8_EINSUM_TMA_PLAN_CONFIG",
     "SUPPORTED_EQUATION",
     "decode_ue8m0",
     "fp8_einsum",
@@ -326,6 +337,215 @@ if HAS_TRITON:
             tl.store(ws_ptr + p_offs, acc, mask=td_mask)
 
     @triton.jit
+    def _tma_k_loop(
+        acc,
+        a_desc,
+        w_desc,
+        row_a,
+        row_w,
+        sa_ptr,
+        sw_ptr,
+        sa_base,
+        sw_offs,
+        sw_mask,
+        num_kb,
+        t_mask,
+        stride_sak,
+        stride_swk,
+        SA_KIND: tl.constexpr,
+        SW_KIND: tl.constexpr,
+        SW_VEC: tl.constexpr,
+        BLOCK_R: tl.constexpr,
+        STAGES: tl.constexpr,
+    ):
+        """PATH 3: every K block of one tile, operands by TMA (tensor descriptors), promotion as
+        :func:`_k_loop` (the same operations in the same order: the same bits)."""
+        for kb in tl.range(0, num_kb, num_stages=STAGES):
+            a = a_desc.load([row_a, kb * BLOCK_R])
+            w = w_desc.load([row_w, kb * BLOCK_R])
+            if SA_KIND == 1:
+                ka = kb // 4
+            else:
+                ka = kb
+            if SW_KIND == 1:
+                kw = kb // 4
+            else:
+                kw = kb
+            s_a = _load_scale(sa_ptr, sa_base + ka * stride_sak, kb, t_mask, SA_KIND)
+            s_w = _load_scale(sw_ptr, sw_offs + kw * stride_swk, kb, sw_mask, SW_KIND)
+            part = tl.dot(a, tl.trans(w))
+            if SW_VEC:
+                acc += part * (s_a[:, None] * s_w[None, :])
+            else:
+                acc += part * (s_a * s_w)[:, None]
+        return acc
+
+    @triton.jit
+    def _persistent_tma_loop(
+        out_ptr,
+        a_ptr,
+        sa_ptr,
+        w_ptr,
+        sw_ptr,
+        T,
+        D,
+        R,
+        stride_ot,
+        stride_og,
+        stride_at,
+        stride_wd,
+        stride_sat,
+        stride_sag,
+        stride_sak,
+        stride_swg,
+        stride_swd,
+        stride_swk,
+        SA_KIND: tl.constexpr,
+        SW_KIND: tl.constexpr,
+        SW_PER_ROW: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        BLOCK_R: tl.constexpr,
+        GROUP_T: tl.constexpr,
+        SHARE_CHECK: tl.constexpr,
+        ROW_STAGES: tl.constexpr,
+    ):
+        """PATH 3 (prefill where TMA and wgmma exist): a persistent grid (programs, G); program p of
+        group g takes the group's (T tile, D tile) pairs p, p + programs, ... in the grouped order
+        of PATH 0, whole K per tile. ``a`` must be group-major (``stride_ag == T * stride_at``) and
+        ``w`` contiguous: each is read as one 2-D tensor descriptor, ``[G*T, R]`` and ``[G*D, R]``
+        (a T tile's rows past T belong to the next group or lie past the end, where TMA gives
+        zeros; their outputs are masked). Several CTAs per SM (the launcher's grid) keep the tensor
+        cores busy while each one waits for its MMA and promotes it."""
+        g = tl.program_id(1)
+        G = tl.num_programs(1)
+        a_desc = tl.make_tensor_descriptor(
+            a_ptr, shape=[G * T, R], strides=[stride_at, 1], block_shape=[BLOCK_T, BLOCK_R]
+        )
+        w_desc = tl.make_tensor_descriptor(
+            w_ptr, shape=[G * D, R], strides=[stride_wd, 1], block_shape=[BLOCK_D, BLOCK_R]
+        )
+        num_t = tl.cdiv(T, BLOCK_T)
+        num_d = tl.cdiv(D, BLOCK_D)
+        num_kb = R // BLOCK_R
+        width = GROUP_T * num_d
+        for tile in tl.range(tl.program_id(0), num_t * num_d, tl.num_programs(0)):
+            first_t = (tile // width) * GROUP_T
+            size_t = tl.minimum(num_t - first_t, GROUP_T)
+            pid_t = first_t + (tile % width) % size_t
+            pid_d = (tile % width) // size_t
+            offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+            offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+            t_mask = offs_t < T
+            d_mask = offs_d < D
+            sa_base = offs_t * stride_sat + g * stride_sag
+            if SW_PER_ROW:
+                sw_first = g * stride_swg + (pid_d * BLOCK_D) * stride_swd
+            else:
+                tl.static_assert(128 % BLOCK_D == 0, "block weight scales need BLOCK_D to divide 128")
+                sw_first = g * stride_swg + ((pid_d * BLOCK_D) // 128) * stride_swd
+            first_ok = pid_d * BLOCK_D < D
+            row_a = g * T + pid_t * BLOCK_T
+            row_w = g * D + pid_d * BLOCK_D
+            acc = tl.zeros((BLOCK_T, BLOCK_D), dtype=tl.float32)
+            if SW_PER_ROW and SHARE_CHECK:
+                sw_offs = g * stride_swg + offs_d * stride_swd
+                if SW_KIND == 1:
+                    s_hi = (num_kb + 3) // 4
+                else:
+                    s_hi = num_kb
+                if _rows_share_scales(sw_ptr, sw_offs, sw_first, 0, s_hi, d_mask, stride_swk):
+                    acc = _tma_k_loop(
+                        acc,
+                        a_desc,
+                        w_desc,
+                        row_a,
+                        row_w,
+                        sa_ptr,
+                        sw_ptr,
+                        sa_base,
+                        sw_first,
+                        first_ok,
+                        num_kb,
+                        t_mask,
+                        stride_sak,
+                        stride_swk,
+                        SA_KIND,
+                        SW_KIND,
+                        False,
+                        BLOCK_R,
+                        None,
+                    )
+                else:
+                    acc = _tma_k_loop(
+                        acc,
+                        a_desc,
+                        w_desc,
+                        row_a,
+                        row_w,
+                        sa_ptr,
+                        sw_ptr,
+                        sa_base,
+                        sw_offs,
+                        d_mask,
+                        num_kb,
+                        t_mask,
+                        stride_sak,
+                        stride_swk,
+                        SA_KIND,
+                        SW_KIND,
+                        True,
+                        BLOCK_R,
+                        ROW_STAGES,
+                    )
+            elif SW_PER_ROW:
+                acc = _tma_k_loop(
+                    acc,
+                    a_desc,
+                    w_desc,
+                    row_a,
+                    row_w,
+                    sa_ptr,
+                    sw_ptr,
+                    sa_base,
+                    g * stride_swg + offs_d * stride_swd,
+                    d_mask,
+                    num_kb,
+                    t_mask,
+                    stride_sak,
+                    stride_swk,
+                    SA_KIND,
+                    SW_KIND,
+                    True,
+                    BLOCK_R,
+                    None,
+                )
+            else:
+                acc = _tma_k_loop(
+                    acc,
+                    a_desc,
+                    w_desc,
+                    row_a,
+                    row_w,
+                    sa_ptr,
+                    sw_ptr,
+                    sa_base,
+                    sw_first,
+                    first_ok,
+                    num_kb,
+                    t_mask,
+                    stride_sak,
+                    stride_swk,
+                    SA_KIND,
+                    SW_KIND,
+                    False,
+                    BLOCK_R,
+                    None,
+                )
+            o_ptrs = out_ptr + offs_t[:, None] * stride_ot + g * stride_og + offs_d[None, :]
+            tl.store(o_ptrs, acc.to(tl.bfloat16), mask=t_mask[:, None] & d_mask[None, :])
+
+    @triton.jit
     def _split_sum(
         out_ptr,
         ws_ptr,
@@ -389,7 +609,7 @@ if HAS_TRITON:
         SPLIT_R: tl.constexpr = 1,  # K splits; >1: the last CTA of each tile sums them (one launch)
         SHARE_CHECK: tl.constexpr = False,  # per-row sw: tiles whose rows share it take the 1-scale loop
         ROW_STAGES: tl.constexpr = 2,  # SHARE_CHECK: pipeline depth of the per-row loop
-        PATH: tl.constexpr = 0,  # 0 pipelined tile loop, 1 decode tile, 2 split sum (see below)
+        PATH: tl.constexpr = 0,  # 0 tile loop, 1 decode tile, 2 split sum, 3 persistent TMA loop
         KB_PER: tl.constexpr = 1,  # PATH 1: K blocks (of 128) per CTA, all loaded at once
         USE_PDL: tl.constexpr = False,  # PATH 1/2: launched with programmatic dependent launch
     ):
@@ -429,6 +649,36 @@ if HAS_TRITON:
             )
         elif PATH == 2:
             _split_sum(out_ptr, ws_ptr, D, stride_ot, stride_og, stride_wss, BLOCK_D, SPLIT_R, USE_PDL)
+        elif PATH == 3:
+            _persistent_tma_loop(
+                out_ptr,
+                a_ptr,
+                sa_ptr,
+                w_ptr,
+                sw_ptr,
+                T,
+                D,
+                R,
+                stride_ot,
+                stride_og,
+                stride_at,
+                stride_wd,
+                stride_sat,
+                stride_sag,
+                stride_sak,
+                stride_swg,
+                stride_swd,
+                stride_swk,
+                SA_KIND,
+                SW_KIND,
+                SW_PER_ROW,
+                BLOCK_T,
+                BLOCK_D,
+                BLOCK_R,
+                GROUP_T,
+                SHARE_CHECK,
+                ROW_STAGES,
+            )
         else:
             _tile_loop(
                 out_ptr,
@@ -758,6 +1008,45 @@ FP8_EINSUM_DECODE_CONFIGS: tuple[KernelConfig, ...] = (
 )
 FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_DECODE_CONFIGS
 
+#: PATH 3 CTAs per SM: the grid is (ceil(SMs * this / G), G). Three 64x128 CTAs of 3 stages fit an
+#: H200 SM: 3 x 74,280 B of shared memory (sm_90a build) within its 228 KB (233,472 B) per SM, and
+#: 3 x 128 threads x 168 registers (the config's ``maxnreg``) within its 65,536 registers (NVIDIA's
+#: Hopper tuning guide, https://docs.nvidia.com/cuda/hopper-tuning-guide/). Sweep:
+#: benchmarks/results/explore-2026-12-02-k17c/ (run 4, T = 8192 fp32: 2 CTAs per SM without the
+#: register cap 315-341 us; 3 with it 297-301).
+PERSIST_CTAS_PER_SM = 3
+
+
+def _tcfg(
+    name: str, bt: int, bd: int, warps: int, stages: int, maxnreg: int, group_t: int = 8
+) -> KernelConfig:
+    """A PATH 3 config: persistent grid, TMA operand loads, whole K per tile; per-row weight
+    scales take the share check of PATH 0 (one FMA per element when a tile's rows share them).
+    ``maxnreg``: Triton's register cap per thread (a launch option, passed with the constexprs)."""
+    if SCALE_BLOCK % bd != 0:
+        raise ValueError(f"fp8_einsum config {name}: BLOCK_D={bd} must divide {SCALE_BLOCK}")
+    return make_config(
+        name,
+        "_fp8_einsum_kernel",
+        warps,
+        stages,
+        BLOCK_T=bt,
+        BLOCK_D=bd,
+        BLOCK_R=SCALE_BLOCK,
+        GROUP_T=group_t,
+        SPLIT_R=1,
+        ROW_STAGES=2,
+        SHARE_CHECK=True,
+        PATH=3,
+        maxnreg=maxnreg,
+    )
+
+
+#: PATH 3 configs (prefill on GPUs with TMA and wgmma: compute capability 9.x; the dispatcher
+#: never picks them elsewhere). Name: tma_t<BLOCK_T>_d<BLOCK_D>_s<stages>_r<maxnreg>.
+FP8_EINSUM_TMA_CONFIGS: tuple[KernelConfig, ...] = (_tcfg("tma_t64_d128_s3_r168", 64, 128, 4, 3, 168),)
+FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_TMA_CONFIGS
+
 #: Elements of D per program of the split sum (PATH 2): 4 warps, 8 outputs per thread.
 SUM_BLOCK = 1024
 
@@ -829,9 +1118,25 @@ FP8_EINSUM_PLAN_FP32: tuple[tuple[int, str], ...] = (
 )
 FP8_EINSUM_PLAN = FP8_EINSUM_PLAN_UE8M0  # the served recipe on GB10
 
+#: Where TMA and wgmma exist (compute capability 9.x), the operands allow PATH 3 (``a``
+#: group-major, ``w`` contiguous, as vLLM calls it) and the weight scales are 128x128 block scales
+#: (recipe (1,128,128): sm_90's layout, any scale encoding), T >= this takes
+#: FP8_EINSUM_TMA_PLAN_CONFIG. Per-row weight scales keep the plans above: in run 818a747
+#: (benchmarks/results/explore-2026-12-02-k17c/final-818a747/) PATH 3 on per-row UE8M0 scales was
+#: slower than e0d50ad at T = 512 (int32-bcast 26.4 against 23.3 us) and at every T where the rows
+#: differ (int32, T = 8192: 1084 against 812; its per-row loop spills under the register cap),
+#: while fp32 block scales gained from T = 2048 (75.9 against 93.8 us; T = 8192 299.9 against
+#: 357.2) and tied at T = 512 (22.31 against 22.36).
+FP8_EINSUM_TMA_MIN_T = 1024
+FP8_EINSUM_TMA_PLAN_CONFIG = "tma_t64_d128_s3_r168"
 
-def select_fp8_einsum_config(t: int, fp32_scales: bool = False) -> KernelConfig:
-    """The config :func:`fp8_einsum` uses for ``t`` tokens (``fp32_scales``: both scales fp32)."""
+
+def select_fp8_einsum_config(t: int, fp32_scales: bool = False, tma: bool = False) -> KernelConfig:
+    """The config :func:`fp8_einsum` uses for ``t`` tokens (``fp32_scales``: both scales fp32;
+    ``tma``: the device, the operands and block weight scales allow PATH 3, see
+    :data:`FP8_EINSUM_TMA_MIN_T`)."""
+    if tma and t >= FP8_EINSUM_TMA_MIN_T:
+        return _CONFIGS_BY_NAME[FP8_EINSUM_TMA_PLAN_CONFIG]
     plan = FP8_EINSUM_PLAN_FP32 if fp32_scales else FP8_EINSUM_PLAN_UE8M0
     for max_t, name in plan:
         if t <= max_t:
@@ -999,7 +1304,8 @@ def fp8_einsum_with_config(
         return
     if config is None:
         fp32_scales = sa_kind == _SCALE_FP32 and sw_kind == _SCALE_FP32
-        cfg = select_fp8_einsum_config(t, fp32_scales)
+        tma = not per_row and t >= FP8_EINSUM_TMA_MIN_T and _tma_ok(x, w)
+        cfg = select_fp8_einsum_config(t, fp32_scales, tma)
     else:
         cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
     meta = cfg.constexprs()
@@ -1013,6 +1319,9 @@ def fp8_einsum_with_config(
             f"scales BLOCK_D must divide {SCALE_BLOCK} (one scale per tile and K block)"
         )
     n_tiles = cdiv(t, meta["BLOCK_T"]) * cdiv(d, meta["BLOCK_D"])
+    if meta.get("PATH", 0) == 3:
+        _launch_persistent(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
+        return
     if meta.get("PATH", 0) == 1:
         _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
         return
@@ -1053,6 +1362,93 @@ def fp8_einsum_with_config(
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
+
+
+_CAPABILITY: dict[int, tuple[int, int]] = {}
+
+
+def _tma_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether PATH 3 can run these operands here: a CUDA device of compute capability 9.x (TMA
+    and wgmma; sm_12x has TMA but no wgmma, and its 99 KB of shared memory per SM holds one such
+    CTA), compiled kernels (not Triton's interpreter), ``a`` group-major and ``w`` contiguous."""
+    if not x.is_cuda or _kernels_interpreted():
+        return False
+    idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    cap = _CAPABILITY.get(idx)
+    if cap is None:
+        cap = _CAPABILITY[idx] = torch.cuda.get_device_capability(idx)
+    t, g, _ = x.shape
+    d = w.shape[1]
+    return cap[0] == 9 and x.stride(1) == t * x.stride(0) and w.stride(0) == d * w.stride(1)
+
+
+#: Per device: the global scratch Triton's device-side tensor descriptors are written to (128 B
+#: per descriptor and program), reused by every PATH 3 launch on that device (no allocation per
+#: call once it has its size; calls on one stream are ordered, so reuse is safe there).
+_TMA_SCRATCH: dict[torch.device, torch.Tensor] = {}
+
+
+def _launch_persistent(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
+    """PATH 3: see ``_persistent_tma_loop``.
+
+    Raises:
+        ValueError: the operands or the device do not allow PATH 3 (see :func:`_tma_ok`).
+    """
+    from triton.runtime import _allocation
+
+    t, g, r = x.shape
+    d = w.shape[1]
+    if not _tma_ok(x, w):
+        raise ValueError(
+            f"fp8_einsum: config {cfg.name} (PATH 3) needs a compute capability 9.x GPU, compiled kernels, "
+            f"a group-major (stride(1) == T*stride(0)) and w contiguous; got a strides {x.stride()}, "
+            f"w strides {w.stride()} on {x.device}"
+        )
+    dev = x.device
+
+    def scratch(size: int, alignment: int, stream: int) -> torch.Tensor:
+        buf = _TMA_SCRATCH.get(dev)
+        if buf is None or buf.numel() < size:
+            buf = _TMA_SCRATCH[dev] = torch.empty(size, dtype=torch.int8, device=dev)
+        return buf
+
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    progs = max(1, min(n_tiles, cdiv(sms * PERSIST_CTAS_PER_SM, g)))
+    token = _allocation._allocator.set(scratch)  # this launch only; Triton's API is global
+    try:
+        _fp8_einsum_kernel[(progs, g, 1)](
+            out,
+            out,
+            out,
+            x,
+            sa,
+            w,
+            sw,
+            t,
+            d,
+            r,
+            out.stride(0),
+            out.stride(1),
+            x.stride(0),
+            x.stride(1),
+            w.stride(0),
+            w.stride(1),
+            sa.stride(0),
+            sa.stride(1),
+            sa.stride(2),
+            sw.stride(0),
+            sw.stride(1),
+            sw.stride(2),
+            t * g * d,
+            SA_KIND=sa_kind,
+            SW_KIND=sw_kind,
+            SW_PER_ROW=per_row,
+            **meta,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
+    finally:
+        _allocation._allocator.reset(token)
 
 
 def _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
