@@ -57,10 +57,13 @@ for recipe, enc, plan in (
     ((1, 1, 128), "int32", fe.FP8_EINSUM_PLAN_UE8M0),
     ((1, 128, 128), "fp32", fe.FP8_EINSUM_PLAN_FP32),
 ):
-    for t in plan_sizes(plan, 2048):
+    # PATH 3 (block weight scales, compute capability 9.x, group-major activations as
+    # make_fp8_operands makes them) takes over from FP8_EINSUM_TMA_MIN_T: one size below it too.
+    tma = recipe[1] == 128 and torch.cuda.get_device_capability()[0] == 9
+    for t in sorted(set(plan_sizes(plan, 2048) + [fe.FP8_EINSUM_TMA_MIN_T - 1])):
         a, sa, w8, sw, _, _ = make_fp8_operands(t, 4, 1024, 4096, recipe, enc)
         out = torch.empty((t, 4, 1024), dtype=torch.bfloat16, device="cuda")
-        name = fe.select_fp8_einsum_config(t, fp32_scales=enc == "fp32").name
+        name = fe.select_fp8_einsum_config(t, fp32_scales=enc == "fp32", tma=tma).name
         run(
             f"fp8_einsum {enc} T={t} {name}",
             lambda a=a, sa=sa, w8=w8, sw=sw, out=out, r=recipe: fe.fp8_einsum(
