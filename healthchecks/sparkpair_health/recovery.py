@@ -26,6 +26,7 @@ workers to join when it starts, so the workers must be up again first. Runs in t
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 import time
@@ -50,11 +51,17 @@ _SAMPLE = re.compile(r"^(vllm:num_requests_running|vllm:generation_tokens_total)
 
 def vllm_progress(metrics_text: str) -> tuple[float, float] | None:
     """(requests running, generated tokens total) summed over label sets from vLLM's
-    Prometheus text, or ``None`` when either series is absent (names: vLLM's
+    Prometheus text, or ``None`` when either series is absent or a sample of them is not a
+    finite number (names: vLLM's
     ``vllm/v1/metrics/loggers.py``, counters exported with the ``_total`` suffix)."""
     running = tokens = None
     for name, _, value in _SAMPLE.findall(metrics_text):
-        v = float(value)
+        try:
+            v = float(value)
+        except ValueError:
+            return None  # a sample that is no number: no counters this tick
+        if not math.isfinite(v):
+            return None
         if name.endswith("running"):
             running = (running or 0.0) + v
         else:

@@ -9,6 +9,7 @@ tests/docker/test_sim_pair.py (the two-container vLLM pair frozen and killed).
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -55,6 +56,16 @@ def test_vllm_progress_reads_the_two_counters_from_prometheus_text() -> None:
     )
     assert vllm_progress(text) == (3.0, 1234.0)
     assert vllm_progress("vllm:num_requests_running 1\n") is None
+    # A sample that is no finite number: no counters this tick (never an exception, never a stall).
+    for bad in ("garbage", "NaN", "+Inf"):
+        assert vllm_progress(f"vllm:num_requests_running 1\nvllm:generation_tokens_total {bad}\n") is None
+
+
+def test_recovery_judges_a_garbage_metrics_page_as_no_counters_and_never_raises() -> None:
+    r = rec([])
+    r.progress = TokenProgress(stall_s=60)
+    page = "vllm:num_requests_running 0\nvllm:generation_tokens_total garbage\n"
+    assert r.observe(True, "", 0, metrics=page) is None
 
 
 def rec(restarts: list[str], n: int = 2, window_s: float = 60.0, fail: bool = False) -> Recovery:
@@ -122,13 +133,32 @@ def test_recovery_is_off_by_default_and_needs_the_nodes_it_restarts() -> None:
     assert str(e.value).startswith(
         "SPARKPAIR_RECOVERY='true': stability names no node 'head' with containers"
     )
-    s = GatewaySettings.from_env(
-        {
-            "SPARKPAIR_RECOVERY": "1",
-            "SPARKPAIR_STABILITY": '{"nodes": [{"name": "head", "containers": ["h"]}]}',
-        }
-    )
+    s = GatewaySettings.from_env({"SPARKPAIR_RECOVERY": "1", "SPARKPAIR_STABILITY": json.dumps(NODES)})
     assert s.recovery and s.recovery_max_restarts == 3 and s.recovery_stop_timeout_s == 30
+    # A pair it could restart only in part is refused: a node without containers, the head alone.
+    for nodes, want in (
+        (
+            {"nodes": [{"name": "head", "containers": ["h"]}, {"name": "worker"}]},
+            "node(s) ['worker'] name no",
+        ),
+        ({"nodes": [{"name": "head", "containers": ["h"]}]}, "names only ['head']"),
+    ):
+        with pytest.raises(GatewaySettingsError) as e:
+            GatewaySettings.from_env({"SPARKPAIR_RECOVERY": "1", "SPARKPAIR_STABILITY": json.dumps(nodes)})
+        assert want in str(e.value), str(e.value)
+    # A stall shorter than the canary interval cannot be measured (counters are read per canary).
+    with pytest.raises(GatewaySettingsError) as e:
+        GatewaySettings.from_env(
+            {
+                "SPARKPAIR_RECOVERY": "1",
+                "SPARKPAIR_STABILITY": json.dumps(NODES),
+                "SPARKPAIR_CANARY_INTERVAL_S": "30",
+                "SPARKPAIR_RECOVERY_STALL_S": "10",
+            }
+        )
+    assert str(e.value).startswith("SPARKPAIR_RECOVERY_STALL_S='10'") and "canary_interval_s=30" in str(
+        e.value
+    )
     with pytest.raises(GatewaySettingsError) as e:
         GatewaySettings.from_env({"SPARKPAIR_RECOVERY_STOP_TIMEOUT_S": "0"})
     assert str(e.value).startswith("SPARKPAIR_RECOVERY_STOP_TIMEOUT_S='0'"), str(e.value)
