@@ -129,8 +129,8 @@ class GatewaySettings(BaseSettings):
     ready_timeout_s: float = Field(default_factory=default_ready_timeout_s, gt=0, allow_inf_nan=False)
     request_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False)
     long_prompt_timeout_s: float = Field(180.0, gt=0, allow_inf_nan=False)
-    canary_interval_s: float = Field(15.0, ge=0.1, allow_inf_nan=False)
-    canary_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
+    canary_interval_s: float = Field(15.0, ge=0.1, le=3600.0, allow_inf_nan=False)
+    canary_timeout_s: float = Field(10.0, gt=0, le=3600.0, allow_inf_nan=False)
     canary_max_tokens: int = Field(4, gt=0)
     canary_prompt: str = "Reply with OK."
     dsv4_checks: bool = True
@@ -139,7 +139,7 @@ class GatewaySettings(BaseSettings):
     report_json: Path | None = None
     junit_xml: Path | None = None
     stability: Annotated[StabilitySettings | None, NoDecode] = None
-    stability_interval_s: float = Field(60.0, gt=0, allow_inf_nan=False)
+    stability_interval_s: float = Field(60.0, gt=0, le=86400.0, allow_inf_nan=False)
     plan_file: Path | None = None
     peers: Annotated[list[Peer], NoDecode] = Field(default_factory=list)
     head_log: Path | None = DEFAULT_HEAD_LOG
@@ -147,8 +147,8 @@ class GatewaySettings(BaseSettings):
     recovery: bool = False
     recovery_max_restarts: int = Field(3, ge=1, le=100)
     recovery_window_s: float = Field(3600.0, ge=60.0, le=7 * 86400.0, allow_inf_nan=False)
-    recovery_after_failures: int = Field(3, ge=1)
-    recovery_stall_s: float = Field(120.0, gt=0, allow_inf_nan=False)
+    recovery_after_failures: int = Field(3, ge=1, le=1000)
+    recovery_stall_s: float = Field(120.0, gt=0, le=86400.0, allow_inf_nan=False)
     recovery_stop_timeout_s: int = Field(30, ge=1, le=600)
 
     @property
@@ -193,6 +193,28 @@ class GatewaySettings(BaseSettings):
                 f"(nodes seen: {[(n.name, n.containers) for n in nodes]}); wanted SPARKPAIR_STABILITY "
                 'with {"nodes": [{"name": "head", "containers": [...]}, {"name": "worker", ...}]}: '
                 "recovery restarts those containers"
+            )
+        bare = [n.name for n in nodes if not n.containers]
+        if bare:
+            raise ValueError(
+                f"stability node(s) {bare} name no containers; wanted every node's serving containers: "
+                "recovery restarts the whole pair"
+            )
+        if len(nodes) < 2:
+            raise ValueError(
+                f"stability names only {[n.name for n in nodes]}; wanted the head and its worker(s): "
+                "recovery restarts the whole pair"
+            )
+        return v
+
+    @field_validator("recovery_stall_s")
+    @classmethod
+    def _stall_measurable(cls, v: float, info: ValidationInfo) -> float:
+        interval = info.data.get("canary_interval_s")
+        if info.data.get("recovery") and interval is not None and v < interval:
+            raise ValueError(
+                f"shorter than canary_interval_s={interval:g}: the token counters are read once per "
+                "canary, so a shorter stall cannot be seen; wanted >= canary_interval_s"
             )
         return v
 

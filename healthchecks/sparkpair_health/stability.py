@@ -32,6 +32,7 @@ Runs in the slim client: imports neither vLLM nor torch.
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import time
@@ -39,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .logscan import CATALOGUE, Pattern, ScanResult, scan_text
 
@@ -72,11 +73,38 @@ class StabilityNode(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     docker_url: str | None = None
     containers: list[str] = Field(default_factory=list)
     kernel_log: str = "none"
     previous_boot: bool = True
+
+    @field_validator("docker_url")
+    @classmethod
+    def _docker_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^(unix://|tcp://|ssh://)[^\s]+$", v):
+            raise ValueError(
+                f"docker_url={v!r}: wanted unix:///path/docker.sock, tcp://host:port or ssh://user@host"
+            )
+        return v
+
+    @field_validator("containers")
+    @classmethod
+    def _containers(cls, v: list[str]) -> list[str]:
+        bad = [c for c in v if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", c)]
+        if bad:
+            raise ValueError(
+                f"containers {bad!r}: wanted Docker container names or ids ([A-Za-z0-9][A-Za-z0-9_.-]*)"
+            )
+        if len(set(v)) != len(v):
+            raise ValueError(f"containers {v!r}: a container is named twice")
+        return v
+
+    @field_validator("kernel_log")
+    @classmethod
+    def _kernel_log(cls, v: str) -> str:
+        runner_for(v)  # raises naming the value and the accepted forms
+        return v
 
 
 class StabilitySettings(BaseModel):
@@ -93,10 +121,19 @@ class StabilitySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     nodes: list[StabilityNode] = Field(default_factory=list)
-    log_tail: int = Field(default=5000, gt=0)
+    log_tail: int = Field(default=5000, gt=0, le=1_000_000)
     kernel_since: str | None = None
-    docker_timeout_s: float = Field(default=20.0, gt=0)
-    command_timeout_s: float = Field(default=20.0, gt=0)
+    docker_timeout_s: float = Field(default=20.0, gt=0, le=600, allow_inf_nan=False)
+    command_timeout_s: float = Field(default=20.0, gt=0, le=600, allow_inf_nan=False)
+
+    @field_validator("nodes")
+    @classmethod
+    def _unique_names(cls, v: list[StabilityNode]) -> list[StabilityNode]:
+        names = [n.name for n in v]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"nodes {names}: {twice} named more than once; wanted one entry per node")
+        return v
 
 
 # --------------------------------------------------------------------------- results

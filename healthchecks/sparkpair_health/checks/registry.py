@@ -122,6 +122,7 @@ def check_list(
     bad = sorted(set(only or ()) - set(known))
     if bad:
         raise ValueError(f"profile {profile.name!r}: no such check {bad}; wanted ids from {known}")
+
     def kept(checks: list[CheckSpec]) -> list[CheckSpec]:
         return [c for c in checks if only is None or c.id in only]
 

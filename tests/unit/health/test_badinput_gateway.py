@@ -48,6 +48,36 @@ def gateway(env: dict[str, str | None], *args: str) -> tuple[int, str]:
         ({"SPARKPAIR_PEERS": "b c=10.0.0.2"}, "peer name 'b c' is not a node name"),
         ({"SPARKPAIR_PEER_PROBE_PORT": "0"}, "SPARKPAIR_PEER_PROBE_PORT='0'"),
         ({"SPARKPAIR_READY_TIMEOUT_S": "inf"}, "SPARKPAIR_READY_TIMEOUT_S='inf'"),
+        # Past threading's wait limit the worker thread would die after the first canary.
+        ({"SPARKPAIR_CANARY_INTERVAL_S": "1e10"}, "SPARKPAIR_CANARY_INTERVAL_S='1e10': Input should be less"),
+        ({"SPARKPAIR_CANARY_TIMEOUT_S": "1e10"}, "SPARKPAIR_CANARY_TIMEOUT_S='1e10': Input should be less"),
+        ({"SPARKPAIR_STABILITY_INTERVAL_S": "1e10"}, "SPARKPAIR_STABILITY_INTERVAL_S='1e10'"),
+        ({"SPARKPAIR_RECOVERY_AFTER_FAILURES": "99999999999"}, "SPARKPAIR_RECOVERY_AFTER_FAILURES="),
+        ({"SPARKPAIR_RECOVERY_STALL_S": "1e300"}, "SPARKPAIR_RECOVERY_STALL_S='1e300'"),
+        # The stability nodes: what the look would only find out at run time.
+        (
+            {"SPARKPAIR_STABILITY": '{"nodes": [{"name": "head", "kernel_log": "bogus"}]}'},
+            "kernel_log='bogus': wanted 'local', 'none' or 'ssh://user@host'",
+        ),
+        (
+            {"SPARKPAIR_STABILITY": '{"nodes": [{"name": "head", "docker_url": "garbage"}]}'},
+            "docker_url='garbage': wanted unix://",
+        ),
+        ({"SPARKPAIR_STABILITY": '{"docker_timeout_s": "inf"}'}, "docker_timeout_s"),
+        ({"SPARKPAIR_STABILITY": '{"command_timeout_s": 1e999}'}, "command_timeout_s"),
+        ({"SPARKPAIR_STABILITY": '{"nodes": [{"name": ""}]}'}, "name"),
+        (
+            {"SPARKPAIR_STABILITY": '{"nodes": [{"name": "head"}, {"name": "head"}]}'},
+            "['head'] named more than once",
+        ),
+        (
+            {"SPARKPAIR_STABILITY": '{"nodes": [{"name": "head", "containers": [""]}]}'},
+            "wanted Docker container names",
+        ),
+        (
+            {"SPARKPAIR_STABILITY": '{"nodes": [{"name": "head", "containers": ["a", "a"]}]}'},
+            "a container is named twice",
+        ),
     ],
 )
 def test_bad_env_setting_exits_3_at_start(env: dict[str, str], fragment: str) -> None:
