@@ -165,11 +165,16 @@ def test_each_bad_canary_answer_is_named(mode: str, fragment: str) -> None:
             try:
                 wait_status(g.base_url, 200, 60)
                 srv.chat_mode = mode
-                t0 = time.monotonic()
-                _, r = wait_status(g.base_url, 503, INTERVAL + DEADLINE + SLACK + 1.0)
-                assert fragment in r.json()["cause"], r.json()
+                took, r = wait_status(g.base_url, 503, INTERVAL + DEADLINE + SLACK + 1.0)
+                if mode == "drip" and fragment not in r.json()["cause"]:
+                    # The drip's deadline ends when the last success turns stale (interval +
+                    # deadline): on a loaded machine "canary stale" may be the first 503 seen.
+                    assert r.json()["cause"].startswith("canary stale"), r.json()
+                    time.sleep(SLACK)
+                    r = httpx.get(g.base_url + "/readyz", timeout=5)
+                assert r.status_code == 503 and fragment in r.json()["cause"], r.json()
                 if mode == "drip":
-                    assert time.monotonic() - t0 <= INTERVAL + DEADLINE + SLACK
+                    assert took <= INTERVAL + DEADLINE + SLACK
             finally:
                 gw.stop()
 
