@@ -123,14 +123,26 @@ def register(app: typer.Typer) -> None:
             err.print(f"[red]invalid node env[/red]\n{e}", highlight=False)
             raise typer.Exit(2) from None
         cap = nccl.parse_size(max_bytes)
+        err.print(
+            f"nccl-allreduce: rank {env.SPARKPAIR_NODE_RANK} of {env.SPARKPAIR_NNODES} on "
+            f"{env.SPARKPAIR_NODE_NAME}: waiting for "
+            f"the other node at {env.SPARKPAIR_HEAD_ADDR}:{port} (run this on every node at once; gives up "
+            f"after SPARKPAIR_NCCL_TIMEOUT_S={os.environ.get('SPARKPAIR_NCCL_TIMEOUT_S', '600')} s)",
+            highlight=False,
+        )
         log = nccl.run_allreduce(env, port=port, max_bytes=cap, environ=dict(os.environ))
-        (Path(os.environ.get("TMPDIR", "/tmp")) / "sparkpair-nccl-allreduce.log").write_text(log)
+        log_path = Path(os.environ.get("TMPDIR", "/tmp")) / "sparkpair-nccl-allreduce.log"
+        log_path.write_text(log)
+        parsed = nccl.parse_log(log)
         verdict = nccl.judge(
-            nccl.parse_log(log),
+            parsed,
             floor_gbps=floor_gbps,
             transport=transport,
             want_hcas=env.hcas if transport == "IB" else None,
             node=env.SPARKPAIR_NODE_NAME,
         )
         print(verdict.message)
+        if not parsed.rows:  # no table: what the rank said last is the reason
+            tail = [ln for ln in log.strip().splitlines() if ln.strip()][-3:]
+            print(f"the rank's last lines ({log_path}):\n  " + "\n  ".join(tail or ["(no output)"]))
         raise typer.Exit(0 if verdict.ok else 1)

@@ -35,6 +35,12 @@ def main() -> None:
     import torch
     import torch.distributed as dist
 
+    if a.backend == "nccl" and not torch.cuda.is_available():
+        raise SystemExit(
+            f"rank {a.rank}: --backend nccl needs a CUDA device; torch {torch.__version__} sees none "
+            "(run it in the node's image on a Spark, where vLLM's NCCL is)"
+        )
+    print(f"# rank {a.rank} of {a.world}: waiting at {a.master} for every rank to join", flush=True)
     dist.init_process_group(a.backend, init_method=f"tcp://{a.master}", rank=a.rank, world_size=a.world)
     dev = torch.device("cuda", 0) if a.backend == "nccl" else torch.device("cpu")
     sync = torch.cuda.synchronize if a.backend == "nccl" else (lambda: None)

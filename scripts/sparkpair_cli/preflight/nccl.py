@@ -220,17 +220,28 @@ def run_allreduce(env: NodeEnv, *, port: int, max_bytes: int, environ: Mapping[s
         run_env["NCCL_IB_GID_INDEX"] = env.NCCL_IB_GID_INDEX
     else:
         run_env.pop("NCCL_IB_GID_INDEX", None)
-    r = subprocess.run(
-        allreduce_argv(env, port=port, max_bytes=max_bytes),
-        env=run_env,
-        capture_output=True,
-        text=True,
-        timeout=float(os.environ.get("SPARKPAIR_NCCL_TIMEOUT_S", "600")),
-    )
+    timeout_s = float(os.environ.get("SPARKPAIR_NCCL_TIMEOUT_S", "600"))
+    try:
+        r = subprocess.run(
+            allreduce_argv(env, port=port, max_bytes=max_bytes),
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired as e:
+        out = [
+            x.decode(errors="replace") if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr)
+        ]
+        return "".join(out) + (
+            f"\n# sparkpair: no result within SPARKPAIR_NCCL_TIMEOUT_S={timeout_s:g} s (the other node never "
+            "joined, or the collective hung); the rank was stopped\n"
+        )
     return r.stdout + r.stderr
 
 
 # --- the NCCL library vLLM loads (docs/reference/nccl.md) ----------------------------
+
 
 @dataclass(frozen=True)
 class KnownBadNccl:
@@ -386,9 +397,7 @@ def _torch_has_cuda() -> bool | None:
     return bool(m and m.group(1).strip() not in ("None", "''", '""'))
 
 
-def check_nccl_library(
-    c: Any, environ: Mapping[str, str] | None = None, machine: str | None = None
-) -> None:
+def check_nccl_library(c: Any, environ: Mapping[str, str] | None = None, machine: str | None = None) -> None:
     """Preflight: name the NCCL library and version this node's vLLM will load (a fact that
     ``preflight --compare`` compares across nodes), and fail on a version
     :func:`known_bad_nccl` names for this ``machine`` (default ``platform.machine()``) or on a

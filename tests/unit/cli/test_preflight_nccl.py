@@ -140,3 +140,38 @@ def test_the_cli_parses_a_recorded_log_and_exits_by_the_verdict(tmp_path: Path) 
     assert ok.exit_code == 0 and "via NET/IB" in ok.output
     bad = CliRunner().invoke(app, ["nccl-allreduce", "--parse", str(log), "--hcas", "mlx4_0,mlx4_1"])
     assert bad.exit_code == 1 and "missing ['mlx4_1']" in bad.output
+
+
+def test_the_cli_says_it_waits_and_a_cpu_only_torch_is_named_not_waited_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sparkpair_cli.main import app
+    from typer.testing import CliRunner
+
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    env_file = Path(__file__).resolve().parents[3] / "configs" / "node.env.example"
+    r = CliRunner().invoke(app, ["nccl-allreduce", "--env-file", str(env_file)])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 1, r.output
+    assert "waiting for the other node at 192.168.177.11:29599" in out, r.output
+    assert "--backend nccl needs a CUDA device" in out, r.output
+    log = (tmp_path / "sparkpair-nccl-allreduce.log").read_text()
+    assert "--backend nccl needs a CUDA device" in log, log
+
+
+def test_a_rank_that_never_finishes_is_stopped_at_the_timeout_with_a_line_saying_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sparkpair_cli.deploy.nodeenv import load_node_env_file
+
+    env = load_node_env_file(Path(__file__).resolve().parents[3] / "configs" / "node.env.example")
+    # Fault: a rank whose peer never joins (the real rank needs a second node and NCCL).
+    monkeypatch.setattr(
+        nccl, "allreduce_argv", lambda *a, **k: [sys.executable, "-c", "import time; time.sleep(60)"]
+    )
+    monkeypatch.setenv("SPARKPAIR_NCCL_TIMEOUT_S", "1")
+    log = nccl.run_allreduce(env, port=29599, max_bytes=1 << 20, environ={})
+    assert "no result within SPARKPAIR_NCCL_TIMEOUT_S=1 s" in log, log
