@@ -161,6 +161,19 @@ def expects_draft(profile: Any) -> bool:
     return spec is not None and spec.method == "dspark" and "model" not in spec.extra
 
 
+def pull_hint(model: str, revision: str | None) -> str:
+    """The commands that put ``model`` on every node (docs/operations.md, "The checkpoint, once"),
+    complete enough to paste: ``model pull`` needs ``--into``, and the node then serves the
+    folder (``SPARKPAIR_MODEL=/models/<folder>``, the model cache's mount point in compose)."""
+    folder = model.rstrip("/").rsplit("/", 1)[-1] or "model"
+    rev = f" --revision {revision}" if revision else ""
+    return (
+        f"on one node: sparkpair model pull {model}{rev} --into <SPARKPAIR_MODEL_CACHE>/{folder}; "
+        f"then sparkpair model sync --from <that node> --folder {folder}, and set "
+        f"SPARKPAIR_MODEL=/models/{folder} (docs/operations.md)"
+    )
+
+
 def resolve_model_dir(model: str, hf_home: Path, revision: str | None = None) -> Path | None:
     """The local folder of ``model``: a path as given (absolute, or below ``hf_home``), or a
     hub id's snapshot in ``hf_home/hub``.
@@ -218,8 +231,7 @@ def check_checkpoint(c: Ctx) -> None:
             "model",
             f"{model}{at}",
             f"downloaded under HF_HOME ({hf_home})",
-            f"sparkpair model pull {model}{' --revision ' + revision if revision else ''} on one node, "
-            "then sparkpair model sync (docs/operations.md)",
+            pull_hint(model, revision),
         )
         return
     try:

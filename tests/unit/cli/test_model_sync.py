@@ -392,3 +392,21 @@ def test_model_receive_and_send_as_commands_copy_with_the_token_file_receive_cre
     finally:
         rx.kill()
     assert (into / "model-00001-of-00002.safetensors").read_bytes() == (snapshot / "model-00001-of-00002.safetensors").read_bytes()
+
+
+def test_preflight_pull_hint_gives_every_required_option_of_model_pull() -> None:
+    """The hint preflight prints for a checkpoint that is not there must be a command that runs:
+    every required option of `model pull` (today ``--into``) is in it."""
+    import typer
+    from sparkpair_cli.main import app
+    from sparkpair_cli.preflight.checkpoint import pull_hint
+
+    hint = pull_hint("deepseek-ai/DeepSeek-V4-Flash-0731", "9e165c30e2704aec5d9d593cce3eebd58bbef1cb")
+    root = typer.main.get_command(app)
+    model = root.commands["model"]  # type: ignore[attr-defined]
+    pull = model.commands["pull"]
+    required = [p.opts[0] for p in pull.params if p.param_type_name == "option" and p.required]
+    assert required, "model pull has no required option: this test checks nothing"
+    assert all(o in hint for o in required), (required, hint)
+    assert "--revision 9e165c30e2704aec5d9d593cce3eebd58bbef1cb" in hint
+    assert "SPARKPAIR_MODEL=/models/DeepSeek-V4-Flash-0731" in hint
