@@ -70,3 +70,28 @@ def test_printed_summary_counts_the_checks_and_names_readiness_apart() -> None:
         console = Console(record=True, width=200)
         render_report(report("pass", "skip", ready=ready), console)
         assert want in console.export_text(), console.export_text()
+
+
+def test_server_text_is_shown_as_text_never_read_as_markup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check message or readiness detail holding Rich markup (a model answer with ``[/INST]``,
+    ``[/]``) is printed as it is: no MarkupError, nothing swallowed."""
+    from rich.console import Console
+    from sparkpair_health import render
+
+    r = report("fail", ready=False, aborted="engine said [/] and [bold]x")
+    r.checks[0].message = "answer: [/INST] [/] [bold]y"
+    r.ready.detail = "server: [/]"  # type: ignore[union-attr]
+    console = Console(record=True, width=200)
+    render.render_report(r, console)
+    text = console.export_text()
+    assert "answer: [/INST] [/] [bold]y" in text and "engine said [/] and [bold]x" in text, text
+
+    # Without a terminal the spinner shows nothing: a "still waiting" line instead (as markup-safe).
+    monkeypatch.setattr(render, "WAIT_LINE_S", 0.0)
+    quiet = Console(record=True, width=200, force_terminal=False)
+    with render.live_progress(quiet) as on_progress:
+        on_progress("ready-wait", "not reachable [/]")
+        on_progress("check-done", "models pass 12 ms [/]")
+    out = quiet.export_text()
+    assert "health: still waiting for readiness: not reachable [/]" in out, out
+    assert "models 12 ms [/]" in out, out
