@@ -352,7 +352,8 @@ def wait_ready(
         except PollTimeout:
             raise NotReady(
                 f"{settings.base_url} not ready after {settings.timeouts.ready_s:.0f} s "
-                f"(timeouts.ready_s): stuck at stage {stage!r}: {seen}",
+                f"(the readiness timeout: health --ready-timeout, gateway SPARKPAIR_READY_TIMEOUT_S): "
+                f"stuck at stage {stage!r}: {seen}",
                 stage,
             ) from None
         progress("ready", info.detail)
