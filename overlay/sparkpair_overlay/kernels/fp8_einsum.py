@@ -1335,26 +1335,7 @@ def fp8_einsum_with_config(
         out,
         ws,
         sem if sem is not None else out,
-        x,
-        sa,
-        w,
-        sw,
-        t,
-        d,
-        r,
-        out.stride(0),
-        out.stride(1),
-        x.stride(0),
-        x.stride(1),
-        w.stride(0),
-        w.stride(1),
-        sa.stride(0),
-        sa.stride(1),
-        sa.stride(2),
-        sw.stride(0),
-        sw.stride(1),
-        sw.stride(2),
-        t * g * d,
+        *_kernel_args(x, sa, w, sw, out),
         SA_KIND=sa_kind,
         SW_KIND=sw_kind,
         SW_PER_ROW=per_row,
@@ -1388,6 +1369,22 @@ def _tma_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
 _TMA_SCRATCH: dict[torch.device, torch.Tensor] = {}
 
 
+def _kernel_args(
+    x: torch.Tensor, sa: torch.Tensor, w: torch.Tensor, sw: torch.Tensor, out: torch.Tensor
+) -> tuple[object, ...]:
+    """``_fp8_einsum_kernel``'s operand arguments after its three output pointers (out, the
+    split-K workspace, the semaphores): operands, sizes T, D, R, strides, and the output's
+    element count, the same for every PATH."""
+    t, g, r = x.shape
+    d = w.shape[1]
+    return (
+        x, sa, w, sw, t, d, r,
+        out.stride(0), out.stride(1), x.stride(0), x.stride(1), w.stride(0), w.stride(1),
+        sa.stride(0), sa.stride(1), sa.stride(2), sw.stride(0), sw.stride(1), sw.stride(2),
+        t * g * d,
+    )  # fmt: skip
+
+
 def _launch_persistent(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
     """PATH 3: see ``_persistent_tma_loop``.
 
@@ -1396,8 +1393,7 @@ def _launch_persistent(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, 
     """
     from triton.runtime import _allocation
 
-    t, g, r = x.shape
-    d = w.shape[1]
+    g = x.shape[1]
     if not _tma_ok(x, w):
         raise ValueError(
             f"fp8_einsum: config {cfg.name} (PATH 3) needs a compute capability 9.x GPU, compiled kernels, "
@@ -1420,26 +1416,7 @@ def _launch_persistent(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, 
             out,
             out,
             out,
-            x,
-            sa,
-            w,
-            sw,
-            t,
-            d,
-            r,
-            out.stride(0),
-            out.stride(1),
-            x.stride(0),
-            x.stride(1),
-            w.stride(0),
-            w.stride(1),
-            sa.stride(0),
-            sa.stride(1),
-            sa.stride(2),
-            sw.stride(0),
-            sw.stride(1),
-            sw.stride(2),
-            t * g * d,
+            *_kernel_args(x, sa, w, sw, out),
             SA_KIND=sa_kind,
             SW_KIND=sw_kind,
             SW_PER_ROW=per_row,
@@ -1466,28 +1443,7 @@ def _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_
     else:
         ws = sem = out
     pdl = {"launch_pdl": True} if meta["USE_PDL"] else {}
-    args = (
-        x,
-        sa,
-        w,
-        sw,
-        t,
-        d,
-        r,
-        out.stride(0),
-        out.stride(1),
-        x.stride(0),
-        x.stride(1),
-        w.stride(0),
-        w.stride(1),
-        sa.stride(0),
-        sa.stride(1),
-        sa.stride(2),
-        sw.stride(0),
-        sw.stride(1),
-        sw.stride(2),
-        t * g * d,
-    )
+    args = _kernel_args(x, sa, w, sw, out)
     kinds = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row}
     _fp8_einsum_kernel[(n_tiles, g, split)](
         out, ws, sem, *args, **kinds, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl
