@@ -31,10 +31,7 @@ def _load(path: Path):  # type: ignore[no-untyped-def]
     try:
         return load_cluster(path)
     except ClusterError as e:
-        err.print(
-            f"sparkpair: the cluster is not consistent; nothing was started or stopped\n{e}",
-            highlight=False,
-        )
+        err.print(f"sparkpair: {e}\nnothing was started or stopped", highlight=False)
         raise typer.Exit(EXIT_CONFIG) from None
 
 
