@@ -101,8 +101,8 @@ def load_report(path: Path) -> dict[str, Any]:
         data = read_small_file(path, REPORT_LIMIT_BYTES)
     except OSError as e:
         raise PreflightInputError(f"{path}: cannot read it ({e.strerror or e}); {wanted}") from None
-    except ValueError as e:
-        raise PreflightInputError(f"{path}: {e}; {wanted}") from None
+    except ValueError as e:  # not a regular file, or over the cap: the kind, never the content
+        raise PreflightInputError(f"{path}: {str(e).split(';')[0]}; {wanted}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
