@@ -22,6 +22,14 @@ from .apikey import redact
 
 T = TypeVar("T")
 
+MAX_BODY_BYTES = 8 * 1024 * 1024
+"""Largest answer body the client reads (bytes, after content decoding), and the longest SSE
+line. The suite's answers are small: chat/completion JSON of at most a few thousand tokens
+(the long-context checks send long prompts as token ids but get short answers; ``/tokenize``
+is asked about one sentence, ``checks/long_context.py``), ``/v1/models``, and ``/metrics``
+text. A backend answering with an endless body once grew the gateway to ~4.9 GB in 15 s; a
+body over this cap is a :class:`SuiteError`, read no further."""
+
 
 class SuiteError(Exception):
     """The suite could not judge: the server could not be reached or did not answer in time."""
@@ -170,26 +178,56 @@ class HealthClient:
         headers = [(k, v) for k, v in resp.headers.items() if k not in ("content-length", "content-encoding")]
         return httpx.Response(resp.status_code, headers=headers, content=clean.encode(), request=resp.request)
 
+    def _read_bounded(self, resp: httpx.Response, where: str, t: float, end: float) -> httpx.Response:
+        """The streamed ``resp`` read whole into a new response, stopping (and so closing the
+        connection, as the caller's ``with`` ends) once more than :data:`MAX_BODY_BYTES` arrived
+        or the monotonic time ``end`` passed: a thread left behind by :func:`within` stops
+        reading at the deadline instead of draining an endless body.
+
+        Raises:
+            SuiteError: the body is larger than :data:`MAX_BODY_BYTES`.
+            RequestTimeout: ``end`` passed before the last byte.
+        """
+        body = bytearray()
+        for chunk in resp.iter_bytes():
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise SuiteError(
+                    f"{where}: HTTP {resp.status_code} answer body larger than {MAX_BODY_BYTES} bytes "
+                    "(client.MAX_BODY_BYTES); read no further; wanted an answer of the size an "
+                    "OpenAI-compatible server sends"
+                )
+            if time.monotonic() > end:
+                raise RequestTimeout(f"{where}: no complete answer within {t:.1f} s (overall deadline)")
+        # the body is decoded here: drop the headers that described the encoded one
+        drop = ("content-length", "content-encoding", "transfer-encoding")
+        headers = [(k, v) for k, v in resp.headers.multi_items() if k.lower() not in drop]
+        return httpx.Response(resp.status_code, headers=headers, content=bytes(body), request=resp.request)
+
     def request(
         self, method: str, path: str, *, json: Any = None, timeout_s: float | None = None
     ) -> httpx.Response:
         """Send one request and return the whole response (key scrubbed), whatever its status.
 
         ``timeout_s`` (default: the client's) bounds the whole exchange, connect to last body
-        byte, not each read: a server that drips bytes is cut at the deadline.
+        byte, not each read: a server that drips bytes is cut at the deadline, and the
+        abandoned read stops there too (the connection is closed). At most
+        :data:`MAX_BODY_BYTES` of the body are read.
 
         Raises:
             RequestTimeout: no complete answer within ``timeout_s``.
             ServerGone: connection refused, reset or closed mid-answer.
-            SuiteError: any other transport error.
+            SuiteError: a body larger than :data:`MAX_BODY_BYTES`, or any other transport error.
         """
         t = self.request_timeout_s if timeout_s is None else timeout_s
         where = f"{method} {self.base_url}{path}"
         self.requests += 1
+        end = time.monotonic() + t
 
         def send() -> httpx.Response:
             try:
-                return self._http.request(method, path, json=json, timeout=self._timeout(t))
+                with self._http.stream(method, path, json=json, timeout=self._timeout(t)) as resp:
+                    return self._read_bounded(resp, where, t, end)
             except httpx.HTTPError as e:
                 raise self._translate(e, method, path, t) from e
 
@@ -226,8 +264,8 @@ class HealthClient:
         try:
             with self._http.stream("POST", path, json=body, timeout=self._timeout(t)) as resp:
                 if resp.status_code != 200:
-                    resp.read()
-                    yield self.scrub(resp), iter(())
+                    where = f"POST {self.base_url}{path}"
+                    yield self.scrub(self._read_bounded(resp, where, t, time.monotonic() + t)), iter(())
                     return
 
                 def lines() -> Iterator[str]:
@@ -239,6 +277,12 @@ class HealthClient:
                             *done, buf = buf.splitlines(keepends=True) or [""]
                             if buf.endswith(("\n", "\r")):
                                 done, buf = [*done, buf], ""
+                            if len(buf) > MAX_BODY_BYTES:
+                                raise SuiteError(
+                                    f"POST {self.base_url}{path}: an SSE line longer than "
+                                    f"{MAX_BODY_BYTES} characters (client.MAX_BODY_BYTES); read no "
+                                    "further; wanted `data: ...` lines"
+                                )
                             for ln in done:
                                 yield redact(ln.rstrip("\r\n"), self.key)
                         if buf:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 import yaml
@@ -101,6 +101,25 @@ def check_plan_file(path: Path | None, setting: str = "plan_file") -> Path | Non
     return path
 
 
+def open_regular_file(path: str | Path) -> BinaryIO:
+    """Open ``path`` for binary reading, refusing anything but a regular file.
+
+    Opened non-blocking, so a FIFO with no writer is refused at once rather than waited on;
+    the mode of the open file is checked (no race with a swapped path).
+
+    Raises:
+        OSError: the file cannot be opened (``strerror`` says why).
+        ValueError: it is not a regular file (a folder, device such as ``/dev/zero``, FIFO
+            or socket); the message says so and never holds content.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise ValueError("not a regular file (a folder, device, FIFO or socket); wanted a regular file")
+    return f
+
+
 def read_small_file(path: str | Path, limit_bytes: int) -> bytes:
     """The bytes of a small regular file, read without trusting its size.
 
@@ -112,12 +131,13 @@ def read_small_file(path: str | Path, limit_bytes: int) -> bytes:
         ValueError: it is not a regular file, or it holds more than ``limit_bytes`` bytes (the
             message gives the kind or the limit, never the content).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(
-                "not a regular file (a folder, device, FIFO or socket); wanted a small text file"
-            )
+    try:
+        f = open_regular_file(path)
+    except ValueError:
+        raise ValueError(
+            "not a regular file (a folder, device, FIFO or socket); wanted a small text file"
+        ) from None
+    with f:
         data = f.read(limit_bytes + 1)
     if len(data) > limit_bytes:
         raise ValueError(f"larger than {limit_bytes} bytes; wanted a small text file")

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from .client import ENGINE_DEAD_MARKERS
 
@@ -452,11 +452,58 @@ def scan_text(text: str, catalogue: Sequence[Pattern] = CATALOGUE) -> ScanResult
     return scan_lines(text.splitlines(), catalogue)
 
 
+LINE_LIMIT_BYTES = 64 * 1024
+"""Longest log line scanned, in bytes; the rest of a longer line is read in chunks of this
+size and dropped, never held. The longest lines of the recorded vLLM logs in
+``tests/faults/logs`` (engine-config dumps) are about 3.5 KiB, and every catalogue pattern
+matches near a line's start; the cap stops one endless line (``/dev/zero``, a 200 MB
+line) from growing the scanner without bound."""
+
+
+def bounded_lines(fh: BinaryIO, stats: dict[str, int], limit: int = LINE_LIMIT_BYTES) -> Iterator[bytes]:
+    """The lines of ``fh``, each cut to at most ``limit`` bytes (the rest of the line skipped).
+
+    ``stats["truncated"]`` counts the lines cut and ``stats["first_truncated"]`` is the
+    1-based number of the first one (0: none). Memory stays O(``limit``) whatever the input.
+    """
+    stats["truncated"] = stats["first_truncated"] = 0
+    n = 0
+    while line := fh.readline(limit):
+        n += 1
+        if len(line) >= limit and not line.endswith(b"\n"):
+            stats["truncated"] += 1
+            stats["first_truncated"] = stats["first_truncated"] or n
+            while (rest := fh.readline(limit)) and not rest.endswith(b"\n"):
+                pass
+            line += b"\n"
+        yield line
+
+
+def truncation_note(stats: dict[str, int], limit: int = LINE_LIMIT_BYTES) -> str | None:
+    """The note a scan adds when :func:`bounded_lines` cut lines (None when it cut none)."""
+    if not stats.get("truncated"):
+        return None
+    return (
+        f"{stats['truncated']} line(s) longer than {limit} bytes (first: line {stats['first_truncated']}) "
+        f"were scanned up to their first {limit} bytes; the rest of each was skipped"
+    )
+
+
 def scan_file(path: str | Path, catalogue: Sequence[Pattern] = CATALOGUE) -> ScanResult:
-    """:func:`scan_lines` over a file (read as UTF-8, undecodable bytes replaced).
+    """:func:`scan_lines` over a regular file (read as UTF-8, undecodable bytes replaced),
+    each line cut to :data:`LINE_LIMIT_BYTES` (a note says how many were).
 
     Raises:
         OSError: the file cannot be read.
+        ValueError: it is not a regular file (a FIFO or device, e.g. ``/dev/zero``).
     """
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        return scan_lines(fh, catalogue)
+    from .inputs import open_regular_file
+
+    stats: dict[str, int] = {}
+    with open_regular_file(path) as fh:
+        result = scan_lines(
+            (b.decode("utf-8", errors="replace") for b in bounded_lines(fh, stats)), catalogue
+        )
+    if note := truncation_note(stats):
+        result.notes.append(note)
+    return result

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .inputs import load_yaml
+from .inputs import load_yaml, read_small_file
 
 
 def _configs_dir() -> Path:
@@ -435,20 +435,36 @@ def require_profile(
     )
 
 
+PROFILE_LIMIT_BYTES = 1024 * 1024
+"""Largest profile file read (bytes). The shipped profiles (``configs/profiles/*.yaml``) are
+a few KiB; a 50 MB file took the YAML parser over a minute, so anything over 1 MiB is refused
+unread."""
+
+
 def load_profile(name_or_path: str | Path) -> Profile:
     """Load a profile by name (``configs/profiles/<name>.yaml``) or by path.
 
     A name with a suffix, a path separator or a leading ``~``/``.`` is a path; a bare
     name is looked up in :data:`PROFILES_DIR`.
 
+    At most :data:`PROFILE_LIMIT_BYTES` are read, from a regular file only. Errors about the
+    file's text give a line and column, never the text itself (a path such as ``/etc/passwd``
+    named by mistake must not be echoed into logs).
+
     Raises:
-        ProfileError: no such profile, a folder or unreadable file, bytes that are not
-            UTF-8 text, YAML that does not parse, a top level that is not a mapping, or a
-            schema mismatch. The message names the file, the key, the value seen and
-            what was wanted.
+        ProfileError: no such profile, a ``~user`` that names no user, a folder, a FIFO or
+            device, an unreadable or too large file, bytes that are not UTF-8 text, YAML that
+            does not parse, a top level that is not a mapping, or a schema mismatch. The
+            message names the file, the key, the value seen and what was wanted.
     """
     raw = str(name_or_path)
-    p = Path(name_or_path).expanduser()
+    try:
+        p = Path(name_or_path).expanduser()
+    except RuntimeError as e:  # `~nouser/x.yaml`: no such user's home
+        raise ProfileError(
+            f"profile {raw!r}: cannot expand the leading ~ ({e}); wanted a profile name or a path "
+            "(~/x.yaml, /abs/x.yaml)"
+        ) from None
     if not p.suffix and not _looks_like_path(raw):
         p = PROFILES_DIR / f"{raw}.yaml"
     if p.is_dir():
@@ -456,10 +472,10 @@ def load_profile(name_or_path: str | Path) -> Profile:
             f"profile {raw!r}: {p} is a folder; wanted a profile YAML file "
             "(configs/profiles/NAME.yaml or a path to one)"
         )
-    if not p.is_file():
+    if not p.exists():
         raise ProfileError(f"profile {raw!r}: no file {p}; known profiles: {', '.join(known_profiles())}")
     try:
-        text = p.read_bytes().decode("utf-8")
+        text = read_small_file(p, PROFILE_LIMIT_BYTES).decode("utf-8")
     except OSError as e:
         raise ProfileError(
             f"profile {p}: cannot read it ({e.strerror or e}); wanted a readable YAML file"
@@ -469,12 +485,19 @@ def load_profile(name_or_path: str | Path) -> Profile:
             f"profile {p}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "
             "wanted a YAML file"
         ) from None
+    except ValueError as e:  # not a regular file (FIFO, /dev/zero), or over the size cap
+        what = str(e).split(";")[0]
+        raise ProfileError(f"profile {raw!r}: {p} is {what}; wanted a profile YAML file") from None
     try:
         data = load_yaml(text)
     except yaml.YAMLError as e:
-        raise ProfileError(f"profile {p}: not valid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or "does not parse"
+        raise ProfileError(f"profile {p}: not valid YAML ({problem}{where})") from None
     if not isinstance(data, dict):
-        seen = "an empty file" if data is None else f"a {type(data).__name__} ({data!r:.80})"
+        # the type only: the file may be any text named by mistake (/etc/passwd), never echoed
+        seen = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ProfileError(
             f"profile {p}: top level is {seen}; wanted a mapping with the keys "
             "name, served_model_name, server (see configs/profiles/tiny-demo.yaml)"

@@ -16,6 +16,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 _OPTION_NAMES = {
     "base_url": "--base-url",
@@ -75,7 +76,9 @@ def register(app: typer.Typer) -> None:
         try:
             profile = require_profile(profile)
         except ProfileError as e:
-            console.print(f"[red]sparkpair health: {e}[/]", soft_wrap=True, markup=True, highlight=False)
+            console.print(
+                f"[red]sparkpair health: {escape(str(e))}[/]", soft_wrap=True, markup=True, highlight=False
+            )
             raise typer.Exit(3) from None
         if api_key is not None:
             # The value is not echoed: it is the key.

@@ -1,8 +1,12 @@
 # ruff: noqa: B008  (typer declares options as argument defaults)
 """``sparkpair logscan FILE|-``: match vLLM / NCCL / Ray / kernel logs against the field-bug catalogue.
 
-Exit codes: 0 no fatal finding; 1 a fatal finding; 3 a file cannot be read, is empty,
+Exit codes: 0 no fatal finding; 1 a fatal finding; 3 a file cannot be read, is not a
+regular file (a FIFO, a device such as ``/dev/zero``: pipe it into ``-`` instead), is empty,
 is not text (binary or compressed), or ``--json`` cannot be written.
+
+Every line is scanned up to ``LINE_LIMIT_BYTES`` (64 KiB); a note says how many were cut.
+Log text and file names are printed as plain text, never as Rich markup.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from typing import BinaryIO
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 SNIFF_BYTES = 8192
 """Bytes at the start of an input checked for binary content (a NUL byte, gzip/zstd magic)."""
@@ -81,7 +87,7 @@ def register(app: typer.Typer) -> None:
         catalogue: bool = typer.Option(False, help="print the pattern catalogue and exit"),
     ) -> None:
         """Scan logs for known failure signatures; exit 1 on a fatal finding."""
-        from sparkpair_health.logscan import CATALOGUE, scan_lines
+        from sparkpair_health.logscan import CATALOGUE, bounded_lines, scan_lines, truncation_note
 
         console = Console()
         if catalogue:
@@ -93,7 +99,7 @@ def register(app: typer.Typer) -> None:
                 t.add_row(p.id, sev, p.bug, p.meaning, p.fix)
             console.print(t)
             raise typer.Exit(0)
-        from sparkpair_health.inputs import check_output_file
+        from sparkpair_health.inputs import check_output_file, open_regular_file
 
         if not files:
             console.print(
@@ -113,7 +119,7 @@ def register(app: typer.Typer) -> None:
                 for t in targets:
                     check_output_file(t, "--json")
             except ValueError as e:
-                console.print(f"[red]logscan: {e}[/]", soft_wrap=True)
+                console.print(f"[red]logscan: {escape(str(e))}[/]", soft_wrap=True)
                 raise typer.Exit(3) from None
         fatal = False
         for i, name in enumerate(files):
@@ -122,50 +128,63 @@ def register(app: typer.Typer) -> None:
             try:
                 if name == "-":
                     stream: BinaryIO = sys.stdin.buffer
-                    result = scan_lines(text_lines(stream, label, stats))
+                    result = scan_lines(text_lines(bounded_lines(stream, stats), label, stats))
                 else:
-                    with open(name, "rb") as fh:
-                        result = scan_lines(text_lines(fh, label, stats))
+                    try:
+                        fh = open_regular_file(name)
+                    except ValueError:
+                        raise NotText(
+                            f"{name}: not a regular file (a folder, device, FIFO or socket); wanted a "
+                            f"log file, or '-' with the data piped in (e.g. `cat FIFO | sparkpair logscan -`)"
+                        ) from None
+                    with fh:
+                        result = scan_lines(text_lines(bounded_lines(fh, stats), label, stats))
             except OSError as e:
-                console.print(f"[red]logscan: cannot read {name}: {e.strerror}[/]", soft_wrap=True)
+                console.print(
+                    f"[red]logscan: cannot read {escape(name)}: {escape(str(e.strerror or e))}[/]",
+                    soft_wrap=True,
+                )
                 raise typer.Exit(3) from None
             except NotText as e:
-                console.print(f"[red]logscan: {e}[/]", soft_wrap=True)
+                console.print(f"[red]logscan: {escape(str(e))}[/]", soft_wrap=True)
                 raise typer.Exit(3) from None
+            if note := truncation_note(stats):
+                result.notes.append(f"{label}: {note}")
             if stats.get("bytes", 0) == 0:
                 console.print(
-                    f"[red]logscan: {label}: empty (0 bytes), nothing scanned; wanted a log "
+                    f"[red]logscan: {escape(label)}: empty (0 bytes), nothing scanned; wanted a log "
                     "(did the command feeding it fail?)[/]",
                     soft_wrap=True,
                 )
                 raise typer.Exit(3)
             fatal = fatal or result.fatal
             if not result.findings:
-                console.print(f"{label}: {result.lines} lines, no known failure signature")
+                console.print(Text(f"{label}: {result.lines} lines, no known failure signature"))
             else:
-                t = Table(title=f"{label}: {result.lines} lines")
+                t = Table(title=Text(f"{label}: {result.lines} lines"))
                 for col in ("severity", "id", "bug", "count", "first line", "meaning / fix"):
                     t.add_column(col, overflow="fold")
                 for f in result.findings:
                     style = "bold red" if f.severity == "fatal" else "yellow"
                     t.add_row(
-                        f"[{style}]{f.severity}[/]",
+                        Text(f.severity, style=style),
                         f.pattern.id,
                         f.pattern.bug,
                         str(f.count),
-                        f"{f.first_line_no}: {f.samples[0][:160]}",
-                        f"{f.pattern.meaning}. Fix: {f.pattern.fix}",
+                        Text(f"{f.first_line_no}: {f.samples[0][:160]}"),
+                        Text(f"{f.pattern.meaning}. Fix: {f.pattern.fix}"),
                     )
                 console.print(t)
             for note in result.notes:
-                console.print(f"[yellow]note:[/] {note}")
+                console.print(f"[yellow]note:[/] {escape(note)}")
             if json_out:
                 out = targets[i]
                 try:
                     out.parent.mkdir(parents=True, exist_ok=True)
                     out.write_text(result.to_json())
                 except OSError as e:
-                    console.print(f"[red]logscan: cannot write --json {out}: {e.strerror or e}[/]")
+                    why = escape(str(e.strerror or e))
+                    console.print(f"[red]logscan: cannot write --json {escape(str(out))}: {why}[/]")
                     raise typer.Exit(3) from None
         console.print("[bold red]FATAL findings[/]" if fatal else "[green]no fatal finding[/]")
         raise typer.Exit(1 if fatal else 0)

@@ -5,6 +5,7 @@ downloaded once, copied to the other nodes over the fabric, and checked on every
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -117,6 +118,10 @@ def register(app: typer.Typer) -> None:
         if not host or not port.isdigit():
             err.print(f"model send: --to {to!r}; wanted HOST:PORT", highlight=False)
             raise typer.Exit(2)
+        if not folder.is_dir():
+            what = "does not exist" if not folder.exists() else "is not a folder"
+            err.print(f"model send: {folder} {what}; wanted the checkpoint folder to send", highlight=False)
+            raise typer.Exit(2)
         try:
             token, _ = transfer.resolve_token(token_file)
         except transfer.TransferError as e:
@@ -136,15 +141,41 @@ def register(app: typer.Typer) -> None:
         into: Path = typer.Option(..., help="folder to unpack into"),
         bind: str = typer.Option(..., help="address to listen on (this node's VLLM_HOST_IP)"),
         port: int = typer.Option(29610, min=1024, max=65535, help="TCP port"),
-        timeout_s: float = typer.Option(600.0, help="seconds to wait for the sender"),
+        timeout_s: float = typer.Option(
+            600.0, help="seconds to wait for a sender that proves the token (refused peers do not end it)"
+        ),
         token_file: Path | None = typer.Option(
             None, envvar="SPARKPAIR_SYNC_TOKEN_FILE", help=token_help + "; created (mode 600) when absent"
         ),
     ) -> None:
-        """Accept one `model send` that proves the sync token, and unpack it into INTO. A sender
-        without the token is refused, naming its address, before anything is written."""
+        """Accept one `model send` that proves the sync token, and unpack it into INTO. A peer
+        without the token is refused, naming its address, before anything is written, and the
+        receiver keeps listening until --timeout-s. Exit 2 on bad options, 1 on a failed copy."""
+        from sparkpair_health.inputs import check_output_dir
+
         from .cluster import transfer
 
+        if not (math.isfinite(timeout_s) and timeout_s > 0):
+            err.print(
+                f"model receive: --timeout-s {timeout_s}; wanted a positive, finite number of seconds "
+                "(default 600)",
+                highlight=False,
+            )
+            raise typer.Exit(2)
+        try:
+            check_output_dir(into, "--into")
+        except ValueError as e:
+            err.print(f"model receive: {e}", highlight=False)
+            raise typer.Exit(2) from None
+        try:
+            socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except (OSError, UnicodeError) as e:
+            err.print(
+                f"model receive: --bind {bind!r}: not an address ({e}); wanted this node's fabric "
+                "address (VLLM_HOST_IP), e.g. 10.0.0.1",
+                highlight=False,
+            )
+            raise typer.Exit(2) from None
         try:
             token, created = transfer.resolve_token(token_file, create=True)
         except transfer.TransferError as e:
@@ -166,6 +197,7 @@ def register(app: typer.Typer) -> None:
                 on_listen=lambda: err.print(
                     f"model receive: listening on {bind}:{port}", highlight=False, soft_wrap=True
                 ),
+                on_refused=lambda e: err.print(f"model receive: {e}; still listening", highlight=False),
                 accept_timeout_s=timeout_s,
             )
         except (transfer.TransferError, OSError) as e:

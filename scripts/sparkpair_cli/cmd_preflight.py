@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from .deploy.nodeenv import NodeEnvError, load_node_env_file, load_node_env_from_environ
 
@@ -47,8 +48,9 @@ def register(app: typer.Typer) -> None:
         # Click options take one value each: the files after the first one of a
         # `--compare A.json B.json` arrive as arguments, which only --compare may have.
         if more_reports and not compare:
+            given = escape(str([str(p) for p in more_reports]))
             err.print(
-                f"[red]preflight:[/red] report files {[str(p) for p in more_reports]} given without "
+                f"[red]preflight:[/red] report files {given} given without "
                 "--compare; wanted `preflight --compare A.json B.json`",
                 highlight=False,
             )
@@ -58,10 +60,10 @@ def register(app: typer.Typer) -> None:
             groups = pf.parse_only(only)
             if facts_out is not None:
                 pf.check_facts_out(facts_out)
-            reports = [pf.load_report(p) for p in compare]
+            reports = pf.load_reports(compare)
             results = pf.compare(reports) if compare else []
         except pf.PreflightInputError as e:
-            err.print(f"[red]preflight:[/red] {e}", highlight=False)
+            err.print(f"[red]preflight:[/red] {escape(str(e))}", highlight=False)
             raise typer.Exit(2) from None
         failed = False
         if compare:
@@ -73,12 +75,12 @@ def register(app: typer.Typer) -> None:
             try:
                 env = load_node_env_file(env_file) if env_file else load_node_env_from_environ()
             except NodeEnvError as e:
-                err.print(f"[red]invalid node env[/red]\n{e}", highlight=False)
+                err.print(f"[red]invalid node env[/red]\n{escape(str(e))}", highlight=False)
                 raise typer.Exit(2) from None
             try:
                 profile = load_profile(env.SPARKPAIR_PROFILE)
             except ProfileError as e:
-                err.print(str(e), highlight=False)
+                err.print(escape(str(e)), highlight=False)
                 raise typer.Exit(2) from None
             report = pf.run_local(env, profile, root=root, only=groups)
             pf.print_report(report, err)
@@ -87,8 +89,8 @@ def register(app: typer.Typer) -> None:
                     facts_out.write_text(report.to_json())
                 except OSError as e:
                     err.print(
-                        f"[red]preflight:[/red] --facts-out {facts_out}: cannot write it "
-                        f"({e.strerror or e}); wanted a writable file path. The report:",
+                        f"[red]preflight:[/red] --facts-out {escape(str(facts_out))}: cannot write it "
+                        f"({escape(str(e.strerror or e))}); wanted a writable file path. The report:",
                         highlight=False,
                     )
                     print(report.to_json())
@@ -120,7 +122,7 @@ def register(app: typer.Typer) -> None:
         try:
             env = load_node_env_file(env_file) if env_file else load_node_env_from_environ()
         except NodeEnvError as e:
-            err.print(f"[red]invalid node env[/red]\n{e}", highlight=False)
+            err.print(f"[red]invalid node env[/red]\n{escape(str(e))}", highlight=False)
             raise typer.Exit(2) from None
         cap = nccl.parse_size(max_bytes)
         err.print(

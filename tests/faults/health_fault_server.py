@@ -56,6 +56,13 @@ CHAT_MODES = (
 )
 """Non-streamed chat behaviours the gateway fault walk drives through (``FaultServer.chat_mode``)."""
 
+ENDLESS_MODES = (
+    "endless",  # 200, a chunked body that never ends, 64 KiB chunks as fast as they are read
+    "endless_slow",  # 200, a chunked body that never ends, 1 KiB every 10 ms (under any size cap)
+)
+"""Chat modes whose body never ends (``FaultServer.chat_mode`` too; not in the gateway walk:
+the client's own test measures what they make it read, ``FaultServer.body_bytes_sent``)."""
+
 WORDS = "hello pair of sparks the quick brown fox jumps over the lazy dog again and again".split()
 
 
@@ -155,6 +162,23 @@ class _Handler(BaseHTTPRequestHandler):
                     self.wfile.flush()
                     time.sleep(o.drip_s)
             except OSError:
+                pass
+            self.close_connection = True
+        elif mode in ("endless", "endless_slow"):
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            size, pause = (65536, 0.0) if mode == "endless" else (1024, 0.01)
+            chunk = f"{size:x}\r\n".encode() + b" " * size + b"\r\n"
+            try:
+                while not o.closing:
+                    self.wfile.write(chunk)
+                    with o.lock:
+                        o.body_bytes_sent += size
+                    if pause:
+                        time.sleep(pause)
+            except OSError:  # the client closed the connection: what a bounded reader does
                 pass
             self.close_connection = True
         elif mode == "hang":
@@ -505,6 +529,8 @@ class FaultServer:
         self.spec = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
         self.in_flight = 0
         self.chat_mode = "ok"
+        self.body_bytes_sent = 0
+        """Body bytes the ``endless`` chat modes wrote (what the client let through its socket)."""
         self.drip_s = drip_s
         self.api_key = api_key
         self.closing = False

@@ -27,6 +27,7 @@ import secrets
 import shutil
 import socket
 import tarfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,8 @@ PARTIAL_SUFFIX = ".sparkpair-partial"
 """Suffix of a member being received (renamed to its name once complete)."""
 
 ACCEPT_TIMEOUT_S = 600.0
-"""Seconds the receiver waits for the sender to connect."""
+"""Seconds the receiver waits for a sender that proves the token (refused peers, such as a
+port scan, do not end the wait)."""
 
 
 HANDSHAKE_TIMEOUT_S = 30.0
@@ -276,32 +278,63 @@ def send(folder: Path, host: str, port: int, *, token: SyncToken,
 
 
 def receive(into: Path, bind: str, port: int, *, token: SyncToken,
-            on_listen: Callable[[], None] | None = None, accept_timeout_s: float = ACCEPT_TIMEOUT_S,
+            on_listen: Callable[[], None] | None = None,
+            on_refused: Callable[[TransferError], None] | None = None,
+            accept_timeout_s: float = ACCEPT_TIMEOUT_S,
             handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
             idle_timeout_s: float = STREAM_IDLE_TIMEOUT_S) -> list[str]:  # fmt: skip
-    """Accept one sender on ``bind:port``, check it holds ``token``, and unpack its stream into
-    ``into``; return the member names written.
+    """Listen on ``bind:port`` until a sender proves it holds ``token`` (at most
+    ``accept_timeout_s`` in all), and unpack its stream into ``into``; return the member names
+    written.
+
+    A peer that does not prove the token (wrong, short or no answer within
+    ``handshake_timeout_s``: a port scan, a stray client) is refused and closed, nothing
+    written, ``on_refused`` called with the error naming it, and the receiver keeps listening.
+    Peers are handled one at a time; the listener closes once a sender is accepted.
 
     Raises:
-        TransferError: nobody connected in time; the first to connect did not prove the token
-            (wrong, short or no answer within ``handshake_timeout_s``: refused, nothing written,
-            ``into`` not created); the stream broke or stalled ``idle_timeout_s``; or a member
-            was refused.
+        TransferError: ``bind:port`` cannot be listened on; no sender proved the token in time
+            (the message counts the refused peers and quotes the last refusal); the stream broke
+            or stalled ``idle_timeout_s``; or a member was refused (outside ``into``, ``into``
+            itself, or not a plain file or folder).
     """
-    with socket.create_server((bind, port), reuse_port=False) as srv:
-        srv.settimeout(accept_timeout_s)
+    deadline = time.monotonic() + accept_timeout_s
+    refused: list[TransferError] = []
+    try:
+        srv = socket.create_server((bind, port), reuse_port=False)
+    except OSError as e:
+        raise TransferError(
+            f"cannot listen on {bind}:{port} ({e.strerror or e}); wanted an address of this node "
+            "(its VLLM_HOST_IP) and a free port"
+        ) from None
+    with srv:
         if on_listen:
             on_listen()
-        try:
-            conn, addr = srv.accept()
-        except TimeoutError:
-            raise TransferError(
-                f"no sender connected to {bind}:{port} within {accept_timeout_s:.0f} s"
-            ) from None
-    peer = f"{addr[0]}:{addr[1]}"
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                last = f"; the last refusal: {refused[-1]}" if refused else ""
+                raise TransferError(
+                    f"no sender proved the sync token on {bind}:{port} within {accept_timeout_s:g} s "
+                    f"({len(refused)} connection(s) refused{last})"
+                )
+            srv.settimeout(left)
+            try:
+                conn, addr = srv.accept()
+            except TimeoutError:
+                continue
+            peer = f"{addr[0]}:{addr[1]}"
+            try:
+                _authenticate_sender(conn, peer, token, handshake_timeout_s)
+            except TransferError as e:
+                conn.close()
+                refused.append(e)
+                if on_refused:
+                    on_refused(e)
+                continue
+            break
     names: list[str] = []
     with conn:
-        _authenticate_sender(conn, peer, token, handshake_timeout_s)
         into.mkdir(parents=True, exist_ok=True)
         conn.settimeout(idle_timeout_s)
         raw = conn.makefile("rb")
@@ -319,6 +352,10 @@ def receive(into: Path, bind: str, port: int, *, token: SyncToken,
                         continue
                     if not m.isfile():  # the sender resolves links: anything else is refused
                         raise TransferError(f"member {m.name!r} is not a plain file or folder")
+                    if dest == root:  # '', '.', './': would write <into>.sparkpair-partial beside it
+                        raise TransferError(
+                            f"member {m.name!r} names the destination {into} itself; wanted a file inside it"
+                        )
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     src = tar.extractfile(m)
                     if src is None:

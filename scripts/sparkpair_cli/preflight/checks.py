@@ -15,6 +15,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+from sparkpair_health.inputs import read_small_file
 
 from ..deploy.nodeenv import NodeEnv
 from .checkpoint import check_checkpoint
@@ -78,17 +80,29 @@ def parse_only(only: str) -> list[str] | None:
     return names or None
 
 
+REPORT_LIMIT_BYTES = 16 * 1024 * 1024
+"""Largest ``--facts-out`` report ``--compare`` reads (bytes). A report is a few KiB (the
+recorded hosts' reports in ``tests/fixtures/hosts`` are under 10 KiB); the cap only stops
+``/dev/zero`` or a log named by mistake from filling the memory."""
+
+
 def load_report(path: Path) -> dict[str, Any]:
     """A node's report written by ``preflight --facts-out``, for ``--compare``.
 
+    At most :data:`REPORT_LIMIT_BYTES` are read, from a regular file only (a FIFO or a device
+    is refused, never waited on).
+
     Raises:
-        PreflightInputError: unreadable, not UTF-8, not JSON, or not a report object.
+        PreflightInputError: unreadable, not a regular file, too large, not UTF-8, not JSON, or
+            not a report object.
     """
     wanted = "wanted a --facts-out file"
     try:
-        data = path.read_bytes()
+        data = read_small_file(path, REPORT_LIMIT_BYTES)
     except OSError as e:
         raise PreflightInputError(f"{path}: cannot read it ({e.strerror or e}); {wanted}") from None
+    except ValueError as e:  # not a regular file, or over the cap: the kind, never the content
+        raise PreflightInputError(f"{path}: {str(e).split(';')[0]}; {wanted}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -126,6 +140,35 @@ def load_report(path: Path) -> dict[str, Any]:
             f"status pass/warn/fail); {wanted}"
         )
     return obj
+
+
+def load_reports(paths: list[Path]) -> list[dict[str, Any]]:
+    """The reports of ``paths`` (:func:`load_report`), one per node.
+
+    Raises:
+        PreflightInputError: as :func:`load_report`; or one file given twice, or two files
+            holding the same node's report (a comparison would silently merge them).
+    """
+    reports = [load_report(p) for p in paths]
+    seen_files: dict[tuple[int, int], Path] = {}
+    seen_nodes: dict[str, Path] = {}
+    for path, rep in zip(paths, reports, strict=True):
+        st = path.stat()
+        key = (st.st_dev, st.st_ino)
+        if key in seen_files:
+            raise PreflightInputError(
+                f"--compare: file {path} given twice (also as {seen_files[key]}); wanted each "
+                "node's report once"
+            )
+        seen_files[key] = path
+        node = rep["node"]
+        if node in seen_nodes:
+            raise PreflightInputError(
+                f"--compare: node {node} given twice ({seen_nodes[node]}, {path}); wanted one "
+                "report per node (the newest --facts-out file of each)"
+            )
+        seen_nodes[node] = path
+    return reports
 
 
 def check_facts_out(path: Path) -> None:
@@ -217,7 +260,8 @@ def compare(reports: list[dict[str, Any]]) -> list[Result]:
 
 
 def print_report(report: Report | list[Result], console: Console) -> None:
-    """A table of results (status, id, message)."""
+    """A table of results (status, id, message); the ids and messages are data (node names,
+    settings and values from reports) and are printed as plain text, never as Rich markup."""
     results = report.results if isinstance(report, Report) else report
     t = Table(show_header=True, header_style="bold")
     t.add_column("status")
@@ -225,5 +269,5 @@ def print_report(report: Report | list[Result], console: Console) -> None:
     t.add_column("message", overflow="fold")
     colour = {"pass": "green", "warn": "yellow", "fail": "red"}
     for r in results:
-        t.add_row(f"[{colour[r.status]}]{r.status}[/]", r.id, r.message)
+        t.add_row(Text(r.status, style=colour[r.status]), Text(r.id), Text(r.message))
     console.print(t)

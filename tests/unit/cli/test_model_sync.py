@@ -30,14 +30,16 @@ def free_port() -> int:
 
 
 def start_receiver(into: Path, token: transfer.SyncToken = TOKEN, **kw) -> tuple[int, threading.Thread, list, list]:
-    """A receiver in a thread on a free loopback port: (port, thread, names got, errors)."""
+    """A receiver in a thread on a free loopback port: (port, thread, names got, errors); the
+    errors hold each refused peer's error, then the error that ended the receiver, if any."""
     port = free_port()
     ready, got, errs = threading.Event(), [], []
+    kw.setdefault("accept_timeout_s", 30)
 
     def rx() -> None:
         try:
             got.extend(transfer.receive(into, "127.0.0.1", port, token=token, on_listen=ready.set,
-                                        accept_timeout_s=30, **kw))  # fmt: skip
+                                        on_refused=errs.append, **kw))  # fmt: skip
         except Exception as e:  # surfaced by the caller
             errs.append(e)
             ready.set()
@@ -158,6 +160,56 @@ def test_a_receiver_refuses_members_outside_its_folder(tmp_path: Path) -> None:
     errs = _receive_bytes(tmp_path / "in", buf.getvalue())
     assert errs and "outside the destination" in str(errs[0]), errs
     assert not (tmp_path / "escape.txt").exists()
+
+
+@pytest.mark.parametrize("name", [".", "./", ""])
+def test_a_receiver_refuses_a_file_member_naming_its_folder_itself(tmp_path: Path, name: str) -> None:
+    """A file member named '.', './' or '' once wrote ``<into>.sparkpair-partial`` beside ``into``."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo(name)
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    errs = _receive_bytes(tmp_path / "in", buf.getvalue())
+    assert errs and "names the destination" in str(errs[0]) and "wanted a file inside it" in str(errs[0]), errs
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"], list(tmp_path.iterdir())
+
+
+def _model(*args: str) -> tuple[int, str]:
+    from sparkpair_cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["model", *args], env={"SPARKPAIR_SYNC_TOKEN": "k" * 40})
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    return res.exit_code, " ".join(res.output.split())
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf"])
+def test_model_receive_refuses_a_timeout_that_is_not_positive_and_finite(tmp_path: Path, value: str) -> None:
+    code, out = _model("receive", "--into", str(tmp_path / "in"), "--bind", "127.0.0.1", "--timeout-s", value)
+    assert code == 2 and f"--timeout-s {float(value)}" in out and "wanted a positive, finite" in out, out
+
+
+@pytest.mark.parametrize("where", ["a-file", "under-a-file"])
+def test_model_receive_refuses_an_into_it_cannot_write_before_listening(tmp_path: Path, where: str) -> None:
+    f = tmp_path / "f"
+    f.write_text("x")
+    into = f if where == "a-file" else f / "sub"
+    code, out = _model("receive", "--into", str(into), "--bind", "127.0.0.1", "--port", str(free_port()))
+    assert code == 2 and "--into=" in out and "listening" not in out, out
+
+
+def test_model_receive_names_a_bind_that_is_not_an_address(tmp_path: Path) -> None:
+    code, out = _model("receive", "--into", str(tmp_path / "in"), "--bind", "bad host")
+    assert code == 2 and "--bind 'bad host': not an address" in out, out
+
+
+def test_model_send_of_a_missing_folder_exits_2_before_connecting(tmp_path: Path) -> None:
+    code, out = _model("send", str(tmp_path / "nonexistent"), "--to", "127.0.0.1:1")
+    assert code == 2 and "nonexistent does not exist; wanted the checkpoint folder" in out, out
 
 
 def test_model_verify_exits_1_naming_node_and_file(snapshot: Path, tmp_path: Path) -> None:
@@ -293,17 +345,24 @@ def test_a_path_that_looks_like_console_markup_is_printed_as_given(tmp_path: Pat
 def test_a_sender_with_another_token_is_refused_naming_it_and_nothing_is_written(
     snapshot: Path, tmp_path: Path
 ) -> None:
+    """A port scan (connect, close) and a sender with another token are each refused, nothing
+    written, and the receiver keeps listening: the sender holding the token then copies."""
     into = tmp_path / "copy"
     port, t, got, errs = start_receiver(into)
+    socket.create_connection(("127.0.0.1", port)).close()  # a port scan
     other = transfer.SyncToken(b"u" * 64, "--token-file=/elsewhere")
     with pytest.raises(transfer.TransferError, match=r"refused this sender's token \(--token-file=/elsewhere\)"):
         transfer.send(snapshot, "127.0.0.1", port, token=other)
+    assert not into.exists(), "the receiver wrote before the sender proved the token"
+    assert t.is_alive(), "a refused peer ended the receiver"
+    transfer.send(snapshot, "127.0.0.1", port, token=TOKEN)
     t.join(30)
-    assert len(errs) == 1 and not got, (errs, got)
-    msg = str(errs[0])
+    assert len(errs) == 2 and got, (errs, got)
+    assert "closed after 0 of 32 authentication bytes" in str(errs[0]), errs
+    msg = str(errs[1])
     assert msg.startswith("sender 127.0.0.1:") and "another HMAC-SHA256" in msg, msg
     assert "wanted a `sparkpair model send` holding this receiver's token (test token)" in msg, msg
-    assert not into.exists(), "the receiver wrote before the sender proved the token"
+    assert not manifest.check(into, manifest.build(snapshot), "spark-b")
 
 
 @pytest.mark.parametrize(
@@ -318,7 +377,7 @@ def test_a_client_that_sends_garbage_is_refused_and_nothing_is_written(
     tmp_path: Path, payload: bytes, wanted: str
 ) -> None:
     into = tmp_path / "copy"
-    port, t, _, errs = start_receiver(into)
+    port, t, _, errs = start_receiver(into, accept_timeout_s=1.5)
     with socket.create_connection(("127.0.0.1", port)) as c:
         hello = c.recv(64)
         c.sendall(payload)
@@ -328,16 +387,17 @@ def test_a_client_that_sends_garbage_is_refused_and_nothing_is_written(
     t.join(30)
     assert hello.startswith(transfer.GREETING)
     assert verdict in (b"R", b""), verdict
-    assert len(errs) == 1 and wanted in str(errs[0]) and "refused, nothing written" in str(errs[0]), errs
+    assert len(errs) == 2 and wanted in str(errs[0]) and "refused, nothing written" in str(errs[0]), errs
+    assert "within 1.5 s (1 connection(s) refused; the last refusal: sender 127.0.0.1:" in str(errs[1]), errs
     assert not into.exists()
 
 
 def test_a_client_that_connects_and_stalls_times_out_with_a_clear_message(tmp_path: Path) -> None:
     into = tmp_path / "copy"
-    port, t, _, errs = start_receiver(into, handshake_timeout_s=0.5)
+    port, t, _, errs = start_receiver(into, handshake_timeout_s=0.5, accept_timeout_s=1.5)
     with socket.create_connection(("127.0.0.1", port)):
         t.join(30)
-    assert len(errs) == 1 and "sent no authentication within 0.5 s" in str(errs[0]), errs
+    assert len(errs) == 2 and "sent no authentication within 0.5 s" in str(errs[0]), errs
     assert str(errs[0]).startswith("sender 127.0.0.1:")
     assert not into.exists()
 

@@ -4,6 +4,7 @@ given, on reports made from the recorded host trees."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,57 @@ def test_report_files_without_compare_are_refused(good_pair: tuple[dict, dict], 
     res = CliRunner().invoke(app, ["preflight", a, b])
     out = " ".join(res.output.split())
     assert res.exit_code == 2 and "given without --compare" in out and "Traceback" not in out, out
+
+
+def test_two_reports_of_one_node_are_refused_naming_the_node_and_files(tmp_path: Path) -> None:
+    """A second report of node a would be merged into a's row silently (the newest wins)."""
+    a = {"node": "a", "results": [], "facts": {"kernel": "6.8"}}
+    b = {"node": "b", "results": [], "facts": {"kernel": "6.8"}}
+    pa, pa2, pb = tmp_path / "a.json", tmp_path / "a2.json", tmp_path / "b.json"
+    for p, r in ((pa, a), (pa2, a), (pb, b)):
+        p.write_text(json.dumps(r))
+    res = CliRunner().invoke(app, ["preflight", "--compare", str(pa), str(pa2), str(pb)])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and "node a given twice" in out and "a2.json" in out, out
+    res = CliRunner().invoke(app, ["preflight", "--compare", str(pa), str(pb), str(pa)])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and "a.json given twice" in out, out
+
+
+@pytest.mark.parametrize("field", ["node", "setting"])
+def test_report_data_that_looks_like_rich_markup_is_printed_as_is(tmp_path: Path, field: str) -> None:
+    """Node names and settings are data: `[/]` in them once crashed Rich (MarkupError)."""
+    bad = {"id": "memory", "status": "fail", "setting": "x"}
+    a = {"node": "a", "results": [bad], "facts": {"kernel": "6.8"}}
+    b = {"node": "b", "results": [], "facts": {"kernel": "6.8"}}
+    if field == "node":
+        a["node"] = "[/bold]a[/]"
+    else:
+        bad["setting"] = "[bold]x[/]"
+    code, out = compare_cli(tmp_path, a, b)
+    assert code == 1, out
+    assert ("[/bold]a[/]" if field == "node" else "[bold]x[/]") in out, out
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_report_that_is_not_a_regular_file_is_refused_without_reading(tmp_path: Path, kind: str) -> None:
+    """`/dev/zero` once grew the reader to a MemoryError; a FIFO with no writer hung it."""
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps({"node": "a", "results": [], "facts": {}}))
+    if kind == "fifo":
+        other = tmp_path / "b.fifo"
+        os.mkfifo(other)
+    else:
+        other = Path("/dev/zero")
+    res = CliRunner().invoke(app, ["preflight", "--compare", str(a), str(other)])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and "not a regular file" in out and str(other) in out, out
+
+
+def test_a_report_larger_than_the_cap_is_refused(tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:
+        f.truncate(pf.REPORT_LIMIT_BYTES + 1)  # sparse: no disk used
+    res = CliRunner().invoke(app, ["preflight", "--compare", str(big), str(big)])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and f"larger than {pf.REPORT_LIMIT_BYTES} bytes" in out, out

@@ -3,6 +3,7 @@ the value seen and the value wanted; exit 3; never a traceback, never a report l
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,50 @@ def test_the_profile_comes_from_sparkpair_profile_and_the_option_wins(tmp_path: 
     res = CliRunner().invoke(app, ["health", "--base-url", CLOSED, "--profile", opt], env=env)
     out = " ".join(res.output.split())
     assert res.exit_code == 3 and "from-option.yaml" in out and "from-env.yaml" not in out, out
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_profile_that_is_not_a_regular_file_says_so(tmp_path: Path, kind: str) -> None:
+    """`/dev/zero` and a FIFO were reported as "no file"; a FIFO must not be waited on."""
+    if kind == "fifo":
+        target = tmp_path / "p.yaml"
+        os.mkfifo(target)
+    else:
+        target = Path("/dev/zero")
+    with pytest.raises(ProfileError, match="not a regular file"):
+        load_profile(target)
+    res = CliRunner().invoke(app, ["health", "--base-url", CLOSED], env={"SPARKPAIR_PROFILE": str(target)})
+    out = " ".join(res.output.split())
+    assert res.exit_code == 3 and "not a regular file" in out and str(target) in out, out
+
+
+def test_a_profile_over_the_size_cap_is_refused_unread(tmp_path: Path) -> None:
+    """A 50 MB profile kept the YAML parser busy for over a minute."""
+    from sparkpair_health.profile import PROFILE_LIMIT_BYTES
+
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"name: " + b"x" * PROFILE_LIMIT_BYTES + b"\n")
+    with pytest.raises(ProfileError, match=f"larger than {PROFILE_LIMIT_BYTES} bytes"):
+        load_profile(big)
+
+
+def test_a_profile_under_a_home_that_does_not_exist_is_a_profile_error() -> None:
+    """`~nouser/x.yaml` raised RuntimeError (a traceback) from Path.expanduser."""
+    value = "~sparkpair-no-such-user/x.yaml"
+    with pytest.raises(ProfileError, match="cannot expand the leading ~"):
+        load_profile(value)
+    res = CliRunner().invoke(app, ["health", "--base-url", CLOSED, "--profile", value])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 3 and value in out, out
+
+
+@pytest.mark.parametrize(
+    "content", [b"root:x:0:0:secret-gecos:/root:/bin/bash\n", b"token: [unclosed secret-value\n"]
+)
+def test_a_file_that_is_not_a_profile_is_not_quoted_in_the_error(tmp_path: Path, content: bytes) -> None:
+    """A path such as /etc/passwd named by mistake: the error gives the type or the line, not the text."""
+    f = tmp_path / "passwd"
+    f.write_bytes(content)
+    with pytest.raises(ProfileError) as e:
+        load_profile(f)
+    assert "secret" not in str(e.value) and str(f) in str(e.value), str(e.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,8 @@ from sparkpair_cli.main import app
 from typer.testing import CliRunner
 
 
-def logscan(*args: str, stdin: bytes | None = None) -> tuple[int, str]:
-    res = CliRunner().invoke(app, ["logscan", *args], input=stdin)
+def logscan(*args: str, stdin: bytes | None = None, columns: int = 80) -> tuple[int, str]:
+    res = CliRunner().invoke(app, ["logscan", *args], input=stdin, env={"COLUMNS": str(columns)})
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     return res.exit_code, res.output.replace("\n", " ").replace("  ", " ")
 
@@ -77,3 +78,54 @@ def test_two_logs_with_the_same_name_do_not_overwrite_each_others_json(tmp_path:
     assert len(written) == 2, (written, out)
     findings = [json.loads(p.read_text()) for p in written]
     assert findings[0] != findings[1]
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        (b"EngineDeadError [/] boom\n", "EngineDeadError [/] boom"),
+        (b"EngineDeadError [bold]x boom\n", "EngineDeadError [bold]x boom"),
+    ],
+)
+def test_log_text_that_looks_like_rich_markup_is_printed_as_is(
+    tmp_path: Path, line: bytes, shown: str
+) -> None:
+    """`[/]` in a line once crashed Rich (MarkupError, exit 1 = "fatal"); `[bold]` was swallowed."""
+    f = tmp_path / "vllm.log"
+    f.write_bytes(line)
+    code, out = logscan(str(f), columns=400)
+    assert code == 1 and "engine_dead" in out and shown in out, out
+
+
+def test_a_file_name_that_looks_like_rich_markup_is_printed_as_is(tmp_path: Path) -> None:
+    code, out = logscan(str(tmp_path / "no[/]such.log"))
+    assert code == 3 and "no[/]such.log" in out, out
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_file_that_is_not_a_regular_file_is_refused_without_reading(tmp_path: Path, kind: str) -> None:
+    """`/dev/zero` grew the scanner without bound; a FIFO with no writer blocked it forever."""
+    if kind == "fifo":
+        target = tmp_path / "log.fifo"
+        os.mkfifo(target)
+    else:
+        target = Path("/dev/zero")
+    code, out = logscan(str(target))
+    assert code == 3 and "not a regular file" in out and str(target) in out, out
+
+
+def test_an_over_long_line_is_cut_and_the_output_says_so(tmp_path: Path) -> None:
+    """A line far over the cap is scanned up to the cap, the next line still scans, and a note
+    (also in the JSON) says one line was cut; the scanner never holds the whole line."""
+    from sparkpair_health.logscan import LINE_LIMIT_BYTES, bounded_lines
+
+    f = tmp_path / "vllm.log"
+    f.write_bytes(b"x" * (5 * LINE_LIMIT_BYTES + 7) + b"\n" + FATAL)
+    with f.open("rb") as fh:
+        stats: dict[str, int] = {}
+        lines = list(bounded_lines(fh, stats))
+    assert [len(b) for b in lines] == [LINE_LIMIT_BYTES + 1, len(FATAL)] and stats["truncated"] == 1
+    out_json = tmp_path / "f.json"
+    code, out = logscan(str(f), "--json", str(out_json))
+    assert code == 1 and f"longer than {LINE_LIMIT_BYTES} bytes (first: line 1)" in out, out
+    assert "longer than" in json.loads(out_json.read_text())["notes"][0]

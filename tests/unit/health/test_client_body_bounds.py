@@ -1,0 +1,52 @@
+"""The one HTTP client reads a bounded answer: a backend answering 200 with a body that never
+ends (``tests/faults/health_fault_server.py``'s ``endless`` modes) is read up to
+``client.MAX_BODY_BYTES`` or up to the request's deadline, and then no further: the reader left
+behind at the deadline closes the connection instead of draining the body (it once grew the
+gateway to ~4.9 GB in 15 s while ``/readyz`` said "no complete answer within 3.0 s")."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sparkpair_health.client import MAX_BODY_BYTES, HealthClient, RequestTimeout, SuiteError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
+from health_fault_server import FaultServer  # noqa: E402
+
+SOCKET_SLACK = 16 * 1024 * 1024
+"""Bytes the server may write beyond what the client read: the kernel's loopback send and
+receive buffers (``net.ipv4.tcp_wmem`` / ``tcp_rmem`` maxima are 4 and 6 MiB by default)."""
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+@pytest.mark.parametrize(
+    ("mode", "error", "fragment"),
+    [
+        ("endless", SuiteError, f"answer body larger than {MAX_BODY_BYTES} bytes"),
+        ("endless_slow", RequestTimeout, "no complete answer within 1.0 s"),
+    ],
+)
+def test_an_endless_answer_is_read_no_further_than_the_cap_or_the_deadline(
+    mode: str, error: type[Exception], fragment: str
+) -> None:
+    with FaultServer() as srv, HealthClient(srv.base_url, request_timeout_s=5.0) as client:
+        srv.chat_mode = mode
+        t0 = time.monotonic()
+        with pytest.raises(error, match=fragment):
+            client.post("/v1/chat/completions", CHAT, timeout_s=1.0)
+        assert time.monotonic() - t0 < 1.5
+        time.sleep(0.3)  # the reader left behind at the deadline has seen it by now
+        sent = srv.body_bytes_sent
+        time.sleep(0.5)
+        assert srv.body_bytes_sent == sent, f"the client kept reading: {sent} -> {srv.body_bytes_sent} bytes"
+        assert 0 < sent <= MAX_BODY_BYTES + SOCKET_SLACK, sent
+
+
+def test_an_ordinary_answer_still_reads_whole() -> None:
+    with FaultServer() as srv, HealthClient(srv.base_url) as client:
+        r = client.post("/v1/chat/completions", CHAT, timeout_s=5.0)
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"], r.text
