@@ -336,7 +336,9 @@ def test_prometheus_scrapes_the_pair_and_the_status_page_shows_it_ready(
         step=1,
     )
     assert n >= 1
-    assert obslib.targets(prom) == [("sparkpair-gateway", "up"), ("vllm", "up")]
+    # Each target's health is 'unknown' until its first scrape: wait for both, not just one.
+    both_up = [("sparkpair-gateway", "up"), ("vllm", "up")]
+    wait_for(lambda: obslib.targets(prom) == both_up, 30, "both targets scraped", pair, step=1)
     assert (obslib.value(prom, "vllm:generation_tokens_total") or 0) > 0
     assert obslib.value(prom, "sparkpair_ready") == 1.0
     # Both nodes' containers, through the gateway's stability look (the worker serves no HTTP).

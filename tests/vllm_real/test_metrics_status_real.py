@@ -99,7 +99,9 @@ def test_prometheus_scrapes_the_real_pair_and_the_canary_latency_series_has_data
 
     n = wait("canary latency samples in Prometheus", canaries, 60)
     assert n >= 1
-    assert obslib.targets(prometheus) == [("sparkpair-gateway", "up"), ("vllm", "up")]
+    # Each target's health is 'unknown' until its first scrape: wait for both, not just one.
+    both_up = [("sparkpair-gateway", "up"), ("vllm", "up")]
+    wait("both targets scraped", lambda: obslib.targets(prometheus) == both_up, 30)
     gen = query(prometheus, "vllm:generation_tokens_total")["data"]["result"]
     assert gen and float(gen[0]["value"][1]) > 0, f"vLLM's generated-token counter not scraped: {gen}"
 
