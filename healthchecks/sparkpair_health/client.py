@@ -31,6 +31,19 @@ text. A backend answering with an endless body once grew the gateway to ~4.9 GB 
 body over this cap is a :class:`SuiteError`, read no further."""
 
 
+def _with_body(resp: httpx.Response, content: bytes) -> httpx.Response:
+    """A copy of ``resp`` (status, headers, request) holding ``content``: the decoded body
+    read by the client, so the headers that described the encoded one are dropped."""
+    drop = ("content-length", "content-encoding", "transfer-encoding")
+    headers = [(k, v) for k, v in resp.headers.multi_items() if k.lower() not in drop]
+    return httpx.Response(resp.status_code, headers=headers, content=content, request=resp.request)
+
+
+def _past_deadline(where: str, timeout_s: float) -> RequestTimeout:
+    """The error of a request whose whole answer did not arrive within ``timeout_s`` seconds."""
+    return RequestTimeout(f"{where}: no complete answer within {timeout_s:.1f} s (overall deadline)")
+
+
 class SuiteError(Exception):
     """The suite could not judge: the server could not be reached or did not answer in time."""
 
@@ -175,8 +188,7 @@ class HealthClient:
         clean = redact(text, self.key)
         if clean == text:
             return resp
-        headers = [(k, v) for k, v in resp.headers.items() if k not in ("content-length", "content-encoding")]
-        return httpx.Response(resp.status_code, headers=headers, content=clean.encode(), request=resp.request)
+        return _with_body(resp, clean.encode())
 
     def _read_bounded(self, resp: httpx.Response, where: str, t: float, end: float) -> httpx.Response:
         """The streamed ``resp`` read whole into a new response, stopping (and so closing the
@@ -198,11 +210,8 @@ class HealthClient:
                     "OpenAI-compatible server sends"
                 )
             if time.monotonic() > end:
-                raise RequestTimeout(f"{where}: no complete answer within {t:.1f} s (overall deadline)")
-        # the body is decoded here: drop the headers that described the encoded one
-        drop = ("content-length", "content-encoding", "transfer-encoding")
-        headers = [(k, v) for k, v in resp.headers.multi_items() if k.lower() not in drop]
-        return httpx.Response(resp.status_code, headers=headers, content=bytes(body), request=resp.request)
+                raise _past_deadline(where, t)
+        return _with_body(resp, bytes(body))
 
     def request(
         self, method: str, path: str, *, json: Any = None, timeout_s: float | None = None
@@ -234,7 +243,7 @@ class HealthClient:
         resp = within(
             t,
             send,
-            lambda: RequestTimeout(f"{where}: no complete answer within {t:.1f} s (overall deadline)"),
+            lambda: _past_deadline(where, t),
         )
         return self.scrub(resp)
 

@@ -46,6 +46,9 @@ from .logscan import CATALOGUE, Pattern, ScanResult, scan_text
 
 Severity = Literal["fatal", "warning", "error"]
 
+CONTAINER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+"""A Docker container name or id (the characters Docker allows in a name)."""
+
 CLEAN_SHUTDOWN_MARKERS = (
     "reboot: Restarting system",
     "reboot: Power down",
@@ -91,10 +94,10 @@ class StabilityNode(BaseModel):
     @field_validator("containers")
     @classmethod
     def _containers(cls, v: list[str]) -> list[str]:
-        bad = [c for c in v if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", c)]
+        bad = [c for c in v if not CONTAINER_NAME_RE.match(c)]
         if bad:
             raise ValueError(
-                f"containers {bad!r}: wanted Docker container names or ids ([A-Za-z0-9][A-Za-z0-9_.-]*)"
+                f"containers {bad!r}: wanted Docker container names or ids ({CONTAINER_NAME_RE.pattern})"
             )
         if len(set(v)) != len(v):
             raise ValueError(f"containers {v!r}: a container is named twice")
