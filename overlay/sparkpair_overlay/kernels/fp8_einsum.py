@@ -267,6 +267,7 @@ if HAS_TRITON:
         SPLIT_R: tl.constexpr,
         KB_PER: tl.constexpr,
         USE_PDL: tl.constexpr,
+        T_LOOP: tl.constexpr,
     ):
         """PATH 1, decode: one CTA per (D tile, T tile) x group x KB_PER K blocks (split-K over R).
 
@@ -285,11 +286,8 @@ if HAS_TRITON:
         pid_s = tl.program_id(2)
         num_d = tl.cdiv(D, BLOCK_D)
         pid_d = pid % num_d
-        pid_t = pid // num_d
-        offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
         offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
         offs_r = tl.arange(0, BLOCK_R)
-        t_mask = offs_t < T
         d_mask = offs_d < D
         num_kb = R // BLOCK_R
         kb0 = pid_s * KB_PER
@@ -311,6 +309,64 @@ if HAS_TRITON:
             w3, s_w3 = _dec_w(w_ptrs + 3 * BLOCK_R, *sws, kb0 + 3, num_kb, d_mask, stride_swk, SW_KIND)
         if USE_PDL:
             gdc_wait()  # a, sa (and the workspace, out) may be written by the kernels before this one
+        if KB_PER < 2:
+            w1, s_w1 = w0, s_w0  # placeholders: _dec_t_tile uses only KB_PER of them
+        if KB_PER < 4:
+            w2, s_w2, w3, s_w3 = w0, s_w0, w0, s_w0
+        wk = (w0, s_w0, w1, s_w1, w2, s_w2, w3, s_w3)
+        ak = (a_ptr, sa_ptr, out_ptr, ws_ptr, g, pid_s, kb0, num_kb, offs_d, offs_r, d_mask, T, D)
+        strides = (stride_at, stride_ag, stride_sat, stride_sag, stride_sak, stride_ot, stride_og, stride_wss)
+        if T_LOOP == 0:  # one T tile per CTA (grid over T tiles): straight-line code
+            _dec_t_tile(
+                pid // num_d, *wk, *ak, *strides, SA_KIND, SW_PER_ROW, BLOCK_T, BLOCK_R, SPLIT_R, KB_PER
+            )
+        else:  # every T tile, in a loop, against the weight held since the start
+            for pid_t in tl.range(0, tl.cdiv(T, BLOCK_T), num_stages=T_LOOP):
+                _dec_t_tile(pid_t, *wk, *ak, *strides, SA_KIND, SW_PER_ROW, BLOCK_T, BLOCK_R, SPLIT_R, KB_PER)
+
+    @triton.jit
+    def _dec_t_tile(
+        pid_t,
+        w0,
+        s_w0,
+        w1,
+        s_w1,
+        w2,
+        s_w2,
+        w3,
+        s_w3,
+        a_ptr,
+        sa_ptr,
+        out_ptr,
+        ws_ptr,
+        g,
+        pid_s,
+        kb0,
+        num_kb,
+        offs_d,
+        offs_r,
+        d_mask,
+        T,
+        D,
+        stride_at,
+        stride_ag,
+        stride_sat,
+        stride_sag,
+        stride_sak,
+        stride_ot,
+        stride_og,
+        stride_wss,
+        SA_KIND: tl.constexpr,
+        SW_PER_ROW: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        BLOCK_R: tl.constexpr,
+        SPLIT_R: tl.constexpr,
+        KB_PER: tl.constexpr,
+    ):
+        """PATH 1: T tile ``pid_t`` against the CTA's weight tiles: its activations and their
+        scales, KB_PER MMAs in K order, the bf16 output or the split's fp32 partial."""
+        offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+        t_mask = offs_t < T
         a_ptrs = a_ptr + offs_t[:, None] * stride_at + g * stride_ag + (kb0 * BLOCK_R + offs_r)[None, :]
         sas = (sa_ptr, offs_t * stride_sat + g * stride_sag)
         a0, s_a0 = _dec_a(a_ptrs, *sas, kb0, num_kb, t_mask, stride_sak, SA_KIND)
@@ -320,7 +376,7 @@ if HAS_TRITON:
             a2, s_a2 = _dec_a(a_ptrs + 2 * BLOCK_R, *sas, kb0 + 2, num_kb, t_mask, stride_sak, SA_KIND)
             a3, s_a3 = _dec_a(a_ptrs + 3 * BLOCK_R, *sas, kb0 + 3, num_kb, t_mask, stride_sak, SA_KIND)
         # K blocks in order from 0: the same additions on every run.
-        acc = tl.zeros((BLOCK_D, BLOCK_T), dtype=tl.float32)
+        acc = tl.zeros((offs_d.shape[0], BLOCK_T), dtype=tl.float32)
         acc = _dec_mma(acc, w0, s_w0, a0, s_a0, SW_PER_ROW)
         if KB_PER >= 2:
             acc = _dec_mma(acc, w1, s_w1, a1, s_a1, SW_PER_ROW)
@@ -348,7 +404,8 @@ if HAS_TRITON:
         sa_base,
         sw_offs,
         sw_mask,
-        num_kb,
+        kb_lo,
+        kb_hi,
         t_mask,
         stride_sak,
         stride_swk,
@@ -358,9 +415,10 @@ if HAS_TRITON:
         BLOCK_R: tl.constexpr,
         STAGES: tl.constexpr,
     ):
-        """PATH 3: every K block of one tile, operands by TMA (tensor descriptors), promotion as
-        :func:`_k_loop` (the same operations in the same order: the same bits)."""
-        for kb in tl.range(0, num_kb, num_stages=STAGES):
+        """PATH 3: K blocks ``kb_lo .. kb_hi - 1`` of one tile, operands by TMA (tensor
+        descriptors), promotion as :func:`_k_loop` (the same operations in the same order: the
+        same bits)."""
+        for kb in tl.range(kb_lo, kb_hi, num_stages=STAGES):
             a = a_desc.load([row_a, kb * BLOCK_R])
             w = w_desc.load([row_w, kb * BLOCK_R])
             if SA_KIND == 1:
@@ -383,6 +441,7 @@ if HAS_TRITON:
     @triton.jit
     def _persistent_tma_loop(
         out_ptr,
+        ws_ptr,
         a_ptr,
         sa_ptr,
         w_ptr,
@@ -400,6 +459,7 @@ if HAS_TRITON:
         stride_swg,
         stride_swd,
         stride_swk,
+        stride_wss,
         SA_KIND: tl.constexpr,
         SW_KIND: tl.constexpr,
         SW_PER_ROW: tl.constexpr,
@@ -407,8 +467,10 @@ if HAS_TRITON:
         BLOCK_D: tl.constexpr,
         BLOCK_R: tl.constexpr,
         GROUP_T: tl.constexpr,
+        SPLIT_R: tl.constexpr,
         SHARE_CHECK: tl.constexpr,
         ROW_STAGES: tl.constexpr,
+        USE_PDL: tl.constexpr,
     ):
         """PATH 3 (prefill where TMA and wgmma exist): a persistent grid (programs, G); program p of
         group g takes the group's (T tile, D tile) pairs p, p + programs, ... in the grouped order
@@ -416,7 +478,15 @@ if HAS_TRITON:
         ``w`` contiguous: each is read as one 2-D tensor descriptor, ``[G*T, R]`` and ``[G*D, R]``
         (a T tile's rows past T belong to the next group or lie past the end, where TMA gives
         zeros; their outputs are masked). Several CTAs per SM (the launcher's grid) keep the tensor
-        cores busy while each one waits for its MMA and promotes it."""
+        cores busy while each one waits for its MMA and promotes it.
+
+        With ``SPLIT_R`` > 1 (decode and mid T) the work items are (K split, T tile, D tile): each
+        takes ``ceil(num_kb / SPLIT_R)`` K blocks and stores an fp32 partial ``ws[s, t, g, d]``,
+        summed by PATH 2 in split order. Under ``USE_PDL`` the program lets its dependent (the
+        split sum) launch at once and waits for the kernel before it before touching memory."""
+        if USE_PDL:
+            gdc_launch_dependents()
+            gdc_wait()
         g = tl.program_id(1)
         G = tl.num_programs(1)
         a_desc = tl.make_tensor_descriptor(
@@ -429,7 +499,12 @@ if HAS_TRITON:
         num_d = tl.cdiv(D, BLOCK_D)
         num_kb = R // BLOCK_R
         width = GROUP_T * num_d
-        for tile in tl.range(tl.program_id(0), num_t * num_d, tl.num_programs(0)):
+        kb_per = tl.cdiv(num_kb, SPLIT_R)
+        for item in tl.range(tl.program_id(0), num_t * num_d * SPLIT_R, tl.num_programs(0)):
+            split = item // (num_t * num_d)
+            tile = item % (num_t * num_d)
+            kb_lo = split * kb_per
+            kb_hi = tl.minimum(kb_lo + kb_per, num_kb)
             first_t = (tile // width) * GROUP_T
             size_t = tl.minimum(num_t - first_t, GROUP_T)
             pid_t = first_t + (tile % width) % size_t
@@ -451,10 +526,12 @@ if HAS_TRITON:
             if SW_PER_ROW and SHARE_CHECK:
                 sw_offs = g * stride_swg + offs_d * stride_swd
                 if SW_KIND == 1:
-                    s_hi = (num_kb + 3) // 4
+                    s_lo = kb_lo // 4
+                    s_hi = (kb_hi + 3) // 4
                 else:
-                    s_hi = num_kb
-                if _rows_share_scales(sw_ptr, sw_offs, sw_first, 0, s_hi, d_mask, stride_swk):
+                    s_lo = kb_lo
+                    s_hi = kb_hi
+                if _rows_share_scales(sw_ptr, sw_offs, sw_first, s_lo, s_hi, d_mask, stride_swk):
                     acc = _tma_k_loop(
                         acc,
                         a_desc,
@@ -466,7 +543,8 @@ if HAS_TRITON:
                         sa_base,
                         sw_first,
                         first_ok,
-                        num_kb,
+                        kb_lo,
+                        kb_hi,
                         t_mask,
                         stride_sak,
                         stride_swk,
@@ -488,7 +566,8 @@ if HAS_TRITON:
                         sa_base,
                         sw_offs,
                         d_mask,
-                        num_kb,
+                        kb_lo,
+                        kb_hi,
                         t_mask,
                         stride_sak,
                         stride_swk,
@@ -510,7 +589,8 @@ if HAS_TRITON:
                     sa_base,
                     g * stride_swg + offs_d * stride_swd,
                     d_mask,
-                    num_kb,
+                    kb_lo,
+                    kb_hi,
                     t_mask,
                     stride_sak,
                     stride_swk,
@@ -532,7 +612,8 @@ if HAS_TRITON:
                     sa_base,
                     sw_first,
                     first_ok,
-                    num_kb,
+                    kb_lo,
+                    kb_hi,
                     t_mask,
                     stride_sak,
                     stride_swk,
@@ -542,8 +623,13 @@ if HAS_TRITON:
                     BLOCK_R,
                     None,
                 )
-            o_ptrs = out_ptr + offs_t[:, None] * stride_ot + g * stride_og + offs_d[None, :]
-            tl.store(o_ptrs, acc.to(tl.bfloat16), mask=t_mask[:, None] & d_mask[None, :])
+            td_mask = t_mask[:, None] & d_mask[None, :]
+            if SPLIT_R == 1:
+                o_ptrs = out_ptr + offs_t[:, None] * stride_ot + g * stride_og + offs_d[None, :]
+                tl.store(o_ptrs, acc.to(tl.bfloat16), mask=td_mask)
+            else:
+                p_offs = split * stride_wss + offs_t[:, None] * (G * D) + g * D + offs_d[None, :]
+                tl.store(ws_ptr + p_offs, acc, mask=td_mask)
 
     @triton.jit
     def _split_sum(
@@ -611,7 +697,8 @@ if HAS_TRITON:
         ROW_STAGES: tl.constexpr = 2,  # SHARE_CHECK: pipeline depth of the per-row loop
         PATH: tl.constexpr = 0,  # 0 tile loop, 1 decode tile, 2 split sum, 3 persistent TMA loop
         KB_PER: tl.constexpr = 1,  # PATH 1: K blocks (of 128) per CTA, all loaded at once
-        USE_PDL: tl.constexpr = False,  # PATH 1/2: launched with programmatic dependent launch
+        USE_PDL: tl.constexpr = False,  # PATH 1/2/3: launched with programmatic dependent launch
+        T_LOOP: tl.constexpr = 0,  # PATH 1: 0 one T tile per CTA; n > 0 every T tile, loop of n stages
     ):
         if PATH == 1:
             _decode_tile(
@@ -646,12 +733,14 @@ if HAS_TRITON:
                 SPLIT_R,
                 KB_PER,
                 USE_PDL,
+                T_LOOP,
             )
         elif PATH == 2:
             _split_sum(out_ptr, ws_ptr, D, stride_ot, stride_og, stride_wss, BLOCK_D, SPLIT_R, USE_PDL)
         elif PATH == 3:
             _persistent_tma_loop(
                 out_ptr,
+                ws_ptr,
                 a_ptr,
                 sa_ptr,
                 w_ptr,
@@ -669,6 +758,7 @@ if HAS_TRITON:
                 stride_swg,
                 stride_swd,
                 stride_swk,
+                stride_wss,
                 SA_KIND,
                 SW_KIND,
                 SW_PER_ROW,
@@ -676,8 +766,10 @@ if HAS_TRITON:
                 BLOCK_D,
                 BLOCK_R,
                 GROUP_T,
+                SPLIT_R,
                 SHARE_CHECK,
                 ROW_STAGES,
+                USE_PDL,
             )
         else:
             _tile_loop(
@@ -962,7 +1054,9 @@ FP8_EINSUM_CONFIGS: tuple[KernelConfig, ...] = (
 )
 
 
-def _dcfg(name: str, bt: int, bd: int, kb_per: int, warps: int, pdl: bool = True) -> KernelConfig:
+def _dcfg(
+    name: str, bt: int, bd: int, kb_per: int, warps: int, pdl: bool = True, t_loop: int = 0
+) -> KernelConfig:
     """A decode config (PATH 1): a BLOCK_D x BLOCK_T tile over ``kb_per`` K blocks per CTA.
 
     SPLIT_R is the K splits at the served R = 4096 (32 K blocks); the launcher recomputes it
@@ -985,6 +1079,7 @@ def _dcfg(name: str, bt: int, bd: int, kb_per: int, warps: int, pdl: bool = True
         PATH=1,
         KB_PER=kb_per,
         USE_PDL=pdl,
+        T_LOOP=t_loop,
     )
 
 
@@ -1005,6 +1100,13 @@ FP8_EINSUM_DECODE_CONFIGS: tuple[KernelConfig, ...] = (
     _dcfg("dec_t32_d128_k4_w8", 32, 128, 4, 8),
     # Reference (no plan uses it): the same tile launched without PDL, split sum included.
     _dcfg("dec_t16_d64_k4_w4_nopdl", 16, 64, 4, 4, pdl=False),
+    _dcfg("dec_t16_d64_k4_w4_tl1", 16, 64, 4, 4, t_loop=1),
+    _dcfg("dec_t16_d64_k4_w4_tl2", 16, 64, 4, 4, t_loop=2),
+    _dcfg("dec_t32_d64_k4_w4_tl1", 32, 64, 4, 4, t_loop=1),
+    _dcfg("dec_t32_d64_k4_w4_tl2", 32, 64, 4, 4, t_loop=2),
+    _dcfg("dec_t16_d128_k4_w8_tl2", 16, 128, 4, 8, t_loop=2),
+    _dcfg("dec_t32_d128_k4_w8_tl2", 32, 128, 4, 8, t_loop=2),
+    _dcfg("dec_t64_d64_k4_w4_tl2", 64, 64, 4, 4, t_loop=2),
 )
 FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_DECODE_CONFIGS
 
@@ -1018,13 +1120,25 @@ PERSIST_CTAS_PER_SM = 3
 
 
 def _tcfg(
-    name: str, bt: int, bd: int, warps: int, stages: int, maxnreg: int, group_t: int = 8
+    name: str,
+    bt: int,
+    bd: int,
+    warps: int,
+    stages: int,
+    maxnreg: int | None = None,
+    group_t: int = 8,
+    split_r: int = 1,
+    share_check: bool = True,
+    pdl: bool = False,
 ) -> KernelConfig:
-    """A PATH 3 config: persistent grid, TMA operand loads, whole K per tile; per-row weight
-    scales take the share check of PATH 0 (one FMA per element when a tile's rows share them).
-    ``maxnreg``: Triton's register cap per thread (a launch option, passed with the constexprs)."""
+    """A PATH 3 config: persistent grid, TMA operand loads, ``split_r`` K splits per tile (1: whole
+    K); per-row weight scales take the share check of PATH 0 when ``share_check`` (one FMA per
+    element when a tile's rows share them). ``maxnreg``: Triton's register cap per thread (a
+    launch option, passed with the constexprs); ``pdl``: launched with programmatic dependent
+    launch, as its split sum is."""
     if SCALE_BLOCK % bd != 0:
         raise ValueError(f"fp8_einsum config {name}: BLOCK_D={bd} must divide {SCALE_BLOCK}")
+    cap = {"maxnreg": maxnreg} if maxnreg is not None else {}
     return make_config(
         name,
         "_fp8_einsum_kernel",
@@ -1034,17 +1148,29 @@ def _tcfg(
         BLOCK_D=bd,
         BLOCK_R=SCALE_BLOCK,
         GROUP_T=group_t,
-        SPLIT_R=1,
+        SPLIT_R=split_r,
         ROW_STAGES=2,
-        SHARE_CHECK=True,
+        SHARE_CHECK=share_check,
         PATH=3,
-        maxnreg=maxnreg,
+        USE_PDL=pdl,
+        **cap,
     )
 
 
-#: PATH 3 configs (prefill on GPUs with TMA and wgmma: compute capability 9.x; the dispatcher
-#: never picks them elsewhere). Name: tma_t<BLOCK_T>_d<BLOCK_D>_s<stages>_r<maxnreg>.
-FP8_EINSUM_TMA_CONFIGS: tuple[KernelConfig, ...] = (_tcfg("tma_t64_d128_s3_r168", 64, 128, 4, 3, 168),)
+#: PATH 3 configs (GPUs with TMA and wgmma: compute capability 9.x; the dispatcher never picks
+#: them elsewhere). Name: tma_t<BLOCK_T>_d<BLOCK_D>_s<stages>[_r<maxnreg>][_sk<K splits>][_pdl]
+#: [_nosc: per-row weight scales without the share check].
+FP8_EINSUM_TMA_CONFIGS: tuple[KernelConfig, ...] = (
+    _tcfg("tma_t64_d128_s3_r168", 64, 128, 4, 3, 168),
+    _tcfg("tma_t64_d128_s4_sk4_pdl", 64, 128, 4, 4, split_r=4, pdl=True),
+    _tcfg("tma_t64_d128_s4_sk4_pdl_nosc", 64, 128, 4, 4, split_r=4, pdl=True, share_check=False),
+    _tcfg("tma_t64_d128_s4_sk8_pdl_nosc", 64, 128, 4, 4, split_r=8, pdl=True, share_check=False),
+    _tcfg("tma_t64_d128_s4_sk2_pdl_nosc", 64, 128, 4, 4, split_r=2, pdl=True, share_check=False),
+    _tcfg("tma_t64_d64_s4_sk4_pdl_nosc", 64, 64, 4, 4, split_r=4, pdl=True, share_check=False),
+    _tcfg("tma_t64_d64_s6_sk2_pdl_nosc", 64, 64, 4, 6, split_r=2, pdl=True, share_check=False),
+    _tcfg("tma_t64_d128_s4_sk4_nosc", 64, 128, 4, 4, split_r=4, share_check=False),
+    _tcfg("tma_t128_d128_s3_sk4_pdl_nosc", 128, 128, 8, 3, split_r=4, pdl=True, share_check=False),
+)
 FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_TMA_CONFIGS
 
 #: Elements of D per program of the split sum (PATH 2): 4 warps, 8 outputs per thread.
@@ -1079,7 +1205,9 @@ def _path(cfg: KernelConfig) -> int:
 #: The split-sum configs of every decode config that splits K (compiled by the AOT gate).
 FP8_EINSUM_SUM_CONFIGS: tuple[KernelConfig, ...] = tuple(
     {
-        (sc := split_sum_config(c)).name: sc for c in FP8_EINSUM_CONFIGS if _path(c) == 1 and c["SPLIT_R"] > 1
+        (sc := split_sum_config(c)).name: sc
+        for c in FP8_EINSUM_CONFIGS
+        if _path(c) in (1, 3) and c["SPLIT_R"] > 1
     }.values()
 )
 
@@ -1408,24 +1536,28 @@ def _launch_persistent(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, 
             buf = _TMA_SCRATCH[dev] = torch.empty(size, dtype=torch.int8, device=dev)
         return buf
 
+    t, _, r = x.shape
+    d = w.shape[1]
+    split = meta["SPLIT_R"]
+    if split > 1:
+        ws = torch.empty((split, t, g, d), device=dev, dtype=torch.float32)
+        sem = ws.view(torch.int32)  # unused; an int32 pointer, as the AOT build declares it
+    else:
+        ws = sem = out
+    pdl = {"launch_pdl": True} if meta.get("USE_PDL") else {}
+    args = _kernel_args(x, sa, w, sw, out)
+    kinds = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row}
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    progs = max(1, min(n_tiles, cdiv(sms * PERSIST_CTAS_PER_SM, g)))
+    progs = max(1, min(n_tiles * split, cdiv(sms * PERSIST_CTAS_PER_SM, g)))
     token = _allocation._allocator.set(scratch)  # this launch only; Triton's API is global
     try:
         _fp8_einsum_kernel[(progs, g, 1)](
-            out,
-            out,
-            out,
-            *_kernel_args(x, sa, w, sw, out),
-            SA_KIND=sa_kind,
-            SW_KIND=sw_kind,
-            SW_PER_ROW=per_row,
-            **meta,
-            num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages,
+            out, ws, sem, *args, **kinds, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl
         )
     finally:
         _allocation._allocator.reset(token)
+    if split > 1:
+        _launch_split_sum(cfg, t, g, d, out, ws, sem, args, kinds, pdl)
 
 
 def _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
@@ -1437,6 +1569,8 @@ def _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_
         cfg = make_config(cfg.name, cfg.kernel, cfg.num_warps, cfg.num_stages, **meta)
     split = cdiv(r // SCALE_BLOCK, meta["KB_PER"])
     meta["SPLIT_R"] = split
+    if meta.get("T_LOOP", 0):  # one CTA per D tile; it loops over the T tiles
+        n_tiles = cdiv(d, meta["BLOCK_D"])
     if split > 1:
         ws = torch.empty((split, t, g, d), device=x.device, dtype=torch.float32)
         sem = ws.view(torch.int32)  # unused; an int32 pointer, as the AOT build declares it
@@ -1449,18 +1583,34 @@ def _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_
         out, ws, sem, *args, **kinds, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl
     )
     if split > 1:
-        scfg = split_sum_config(cfg if cfg["SPLIT_R"] == split else _with_split(cfg, split))
-        _fp8_einsum_kernel[(cdiv(d, SUM_BLOCK), g, t)](
+        _launch_split_sum(
+            cfg if cfg["SPLIT_R"] == split else _with_split(cfg, split),
+            t,
+            g,
+            d,
             out,
             ws,
             sem,
-            *args,
-            **kinds,
-            **scfg.constexprs(),
-            num_warps=scfg.num_warps,
-            num_stages=scfg.num_stages,
-            **pdl,
+            args,
+            kinds,
+            pdl,
         )
+
+
+def _launch_split_sum(cfg, t, g, d, out, ws, sem, args, kinds, pdl) -> None:
+    """PATH 2 after a PATH 1 or PATH 3 launch that stored ``cfg["SPLIT_R"]`` fp32 partials."""
+    scfg = split_sum_config(cfg)
+    _fp8_einsum_kernel[(cdiv(d, SUM_BLOCK), g, t)](
+        out,
+        ws,
+        sem,
+        *args,
+        **kinds,
+        **scfg.constexprs(),
+        num_warps=scfg.num_warps,
+        num_stages=scfg.num_stages,
+        **pdl,
+    )
 
 
 def _with_split(cfg: KernelConfig, split: int) -> KernelConfig:
