@@ -53,17 +53,19 @@ for w_dtype in (torch.bfloat16, torch.float32):
             name = cfg.name if cfg is not None else "cublas"
             run(f"router {w_dtype} M={m} {name}", lambda x=x, w=w, p=planes: rg.router_gemm(x, w, p))
 # Every entry of both fp8_einsum plans (packed-UE8M0 int32 scales and fp32 block scales).
-for recipe, enc, plan in (
-    ((1, 1, 128), "int32", fe.FP8_EINSUM_PLAN_UE8M0),
-    ((1, 128, 128), "fp32", fe.FP8_EINSUM_PLAN_FP32),
+for recipe, enc, plan, mid in (
+    ((1, 1, 128), "int32", fe.FP8_EINSUM_PLAN_UE8M0, fe.FP8_EINSUM_TMA_MID_PLAN_UE8M0),
+    ((1, 128, 128), "fp32", fe.FP8_EINSUM_PLAN_FP32, fe.FP8_EINSUM_TMA_MID_PLAN_FP32),
 ):
-    # PATH 3 (block weight scales, compute capability 9.x, group-major activations as
-    # make_fp8_operands makes them) takes over from FP8_EINSUM_TMA_MIN_T: one size below it too.
-    tma = recipe[1] == 128 and torch.cuda.get_device_capability()[0] == 9
-    for t in sorted(set(plan_sizes(plan, 2048) + [fe.FP8_EINSUM_TMA_MIN_T - 1])):
+    # PATH 3 (compute capability 9.x, group-major activations as make_fp8_operands makes them)
+    # takes T from FP8_EINSUM_TMA_MID_MIN_T to the mid plan's end (every scale layout) and, with
+    # block weight scales, from FP8_EINSUM_TMA_MIN_T: its entries and one size below each start too.
+    tma = torch.cuda.get_device_capability()[0] == 9
+    edges = [fe.FP8_EINSUM_TMA_MID_MIN_T - 1, fe.FP8_EINSUM_TMA_MIN_T - 1]
+    for t in sorted(set(plan_sizes(plan, 2048) + plan_sizes(mid, 2048) + edges)):
         a, sa, w8, sw, _, _ = make_fp8_operands(t, 4, 1024, 4096, recipe, enc)
         out = torch.empty((t, 4, 1024), dtype=torch.bfloat16, device="cuda")
-        name = fe.select_fp8_einsum_config(t, fp32_scales=enc == "fp32", tma=tma).name
+        name = fe.select_fp8_einsum_config(t, enc == "fp32", tma, per_row=recipe[1] == 1).name
         run(
             f"fp8_einsum {enc} T={t} {name}",
             lambda a=a, sa=sa, w8=w8, sw=sw, out=out, r=recipe: fe.fp8_einsum(

@@ -9,7 +9,7 @@ from sparkpair_overlay.numerics import fp8_einsum_reference, make_fp8_operands, 
 
 pytestmark = pytest.mark.gpu
 
-TS = (1, 3, 17, 31, 129, 4099)
+TS = (1, 3, 17, 31, 36, 100, 129, 4099)
 G, D, R = 4, 1024, 4096  # TP=2 (docs/reference/vllm-code-paths.md#dsv4-shapes)
 CASES = [
     ((1, 128, 128), "fp32"),
@@ -263,3 +263,37 @@ def test_prefill_takes_the_persistent_tma_path_on_sm90_only_where_it_can() -> No
         fe.fp8_einsum_with_config(
             "bhr,hdr->bhd", (c[0], c[1]), (c[2], c[3]), explicit, (1, 128, 128), fe.FP8_EINSUM_TMA_PLAN_CONFIG
         )
+
+
+@pytest.mark.parametrize("t", (33, 64, 100, 128))
+@pytest.mark.parametrize(
+    "recipe,enc", (CASES[0], CASES[1], CASES[4]), ids=("r128-fp32", "r1-int32", "r1-int32-bcast")
+)
+def test_mid_t_takes_path3_with_k_splits_on_sm90(t, recipe, enc) -> None:
+    """T in FP8_EINSUM_TMA_MID_MIN_T .. 128 on a compute capability 9.x GPU with group-major
+    activations takes the mid plan (PATH 3, K in four splits, PATH 2 sums them) for every scale
+    layout: the bits of its explicit call, the same bits run to run, fp64-close; T = 32 and 129
+    keep the plans."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("PATH 3 is dispatched on compute capability 9.x only")
+    fp32 = enc == "fp32"
+    per_row = recipe[1] == 1
+    cfg = fe.select_fp8_einsum_config(t, fp32, tma=True, per_row=per_row)
+    assert cfg.constexprs()["PATH"] == 3 and cfg["SPLIT_R"] == 4, cfg.name
+    for edge in (fe.FP8_EINSUM_TMA_MID_MIN_T - 1, 129):
+        assert (
+            fe.select_fp8_einsum_config(edge, fp32, tma=True, per_row=per_row).constexprs().get("PATH", 0)
+            != 3
+        )
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=t)
+    assert fe._tma_ok(a, w)
+    outs = []
+    for name in (None, None, cfg.name):
+        out = torch.full((t, G, D), float("nan"), dtype=torch.bfloat16, device="cuda")
+        if name is None:
+            fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
+        else:
+            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe, name)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+    assert rel_fro(outs[0], fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL

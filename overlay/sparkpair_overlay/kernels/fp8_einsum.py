@@ -94,6 +94,9 @@ __all__ = [
     "FP8_EINSUM_PLAN",
     "FP8_EINSUM_SUM_CONFIGS",
     "FP8_EINSUM_TMA_CONFIGS",
+    "FP8_EINSUM_TMA_MID_MIN_T",
+    "FP8_EINSUM_TMA_MID_PLAN_FP32",
+    "FP8_EINSUM_TMA_MID_PLAN_UE8M0",
     "FP8_EINSUM_TMA_MIN_T",
     "FP8_EINSUM_TMA_PLAN_CONFIG",
     "SUPPORTED_EQUATION",
@@ -267,7 +270,6 @@ if HAS_TRITON:
         SPLIT_R: tl.constexpr,
         KB_PER: tl.constexpr,
         USE_PDL: tl.constexpr,
-        T_LOOP: tl.constexpr,
     ):
         """PATH 1, decode: one CTA per (D tile, T tile) x group x KB_PER K blocks (split-K over R).
 
@@ -286,8 +288,11 @@ if HAS_TRITON:
         pid_s = tl.program_id(2)
         num_d = tl.cdiv(D, BLOCK_D)
         pid_d = pid % num_d
+        pid_t = pid // num_d
+        offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
         offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
         offs_r = tl.arange(0, BLOCK_R)
+        t_mask = offs_t < T
         d_mask = offs_d < D
         num_kb = R // BLOCK_R
         kb0 = pid_s * KB_PER
@@ -309,64 +314,6 @@ if HAS_TRITON:
             w3, s_w3 = _dec_w(w_ptrs + 3 * BLOCK_R, *sws, kb0 + 3, num_kb, d_mask, stride_swk, SW_KIND)
         if USE_PDL:
             gdc_wait()  # a, sa (and the workspace, out) may be written by the kernels before this one
-        if KB_PER < 2:
-            w1, s_w1 = w0, s_w0  # placeholders: _dec_t_tile uses only KB_PER of them
-        if KB_PER < 4:
-            w2, s_w2, w3, s_w3 = w0, s_w0, w0, s_w0
-        wk = (w0, s_w0, w1, s_w1, w2, s_w2, w3, s_w3)
-        ak = (a_ptr, sa_ptr, out_ptr, ws_ptr, g, pid_s, kb0, num_kb, offs_d, offs_r, d_mask, T, D)
-        strides = (stride_at, stride_ag, stride_sat, stride_sag, stride_sak, stride_ot, stride_og, stride_wss)
-        if T_LOOP == 0:  # one T tile per CTA (grid over T tiles): straight-line code
-            _dec_t_tile(
-                pid // num_d, *wk, *ak, *strides, SA_KIND, SW_PER_ROW, BLOCK_T, BLOCK_R, SPLIT_R, KB_PER
-            )
-        else:  # every T tile, in a loop, against the weight held since the start
-            for pid_t in tl.range(0, tl.cdiv(T, BLOCK_T), num_stages=T_LOOP):
-                _dec_t_tile(pid_t, *wk, *ak, *strides, SA_KIND, SW_PER_ROW, BLOCK_T, BLOCK_R, SPLIT_R, KB_PER)
-
-    @triton.jit
-    def _dec_t_tile(
-        pid_t,
-        w0,
-        s_w0,
-        w1,
-        s_w1,
-        w2,
-        s_w2,
-        w3,
-        s_w3,
-        a_ptr,
-        sa_ptr,
-        out_ptr,
-        ws_ptr,
-        g,
-        pid_s,
-        kb0,
-        num_kb,
-        offs_d,
-        offs_r,
-        d_mask,
-        T,
-        D,
-        stride_at,
-        stride_ag,
-        stride_sat,
-        stride_sag,
-        stride_sak,
-        stride_ot,
-        stride_og,
-        stride_wss,
-        SA_KIND: tl.constexpr,
-        SW_PER_ROW: tl.constexpr,
-        BLOCK_T: tl.constexpr,
-        BLOCK_R: tl.constexpr,
-        SPLIT_R: tl.constexpr,
-        KB_PER: tl.constexpr,
-    ):
-        """PATH 1: T tile ``pid_t`` against the CTA's weight tiles: its activations and their
-        scales, KB_PER MMAs in K order, the bf16 output or the split's fp32 partial."""
-        offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-        t_mask = offs_t < T
         a_ptrs = a_ptr + offs_t[:, None] * stride_at + g * stride_ag + (kb0 * BLOCK_R + offs_r)[None, :]
         sas = (sa_ptr, offs_t * stride_sat + g * stride_sag)
         a0, s_a0 = _dec_a(a_ptrs, *sas, kb0, num_kb, t_mask, stride_sak, SA_KIND)
@@ -376,7 +323,7 @@ if HAS_TRITON:
             a2, s_a2 = _dec_a(a_ptrs + 2 * BLOCK_R, *sas, kb0 + 2, num_kb, t_mask, stride_sak, SA_KIND)
             a3, s_a3 = _dec_a(a_ptrs + 3 * BLOCK_R, *sas, kb0 + 3, num_kb, t_mask, stride_sak, SA_KIND)
         # K blocks in order from 0: the same additions on every run.
-        acc = tl.zeros((offs_d.shape[0], BLOCK_T), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_D, BLOCK_T), dtype=tl.float32)
         acc = _dec_mma(acc, w0, s_w0, a0, s_a0, SW_PER_ROW)
         if KB_PER >= 2:
             acc = _dec_mma(acc, w1, s_w1, a1, s_a1, SW_PER_ROW)
@@ -698,7 +645,6 @@ if HAS_TRITON:
         PATH: tl.constexpr = 0,  # 0 tile loop, 1 decode tile, 2 split sum, 3 persistent TMA loop
         KB_PER: tl.constexpr = 1,  # PATH 1: K blocks (of 128) per CTA, all loaded at once
         USE_PDL: tl.constexpr = False,  # PATH 1/2/3: launched with programmatic dependent launch
-        T_LOOP: tl.constexpr = 0,  # PATH 1: 0 one T tile per CTA; n > 0 every T tile, loop of n stages
     ):
         if PATH == 1:
             _decode_tile(
@@ -733,7 +679,6 @@ if HAS_TRITON:
                 SPLIT_R,
                 KB_PER,
                 USE_PDL,
-                T_LOOP,
             )
         elif PATH == 2:
             _split_sum(out_ptr, ws_ptr, D, stride_ot, stride_og, stride_wss, BLOCK_D, SPLIT_R, USE_PDL)
@@ -1054,9 +999,7 @@ FP8_EINSUM_CONFIGS: tuple[KernelConfig, ...] = (
 )
 
 
-def _dcfg(
-    name: str, bt: int, bd: int, kb_per: int, warps: int, pdl: bool = True, t_loop: int = 0
-) -> KernelConfig:
+def _dcfg(name: str, bt: int, bd: int, kb_per: int, warps: int, pdl: bool = True) -> KernelConfig:
     """A decode config (PATH 1): a BLOCK_D x BLOCK_T tile over ``kb_per`` K blocks per CTA.
 
     SPLIT_R is the K splits at the served R = 4096 (32 K blocks); the launcher recomputes it
@@ -1079,7 +1022,6 @@ def _dcfg(
         PATH=1,
         KB_PER=kb_per,
         USE_PDL=pdl,
-        T_LOOP=t_loop,
     )
 
 
@@ -1100,13 +1042,6 @@ FP8_EINSUM_DECODE_CONFIGS: tuple[KernelConfig, ...] = (
     _dcfg("dec_t32_d128_k4_w8", 32, 128, 4, 8),
     # Reference (no plan uses it): the same tile launched without PDL, split sum included.
     _dcfg("dec_t16_d64_k4_w4_nopdl", 16, 64, 4, 4, pdl=False),
-    _dcfg("dec_t16_d64_k4_w4_tl1", 16, 64, 4, 4, t_loop=1),
-    _dcfg("dec_t16_d64_k4_w4_tl2", 16, 64, 4, 4, t_loop=2),
-    _dcfg("dec_t32_d64_k4_w4_tl1", 32, 64, 4, 4, t_loop=1),
-    _dcfg("dec_t32_d64_k4_w4_tl2", 32, 64, 4, 4, t_loop=2),
-    _dcfg("dec_t16_d128_k4_w8_tl2", 16, 128, 4, 8, t_loop=2),
-    _dcfg("dec_t32_d128_k4_w8_tl2", 32, 128, 4, 8, t_loop=2),
-    _dcfg("dec_t64_d64_k4_w4_tl2", 64, 64, 4, 4, t_loop=2),
 )
 FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_DECODE_CONFIGS
 
@@ -1162,14 +1097,8 @@ def _tcfg(
 #: [_nosc: per-row weight scales without the share check].
 FP8_EINSUM_TMA_CONFIGS: tuple[KernelConfig, ...] = (
     _tcfg("tma_t64_d128_s3_r168", 64, 128, 4, 3, 168),
-    _tcfg("tma_t64_d128_s4_sk4_pdl", 64, 128, 4, 4, split_r=4, pdl=True),
-    _tcfg("tma_t64_d128_s4_sk4_pdl_nosc", 64, 128, 4, 4, split_r=4, pdl=True, share_check=False),
-    _tcfg("tma_t64_d128_s4_sk8_pdl_nosc", 64, 128, 4, 4, split_r=8, pdl=True, share_check=False),
-    _tcfg("tma_t64_d128_s4_sk2_pdl_nosc", 64, 128, 4, 4, split_r=2, pdl=True, share_check=False),
     _tcfg("tma_t64_d64_s4_sk4_pdl_nosc", 64, 64, 4, 4, split_r=4, pdl=True, share_check=False),
-    _tcfg("tma_t64_d64_s6_sk2_pdl_nosc", 64, 64, 4, 6, split_r=2, pdl=True, share_check=False),
     _tcfg("tma_t64_d128_s4_sk4_nosc", 64, 128, 4, 4, split_r=4, share_check=False),
-    _tcfg("tma_t128_d128_s3_sk4_pdl_nosc", 128, 128, 8, 3, split_r=4, pdl=True, share_check=False),
 )
 FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_TMA_CONFIGS
 
@@ -1246,10 +1175,25 @@ FP8_EINSUM_PLAN_FP32: tuple[tuple[int, str], ...] = (
 )
 FP8_EINSUM_PLAN = FP8_EINSUM_PLAN_UE8M0  # the served recipe on GB10
 
-#: Where TMA and wgmma exist (compute capability 9.x), the operands allow PATH 3 (``a``
-#: group-major, ``w`` contiguous, as vLLM calls it) and the weight scales are 128x128 block scales
-#: (recipe (1,128,128): sm_90's layout, any scale encoding), T >= this takes
-#: FP8_EINSUM_TMA_PLAN_CONFIG. Per-row weight scales keep the plans above: in run 818a747
+#: Where TMA and wgmma exist (compute capability 9.x) and the operands allow PATH 3 (``a``
+#: group-major, ``w`` contiguous, as vLLM calls it; see :func:`_tma_ok`), T from
+#: FP8_EINSUM_TMA_MID_MIN_T up to the plan's last entry takes PATH 3 with K split in four (fp32
+#: partials summed by PATH 2), every scale layout (per-row weight scales without the share
+#: check: one FMUL more per element, no scale reads before the loop). Run 2 of
+#: benchmarks/results/explore-2026-12-02-k17d/ (cold L2, p50 us; e0d50ad's configs, which the
+#: plans above run there, in brackets): fp32 T = 36 / 64 / 128 13.00 (13.54) / 12.52 (14.87) /
+#: 15.37 (18.47); int32-bcast 12.76 (14.80) / 13.12 (15.84) / 15.44 (19.51); the decode tiles
+#: (PATH 1) lose from T = 36 on (14.3 and more).
+FP8_EINSUM_TMA_MID_MIN_T = 33
+FP8_EINSUM_TMA_MID_PLAN_FP32: tuple[tuple[int, str], ...] = (
+    (64, "tma_t64_d64_s4_sk4_pdl_nosc"),
+    (128, "tma_t64_d128_s4_sk4_nosc"),
+)
+FP8_EINSUM_TMA_MID_PLAN_UE8M0: tuple[tuple[int, str], ...] = ((128, "tma_t64_d128_s4_sk4_nosc"),)
+
+#: Where PATH 3 can run and the weight scales are 128x128 block scales (recipe (1,128,128):
+#: sm_90's layout, any scale encoding), T >= this takes FP8_EINSUM_TMA_PLAN_CONFIG. Per-row
+#: weight scales keep the plans above: in run 818a747
 #: (benchmarks/results/explore-2026-12-02-k17c/final-818a747/) PATH 3 on per-row UE8M0 scales was
 #: slower than e0d50ad at T = 512 (int32-bcast 26.4 against 23.3 us) and at every T where the rows
 #: differ (int32, T = 8192: 1084 against 812; its per-row loop spills under the register cap),
@@ -1259,17 +1203,26 @@ FP8_EINSUM_TMA_MIN_T = 1024
 FP8_EINSUM_TMA_PLAN_CONFIG = "tma_t64_d128_s3_r168"
 
 
-def select_fp8_einsum_config(t: int, fp32_scales: bool = False, tma: bool = False) -> KernelConfig:
-    """The config :func:`fp8_einsum` uses for ``t`` tokens (``fp32_scales``: both scales fp32;
-    ``tma``: the device, the operands and block weight scales allow PATH 3, see
-    :data:`FP8_EINSUM_TMA_MIN_T`)."""
-    if tma and t >= FP8_EINSUM_TMA_MIN_T:
-        return _CONFIGS_BY_NAME[FP8_EINSUM_TMA_PLAN_CONFIG]
-    plan = FP8_EINSUM_PLAN_FP32 if fp32_scales else FP8_EINSUM_PLAN_UE8M0
+def _pick(plan: tuple[tuple[int, str], ...], t: int) -> KernelConfig:
     for max_t, name in plan:
         if t <= max_t:
             return _CONFIGS_BY_NAME[name]
     return _CONFIGS_BY_NAME[plan[-1][1]]
+
+
+def select_fp8_einsum_config(
+    t: int, fp32_scales: bool = False, tma: bool = False, per_row: bool = False
+) -> KernelConfig:
+    """The config :func:`fp8_einsum` uses for ``t`` tokens. ``fp32_scales``: both scales fp32;
+    ``tma``: the device and the operands allow PATH 3 (:func:`_tma_ok`); ``per_row``: the weight
+    scales are per row (recipe (1,1,128) or a per-row ``sw``), not 128x128 blocks. See
+    :data:`FP8_EINSUM_TMA_MID_MIN_T` and :data:`FP8_EINSUM_TMA_MIN_T`."""
+    mid = FP8_EINSUM_TMA_MID_PLAN_FP32 if fp32_scales else FP8_EINSUM_TMA_MID_PLAN_UE8M0
+    if tma and FP8_EINSUM_TMA_MID_MIN_T <= t <= mid[-1][0]:
+        return _pick(mid, t)
+    if tma and not per_row and t >= FP8_EINSUM_TMA_MIN_T:
+        return _CONFIGS_BY_NAME[FP8_EINSUM_TMA_PLAN_CONFIG]
+    return _pick(FP8_EINSUM_PLAN_FP32 if fp32_scales else FP8_EINSUM_PLAN_UE8M0, t)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1432,8 +1385,8 @@ def fp8_einsum_with_config(
         return
     if config is None:
         fp32_scales = sa_kind == _SCALE_FP32 and sw_kind == _SCALE_FP32
-        tma = not per_row and t >= FP8_EINSUM_TMA_MIN_T and _tma_ok(x, w)
-        cfg = select_fp8_einsum_config(t, fp32_scales, tma)
+        tma = t >= FP8_EINSUM_TMA_MID_MIN_T and _tma_ok(x, w)
+        cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row)
     else:
         cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
     meta = cfg.constexprs()
@@ -1569,8 +1522,6 @@ def _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_
         cfg = make_config(cfg.name, cfg.kernel, cfg.num_warps, cfg.num_stages, **meta)
     split = cdiv(r // SCALE_BLOCK, meta["KB_PER"])
     meta["SPLIT_R"] = split
-    if meta.get("T_LOOP", 0):  # one CTA per D tile; it loops over the T tiles
-        n_tiles = cdiv(d, meta["BLOCK_D"])
     if split > 1:
         ws = torch.empty((split, t, g, d), device=x.device, dtype=torch.float32)
         sem = ws.view(torch.int32)  # unused; an int32 pointer, as the AOT build declares it
