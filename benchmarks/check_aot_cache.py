@@ -55,11 +55,11 @@ for w_dtype in (torch.bfloat16, torch.float32):
 # Every entry of both fp8_einsum plans (packed-UE8M0 int32 scales and fp32 block scales).
 for recipe, enc, plan, mid in (
     ((1, 1, 128), "int32", fe.FP8_EINSUM_PLAN_UE8M0, fe.FP8_EINSUM_TMA_MID_PLAN_UE8M0),
-    ((1, 128, 128), "fp32", fe.FP8_EINSUM_PLAN_FP32, fe.FP8_EINSUM_TMA_MID_PLAN_FP32),
+    ((1, 128, 128), "fp32", fe.FP8_EINSUM_PLAN_FP32, ()),
 ):
     # PATH 3 (compute capability 9.x, group-major activations as make_fp8_operands makes them)
-    # takes T from FP8_EINSUM_TMA_MID_MIN_T to the mid plan's end (every scale layout) and, with
-    # block weight scales, from FP8_EINSUM_TMA_MIN_T: its entries and one size below each start too.
+    # takes T from FP8_EINSUM_TMA_MID_MIN_T to the mid plan's end (UE8M0 scales) and, with block
+    # weight scales, from FP8_EINSUM_TMA_MIN_T: its entries and one size below each start too.
     tma = torch.cuda.get_device_capability()[0] == 9
     edges = [fe.FP8_EINSUM_TMA_MID_MIN_T - 1, fe.FP8_EINSUM_TMA_MIN_T - 1]
     for t in sorted(set(plan_sizes(plan, 2048) + plan_sizes(mid, 2048) + edges)):

@@ -63,13 +63,16 @@ Four paths in one jitted kernel (constexpr ``PATH``):
   on the stream finishes; ``a``, ``sa``, the workspace and ``out`` are touched only after it.
   Caller contract (as the router's): no kernel right before this one writes ``w`` or ``sw``
   (model parameters).
-* 2, the split sum of path 1: a second launch (PDL, so it is resident and waiting when the
-  partials land) adds ``0 + p0 + p1 + ...`` in split order and writes bf16 ``out``.
-* 3, persistent TMA loop (prefill on compute capability 9.x with block weight scales, T >= 1024):
-  a persistent grid (``PERSIST_CTAS_PER_SM`` CTAs per SM) walking each group's tiles in PATH 0's
-  grouped order, whole K per tile, operands loaded by TMA through device-side tensor descriptors
-  (``a`` must be group-major, ``w`` contiguous), the same promotion as PATH 0. Its config carries
-  Triton's ``maxnreg`` launch option so three CTAs fit an SM's registers. The descriptors' global
+* 2, the split sum of paths 1 and 3: a second launch (with PDL when the first has it, so it is
+  resident and waiting when the partials land) adds ``0 + p0 + p1 + ...`` in split order and
+  writes bf16 ``out``.
+* 3, persistent TMA loop (compute capability 9.x only: prefill with block weight scales from
+  T = 1024; UE8M0 scales at T = 33 ... 128): a persistent grid (``PERSIST_CTAS_PER_SM`` CTAs per
+  SM) walking each group's work items, (K split, T tile, D tile) with the tiles in PATH 0's
+  grouped order, operands loaded by TMA through device-side tensor descriptors (``a`` must be
+  group-major, ``w`` contiguous), the same promotion as PATH 0. Whole K per tile (prefill; the
+  config carries Triton's ``maxnreg`` launch option so three CTAs fit an SM's registers) or K in
+  ``SPLIT_R`` parts, each storing an fp32 partial that PATH 2 sums. The descriptors' global
   scratch is one reused buffer per device (no allocation per call once sized).
 
 Every path adds in a fixed order: bitwise deterministic run to run.
@@ -95,7 +98,6 @@ __all__ = [
     "FP8_EINSUM_SUM_CONFIGS",
     "FP8_EINSUM_TMA_CONFIGS",
     "FP8_EINSUM_TMA_MID_MIN_T",
-    "FP8_EINSUM_TMA_MID_PLAN_FP32",
     "FP8_EINSUM_TMA_MID_PLAN_UE8M0",
     "FP8_EINSUM_TMA_MIN_T",
     "FP8_EINSUM_TMA_PLAN_CONFIG",
@@ -1097,7 +1099,6 @@ def _tcfg(
 #: [_nosc: per-row weight scales without the share check].
 FP8_EINSUM_TMA_CONFIGS: tuple[KernelConfig, ...] = (
     _tcfg("tma_t64_d128_s3_r168", 64, 128, 4, 3, 168),
-    _tcfg("tma_t64_d64_s4_sk4_pdl_nosc", 64, 64, 4, 4, split_r=4, pdl=True, share_check=False),
     _tcfg("tma_t64_d128_s4_sk4_nosc", 64, 128, 4, 4, split_r=4, share_check=False),
 )
 FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_TMA_CONFIGS
@@ -1176,19 +1177,16 @@ FP8_EINSUM_PLAN_FP32: tuple[tuple[int, str], ...] = (
 FP8_EINSUM_PLAN = FP8_EINSUM_PLAN_UE8M0  # the served recipe on GB10
 
 #: Where TMA and wgmma exist (compute capability 9.x) and the operands allow PATH 3 (``a``
-#: group-major, ``w`` contiguous, as vLLM calls it; see :func:`_tma_ok`), T from
-#: FP8_EINSUM_TMA_MID_MIN_T up to the plan's last entry takes PATH 3 with K split in four (fp32
-#: partials summed by PATH 2), every scale layout (per-row weight scales without the share
-#: check: one FMUL more per element, no scale reads before the loop). Run 2 of
-#: benchmarks/results/explore-2026-12-02-k17d/ (cold L2, p50 us; e0d50ad's configs, which the
-#: plans above run there, in brackets): fp32 T = 36 / 64 / 128 13.00 (13.54) / 12.52 (14.87) /
-#: 15.37 (18.47); int32-bcast 12.76 (14.80) / 13.12 (15.84) / 15.44 (19.51); the decode tiles
-#: (PATH 1) lose from T = 36 on (14.3 and more).
+#: group-major, ``w`` contiguous, as vLLM calls it; see :func:`_tma_ok`), UE8M0 scales (any
+#: encoding but both-fp32) take PATH 3 with K split in four (fp32 partials summed by PATH 2;
+#: per-row weight scales without the share check: one FMUL more per element, no scale reads
+#: before the loop) for T from FP8_EINSUM_TMA_MID_MIN_T up to the plan's last entry. Run 3 of
+#: benchmarks/results/explore-2026-12-02-k17d/ (p50 us, int32-bcast; e0d50ad's config, which the
+#: UE8M0 plan runs there, in brackets), T = 33 / 64 / 128: warm 10.62 (13.51) / 11.52 (14.55) /
+#: 14.43 (18.66), cold 12.70 (14.72) / 13.32 (16.13) / 15.66 (19.65), cold-iso 15.09 (17.04) /
+#: 15.95 (18.30) / 18.27 (22.18); int32 (rows differ) likewise. Both-fp32 scales keep their plan:
+#: there PATH 3 lost warm at T = 33, 36, 96 and 128 (9.97-13.67 against 9.52-12.42).
 FP8_EINSUM_TMA_MID_MIN_T = 33
-FP8_EINSUM_TMA_MID_PLAN_FP32: tuple[tuple[int, str], ...] = (
-    (64, "tma_t64_d64_s4_sk4_pdl_nosc"),
-    (128, "tma_t64_d128_s4_sk4_nosc"),
-)
 FP8_EINSUM_TMA_MID_PLAN_UE8M0: tuple[tuple[int, str], ...] = ((128, "tma_t64_d128_s4_sk4_nosc"),)
 
 #: Where PATH 3 can run and the weight scales are 128x128 block scales (recipe (1,128,128):
@@ -1217,8 +1215,8 @@ def select_fp8_einsum_config(
     ``tma``: the device and the operands allow PATH 3 (:func:`_tma_ok`); ``per_row``: the weight
     scales are per row (recipe (1,1,128) or a per-row ``sw``), not 128x128 blocks. See
     :data:`FP8_EINSUM_TMA_MID_MIN_T` and :data:`FP8_EINSUM_TMA_MIN_T`."""
-    mid = FP8_EINSUM_TMA_MID_PLAN_FP32 if fp32_scales else FP8_EINSUM_TMA_MID_PLAN_UE8M0
-    if tma and FP8_EINSUM_TMA_MID_MIN_T <= t <= mid[-1][0]:
+    mid = FP8_EINSUM_TMA_MID_PLAN_UE8M0
+    if tma and not fp32_scales and FP8_EINSUM_TMA_MID_MIN_T <= t <= mid[-1][0]:
         return _pick(mid, t)
     if tma and not per_row and t >= FP8_EINSUM_TMA_MIN_T:
         return _CONFIGS_BY_NAME[FP8_EINSUM_TMA_PLAN_CONFIG]
