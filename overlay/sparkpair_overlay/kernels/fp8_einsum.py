@@ -1099,6 +1099,8 @@ def _tcfg(
 #: [_nosc: per-row weight scales without the share check].
 FP8_EINSUM_TMA_CONFIGS: tuple[KernelConfig, ...] = (
     _tcfg("tma_t64_d128_s3_r168", 64, 128, 4, 3, 168),
+    _tcfg("tma_t64_d128_s3_r168_nosc", 64, 128, 4, 3, 168, share_check=False),
+    _tcfg("tma_t64_d128_s3_r160_nosc", 64, 128, 4, 3, 160, share_check=False),
     _tcfg("tma_t64_d128_s4_sk4_nosc", 64, 128, 4, 4, split_r=4, share_check=False),
 )
 FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_TMA_CONFIGS
