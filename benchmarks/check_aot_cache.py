@@ -58,10 +58,11 @@ for recipe, enc, plan, mid in (
     ((1, 128, 128), "fp32", fe.FP8_EINSUM_PLAN_FP32, ()),
 ):
     # PATH 3 (compute capability 9.x, group-major activations as make_fp8_operands makes them)
-    # takes T from FP8_EINSUM_TMA_MID_MIN_T to the mid plan's end (UE8M0 scales) and, with block
-    # weight scales, from FP8_EINSUM_TMA_MIN_T: its entries and one size below each start too.
+    # takes T from FP8_EINSUM_TMA_MID_MIN_T to the mid plan's end (UE8M0 scales), from
+    # FP8_EINSUM_TMA_MIN_T with block weight scales and from FP8_EINSUM_TMA_ROW_MIN_T with per-row
+    # ones: its entries and one size below each start too.
     tma = torch.cuda.get_device_capability()[0] == 9
-    edges = [fe.FP8_EINSUM_TMA_MID_MIN_T - 1, fe.FP8_EINSUM_TMA_MIN_T - 1]
+    edges = [fe.FP8_EINSUM_TMA_MID_MIN_T - 1, fe.FP8_EINSUM_TMA_MIN_T - 1, fe.FP8_EINSUM_TMA_ROW_MIN_T - 1]
     for t in sorted(set(plan_sizes(plan, 2048) + plan_sizes(mid, 2048) + edges)):
         a, sa, w8, sw, _, _ = make_fp8_operands(t, 4, 1024, 4096, recipe, enc)
         out = torch.empty((t, 4, 1024), dtype=torch.bfloat16, device="cuda")

@@ -295,3 +295,27 @@ def test_mid_t_takes_path3_with_k_splits_on_sm90(t, recipe, enc) -> None:
         outs.append(out)
     assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
     assert rel_fro(outs[0], fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL
+
+
+@pytest.mark.parametrize("enc", ("int32", "int32-bcast"))
+def test_prefill_on_per_row_scales_takes_path3_from_its_threshold_on_sm90(enc) -> None:
+    """Per-row UE8M0 weight scales (rows that differ, or repeat a block's scale) from
+    FP8_EINSUM_TMA_ROW_MIN_T on a compute capability 9.x GPU: PATH 3 without the share check,
+    the bits of its explicit call, the same bits run to run, fp64-close; one T below keeps PATH 0."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("PATH 3 is dispatched on compute capability 9.x only")
+    t = fe.FP8_EINSUM_TMA_ROW_MIN_T
+    cfg = fe.select_fp8_einsum_config(t, False, tma=True, per_row=True)
+    assert cfg.name == fe.FP8_EINSUM_TMA_ROW_PLAN_CONFIG and not cfg["SHARE_CHECK"]
+    assert fe.select_fp8_einsum_config(t - 1, False, tma=True, per_row=True).constexprs().get("PATH", 0) == 0
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, (1, 1, 128), enc, seed=11)
+    outs = []
+    for name in (None, None, cfg.name):
+        out = torch.full((t, G, D), float("nan"), dtype=torch.bfloat16, device="cuda")
+        if name is None:
+            fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=(1, 1, 128))
+        else:
+            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 1, 128), name)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+    assert rel_fro(outs[0], fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL

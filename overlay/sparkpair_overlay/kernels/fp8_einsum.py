@@ -67,9 +67,9 @@ Four paths in one jitted kernel (constexpr ``PATH``):
   resident and waiting when the partials land) adds ``0 + p0 + p1 + ...`` in split order and
   writes bf16 ``out``.
 * 3, persistent TMA loop (compute capability 9.x only: prefill with block weight scales from
-  T = 1024; UE8M0 scales at T = 33 ... 128): a persistent grid (``PERSIST_CTAS_PER_SM`` CTAs per
-  SM) walking each group's work items, (K split, T tile, D tile) with the tiles in PATH 0's
-  grouped order, operands loaded by TMA through device-side tensor descriptors (``a`` must be
+  T = 1024, with per-row weight scales from T = 2048; UE8M0 scales at T = 33 ... 128): a
+  persistent grid (``PERSIST_CTAS_PER_SM`` CTAs per SM) walking each group's work items, (K
+  split, T tile, D tile) with the tiles in PATH 0's grouped order, operands loaded by TMA through device-side tensor descriptors (``a`` must be
   group-major, ``w`` contiguous), the same promotion as PATH 0. Whole K per tile (prefill; the
   config carries Triton's ``maxnreg`` launch option so three CTAs fit an SM's registers) or K in
   ``SPLIT_R`` parts, each storing an fp32 partial that PATH 2 sums. The descriptors' global
@@ -101,6 +101,8 @@ __all__ = [
     "FP8_EINSUM_TMA_MID_PLAN_UE8M0",
     "FP8_EINSUM_TMA_MIN_T",
     "FP8_EINSUM_TMA_PLAN_CONFIG",
+    "FP8_EINSUM_TMA_ROW_MIN_T",
+    "FP8_EINSUM_TMA_ROW_PLAN_CONFIG",
     "SUPPORTED_EQUATION",
     "decode_ue8m0",
     "fp8_einsum",
@@ -1100,7 +1102,6 @@ def _tcfg(
 FP8_EINSUM_TMA_CONFIGS: tuple[KernelConfig, ...] = (
     _tcfg("tma_t64_d128_s3_r168", 64, 128, 4, 3, 168),
     _tcfg("tma_t64_d128_s3_r168_nosc", 64, 128, 4, 3, 168, share_check=False),
-    _tcfg("tma_t64_d128_s3_r160_nosc", 64, 128, 4, 3, 160, share_check=False),
     _tcfg("tma_t64_d128_s4_sk4_nosc", 64, 128, 4, 4, split_r=4, share_check=False),
 )
 FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_TMA_CONFIGS
@@ -1202,6 +1203,18 @@ FP8_EINSUM_TMA_MID_PLAN_UE8M0: tuple[tuple[int, str], ...] = ((128, "tma_t64_d12
 FP8_EINSUM_TMA_MIN_T = 1024
 FP8_EINSUM_TMA_PLAN_CONFIG = "tma_t64_d128_s3_r168"
 
+#: Where PATH 3 can run and the weight scales are per row (UE8M0, recipe (1,1,128), whether or
+#: not rows repeat a block's scale), T >= this takes FP8_EINSUM_TMA_ROW_PLAN_CONFIG: the same
+#: persistent loop with the per-row promotion in its one K loop (no share check: 160 registers,
+#: no spill on sm_90a, against 168 and 264 B spilled with the check). Run 4 of
+#: benchmarks/results/explore-2026-12-02-k17d/ (warm p50 us, two rounds; the plan's
+#: t64_d128_s4_bc in brackets): int32-bcast T = 2048 / 8192 / 16384 89.1, 86.5 (92.5, 92.2) /
+#: 328.2, 328.7 (347.0, 346.8) / 643.9, 666.3 (686.9, 687.9); int32 with rows that differ
+#: 89.5 / 325.9 / 645.7 (210.0 / 816.5 / 1609). Below T = 2048 it lost on int32-bcast (T = 1024:
+#: 57.9, 56.1 against 49.0, 47.7), so those T keep the plan.
+FP8_EINSUM_TMA_ROW_MIN_T = 2048
+FP8_EINSUM_TMA_ROW_PLAN_CONFIG = "tma_t64_d128_s3_r168_nosc"
+
 
 def _pick(plan: tuple[tuple[int, str], ...], t: int) -> KernelConfig:
     for max_t, name in plan:
@@ -1216,12 +1229,15 @@ def select_fp8_einsum_config(
     """The config :func:`fp8_einsum` uses for ``t`` tokens. ``fp32_scales``: both scales fp32;
     ``tma``: the device and the operands allow PATH 3 (:func:`_tma_ok`); ``per_row``: the weight
     scales are per row (recipe (1,1,128) or a per-row ``sw``), not 128x128 blocks. See
-    :data:`FP8_EINSUM_TMA_MID_MIN_T` and :data:`FP8_EINSUM_TMA_MIN_T`."""
+    :data:`FP8_EINSUM_TMA_MID_MIN_T`, :data:`FP8_EINSUM_TMA_MIN_T` and
+    :data:`FP8_EINSUM_TMA_ROW_MIN_T`."""
     mid = FP8_EINSUM_TMA_MID_PLAN_UE8M0
     if tma and not fp32_scales and FP8_EINSUM_TMA_MID_MIN_T <= t <= mid[-1][0]:
         return _pick(mid, t)
     if tma and not per_row and t >= FP8_EINSUM_TMA_MIN_T:
         return _CONFIGS_BY_NAME[FP8_EINSUM_TMA_PLAN_CONFIG]
+    if tma and per_row and t >= FP8_EINSUM_TMA_ROW_MIN_T:
+        return _CONFIGS_BY_NAME[FP8_EINSUM_TMA_ROW_PLAN_CONFIG]
     return _pick(FP8_EINSUM_PLAN_FP32 if fp32_scales else FP8_EINSUM_PLAN_UE8M0, t)
 
 
