@@ -66,14 +66,15 @@ Four paths in one jitted kernel (constexpr ``PATH``):
 * 2, the split sum of paths 1 and 3: a second launch (with PDL when the first has it, so it is
   resident and waiting when the partials land) adds ``0 + p0 + p1 + ...`` in split order and
   writes bf16 ``out``.
-* 3, persistent TMA loop (compute capability 9.x only: prefill with block weight scales from
-  T = 1024, with per-row weight scales from T = 2048; UE8M0 scales at T = 33 ... 128): a
-  persistent grid (``PERSIST_CTAS_PER_SM`` CTAs per SM) walking each group's work items, (K
-  split, T tile, D tile) with the tiles in PATH 0's grouped order, operands loaded by TMA through device-side tensor descriptors (``a`` must be
-  group-major, ``w`` contiguous), the same promotion as PATH 0. Whole K per tile (prefill; the
-  config carries Triton's ``maxnreg`` launch option so three CTAs fit an SM's registers) or K in
-  ``SPLIT_R`` parts, each storing an fp32 partial that PATH 2 sums. The descriptors' global
-  scratch is one reused buffer per device (no allocation per call once sized).
+* 3, persistent TMA loop (compute capability 9.x only: prefill with block weight scales from T =
+  1024, with per-row weight scales from T = 2048; UE8M0 scales at T = 33 ... 128): a persistent
+  grid (``PERSIST_CTAS_PER_SM`` CTAs per SM) walking each group's work items, (K split, T tile, D
+  tile) with the tiles in PATH 0's grouped order, operands loaded by TMA through device-side
+  tensor descriptors (``a`` must be group-major, ``w`` contiguous), the same promotion as PATH 0.
+  Whole K per tile (prefill; the config carries Triton's ``maxnreg`` launch option so three CTAs
+  fit an SM's registers) or K in ``SPLIT_R`` parts, each storing an fp32 partial that PATH 2 sums.
+  The descriptors' global scratch is one reused buffer per device (no allocation per call once
+  sized).
 
 Every path adds in a fixed order: bitwise deterministic run to run.
 
