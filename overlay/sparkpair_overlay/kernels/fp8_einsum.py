@@ -453,10 +453,16 @@ if HAS_TRITON:
         width = GROUP_T * num_d
         kb_per = tl.cdiv(num_kb, SPLIT_R)
         for item in tl.range(tl.program_id(0), num_t * num_d * SPLIT_R, tl.num_programs(0)):
-            split = item // (num_t * num_d)
-            tile = item % (num_t * num_d)
-            kb_lo = split * kb_per
-            kb_hi = tl.minimum(kb_lo + kb_per, num_kb)
+            if SPLIT_R == 1:  # whole K: a constant-bounds K loop, as the prefill config was tuned
+                split = 0
+                tile = item
+                kb_lo = 0
+                kb_hi = num_kb
+            else:
+                split = item // (num_t * num_d)
+                tile = item % (num_t * num_d)
+                kb_lo = split * kb_per
+                kb_hi = tl.minimum(kb_lo + kb_per, num_kb)
             first_t = (tile // width) * GROUP_T
             size_t = tl.minimum(num_t - first_t, GROUP_T)
             pid_t = first_t + (tile % width) % size_t
