@@ -9,6 +9,7 @@ module. The command modules import only what ``--help`` needs at module level; h
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import typer
@@ -59,6 +60,22 @@ COMMAND_MODULES = tuple(m.__name__ for m in COMMANDS)
 
 for _cmd in COMMANDS:
     _cmd.register(app)
+
+
+def one_line_short_helps(group: typer.Typer) -> None:
+    """Give every command of ``group`` and of its sub-groups without a ``short_help`` one: its help's
+    first paragraph on one line. Typer's command list prints that paragraph with the docstring's
+    own line breaks, so a summary wrapped in the source showed broken mid-sentence there."""
+    for info in group.registered_commands:
+        text = info.help or inspect.getdoc(info.callback) or ""
+        if info.short_help is None and text:
+            info.short_help = " ".join(text.split("\n\n")[0].split())
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            one_line_short_helps(sub.typer_instance)
+
+
+one_line_short_helps(app)
 
 
 EXTRA_OF_MODULE = {
