@@ -271,3 +271,24 @@ def print_report(report: Report | list[Result], console: Console) -> None:
     for r in results:
         t.add_row(Text(r.status, style=colour[r.status]), Text(r.id), Text(r.message))
     console.print(t)
+    console.print(summary_line(report))
+
+
+def summary_line(report: Report | list[Result]) -> Text:
+    """The verdict under the table: ``FAILED: 2 of 17 checks failed (a, b); 1 warning (c)`` or
+    ``passed: 17 checks (1 warning: c)``, naming the node when the report has one."""
+    results = report.results if isinstance(report, Report) else report
+    who = f"node {report.node}: " if isinstance(report, Report) and report.node else ""
+    failed = [r.id for r in results if r.status == "fail"]
+    warned = [r.id for r in results if r.status == "warn"]
+    n = len(results)
+    warn_s = f"{len(warned)} warning{'s' if len(warned) != 1 else ''}"
+    if failed:
+        line = f"FAILED: {who}{len(failed)} of {n} checks failed ({', '.join(failed)})"
+        if warned:
+            line += f"; {warn_s} ({', '.join(warned)})"
+        return Text(line, style="bold red")
+    line = f"passed: {who}{n} check{'s' if n != 1 else ''}"
+    if warned:
+        line += f" ({warn_s}: {', '.join(warned)})"
+    return Text(line, style="bold green" if not warned else "bold yellow")

@@ -217,3 +217,29 @@ def test_a_flashinfer_without_the_dspark_drafts_window_fails_naming_that_pair(tm
     )
     nospec = {r.id: r for r in pf.run_local(env, load_profile("deepseek-v4-flash-nospec"), root=tree).results}
     assert nospec["flashinfer-dsv4"].status == "pass", nospec["flashinfer-dsv4"].message
+
+
+def test_the_report_ends_with_a_verdict_line_naming_the_failed_checks() -> None:
+    """Under the table: FAILED with the node, the count and the ids of the failed checks (and the
+    warnings), or passed with the count; a compare run (results without a node) names none."""
+    from rich.console import Console
+
+    def printed(report) -> str:
+        console = Console(record=True, width=200)
+        pf.print_report(report, console)
+        return console.export_text().strip().splitlines()[-1]
+
+    env = load_node_env_file(HOSTS / "spark-worker-bad-fabric" / "node.env")
+    bad = pf.run_local(env, load_profile("deepseek-v4-flash"), root=HOSTS / "spark-worker-bad-fabric")
+    failed = [r.id for r in bad.results if r.status == "fail"]
+    assert failed
+    assert printed(bad) == (
+        f"FAILED: node {bad.node}: {len(failed)} of {len(bad.results)} checks failed ({', '.join(failed)}); "
+        f"2 warnings (rdma-both-halves, fabric-mtu)"
+    )
+    env = load_node_env_file(HOSTS / "spark-head-good" / "node.env")
+    good = pf.run_local(env, load_profile("deepseek-v4-flash"), root=HOSTS / "spark-head-good")
+    assert printed(good) == f"passed: node {good.node}: {len(good.results)} checks"
+    first_fail = next(r for r in bad.results if r.status == "fail")
+    assert printed([first_fail]) == f"FAILED: 1 of 1 checks failed ({first_fail.id})"
+    assert printed(good.results[:1]) == "passed: 1 check"
