@@ -13,6 +13,7 @@ or it refuses the API key): compose's ``restart: on-failure`` restarts it; 3 bad
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -74,6 +75,11 @@ def register(app: typer.Typer) -> None:
         except (GatewaySettingsError, ApiKeyError) as e:
             typer.echo(f"sparkpair gateway: {e}", err=True)
             raise typer.Exit(3) from None
+        from .deploy.nodeenv import unknown_key_problems
+
+        ours = {k: v for k, v in os.environ.items() if k.upper().startswith("SPARKPAIR_")}
+        for line in unknown_key_problems(ours, "the gateway's environment"):  # a typo is read by nothing
+            typer.echo(f"sparkpair gateway: warning: {line}", err=True)
         if check_settings:
             typer.echo(settings.model_dump_json(indent=2))
             return

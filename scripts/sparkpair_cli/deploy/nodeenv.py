@@ -498,14 +498,15 @@ def unknown_key_problems(values: Mapping[str, str], source: str) -> list[str]:
     import difflib
 
     known = known_keys()
-    node = values.get("SPARKPAIR_NODE_NAME") or source
+    name = values.get("SPARKPAIR_NODE_NAME")
+    who = f"node {name}: " if name else ""
     out = []
     for k in sorted(values):
         if k.upper().startswith("SPARKPAIR_") and k not in known:
             near = difflib.get_close_matches(k.upper(), sorted(known), n=1)
             hint = f"; did you mean {near[0]}?" if near else ""
             out.append(
-                f"node {node}: {k} in {source} is not a sparkpair setting (nothing reads it){hint} "
+                f"{who}{k} in {source} is not a sparkpair setting (nothing reads it){hint} "
                 "wanted one of the keys of configs/node.env.example, docs/deploy.md or "
                 "docs/health-verdict.md"
             )

@@ -4,6 +4,7 @@ up answering 503 "suite defect" forever, and a binary key file was a traceback."
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,25 @@ def test_without_a_profile_the_gateway_stops_naming_the_option_the_variable_and_
     assert code == 0 and '"profile": "deepseek-v4-flash"' in out, out
     code, out = gateway({"SPARKPAIR_PROFILE": "deepseek-v4-flash"})
     assert code == 0 and '"profile": "deepseek-v4-flash"' in out, out
+
+
+def test_a_misspelt_setting_in_the_gateways_environment_is_named_with_the_one_meant() -> None:
+    """compose.override.yaml's environment is read by nothing when a name is misspelt: the
+    gateway says so at start (a warning; the settings it does read still load), and is silent
+    on the names it, the node or compose read."""
+    clean: dict[str, str | None] = {k: None for k in os.environ if k.upper().startswith("SPARKPAIR_")}
+    code, out = gateway({**clean, "SPARKPAIR_RECOVERY_MAX_RESTART": "3"})
+    assert code == 0, out
+    assert (
+        "warning: SPARKPAIR_RECOVERY_MAX_RESTART in the gateway's environment is not a sparkpair "
+        "setting (nothing reads it); did you mean SPARKPAIR_RECOVERY_MAX_RESTARTS?"
+    ) in out
+    code, out = gateway(
+        {
+            **clean,
+            "SPARKPAIR_RECOVERY_MAX_RESTARTS": "3",
+            "SPARKPAIR_HEAD_ADDR": "10.0.0.1",
+            "SPARKPAIR_NODE_ROLE": "head",
+        }
+    )
+    assert code == 0 and "warning" not in out, out
