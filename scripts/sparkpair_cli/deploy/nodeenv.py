@@ -492,9 +492,10 @@ def known_keys() -> frozenset[str]:
     return frozenset(node | set(REGISTRY) | gateway | COMPOSE_ONLY_KEYS)
 
 
-def unknown_key_problems(values: Mapping[str, str], source: str) -> list[str]:
+def unknown_key_problems(values: Mapping[str, str], source: str, case_sensitive: bool = True) -> list[str]:
     """One line per ``SPARKPAIR_*`` key of an env file that nothing reads (a typo is silently
-    ignored otherwise), with the closest known key."""
+    ignored otherwise), with the closest known key. ``case_sensitive=False`` for a reader that
+    matches names in any case (pydantic-settings, as the gateway reads its environment)."""
     import difflib
 
     known = known_keys()
@@ -502,7 +503,7 @@ def unknown_key_problems(values: Mapping[str, str], source: str) -> list[str]:
     who = f"node {name}: " if name else ""
     out = []
     for k in sorted(values):
-        if k.upper().startswith("SPARKPAIR_") and k not in known:
+        if k.upper().startswith("SPARKPAIR_") and (k if case_sensitive else k.upper()) not in known:
             near = difflib.get_close_matches(k.upper(), sorted(known), n=1)
             hint = f"; did you mean {near[0]}?" if near else ""
             out.append(

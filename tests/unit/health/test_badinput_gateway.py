@@ -187,6 +187,7 @@ def test_a_misspelt_setting_in_the_gateways_environment_is_named_with_the_one_me
             "SPARKPAIR_RECOVERY_MAX_RESTARTS": "3",
             "SPARKPAIR_HEAD_ADDR": "10.0.0.1",
             "SPARKPAIR_NODE_ROLE": "head",
+            "sparkpair_canary_interval_s": "30",  # read: pydantic-settings ignores the case
         }
     )
     assert code == 0 and "warning" not in out, out
