@@ -424,7 +424,7 @@ if HAS_TRITON:
         ROW_STAGES: tl.constexpr,
         USE_PDL: tl.constexpr,
     ):
-        """PATH 3 (prefill where TMA and wgmma exist): a persistent grid (programs, G); program p of
+        """PATH 3 (where TMA and wgmma exist): a persistent grid (programs, G); program p of
         group g takes the group's (T tile, D tile) pairs p, p + programs, ... in the grouped order
         of PATH 0, whole K per tile. ``a`` must be group-major (``stride_ag == T * stride_at``) and
         ``w`` contiguous: each is read as one 2-D tensor descriptor, ``[G*T, R]`` and ``[G*D, R]``
@@ -1200,13 +1200,12 @@ FP8_EINSUM_TMA_MID_MIN_T = 33
 FP8_EINSUM_TMA_MID_PLAN_UE8M0: tuple[tuple[int, str], ...] = ((128, "tma_t64_d128_s4_sk4_nosc"),)
 
 #: Where PATH 3 can run and the weight scales are 128x128 block scales (recipe (1,128,128):
-#: sm_90's layout, any scale encoding), T >= this takes FP8_EINSUM_TMA_PLAN_CONFIG. Per-row
-#: weight scales keep the plans above: in run 818a747
-#: (benchmarks/results/explore-2026-12-02-k17c/final-818a747/) PATH 3 on per-row UE8M0 scales was
-#: slower than e0d50ad at T = 512 (int32-bcast 26.4 against 23.3 us) and at every T where the rows
-#: differ (int32, T = 8192: 1084 against 812; its per-row loop spills under the register cap),
-#: while fp32 block scales gained from T = 2048 (75.9 against 93.8 us; T = 8192 299.9 against
-#: 357.2) and tied at T = 512 (22.31 against 22.36).
+#: sm_90's layout, any scale encoding), T >= this takes FP8_EINSUM_TMA_PLAN_CONFIG. In run 818a747
+#: (benchmarks/results/explore-2026-12-02-k17c/final-818a747/) fp32 block scales gained from
+#: T = 2048 (75.9 against 93.8 us; T = 8192 299.9 against 357.2) and tied at T = 512 (22.31
+#: against 22.36). On per-row scales this config (its share check and second K loop spilling under
+#: the register cap) was slower than e0d50ad (int32, T = 8192: 1084 against 812 us): those take
+#: FP8_EINSUM_TMA_ROW_PLAN_CONFIG from FP8_EINSUM_TMA_ROW_MIN_T instead.
 FP8_EINSUM_TMA_MIN_T = 1024
 FP8_EINSUM_TMA_PLAN_CONFIG = "tma_t64_d128_s3_r168"
 
