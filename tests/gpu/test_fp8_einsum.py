@@ -265,6 +265,23 @@ def test_prefill_takes_the_persistent_tma_path_on_sm90_only_where_it_can() -> No
         )
 
 
+def assert_dispatch_is(name, a, sa, w, sw, sa_f, sw_f, recipe) -> None:
+    """The public call gives the bits of the explicit call of config ``name``, the same bits
+    twice, and stays within TOL of the fp64 reference."""
+    outs = []
+    for config in (None, None, name):
+        out = torch.full(
+            (a.shape[0], a.shape[1], w.shape[1]), float("nan"), dtype=torch.bfloat16, device=a.device
+        )
+        if config is None:
+            fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
+        else:
+            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe, config)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2]), name
+    assert rel_fro(outs[0], fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL, name
+
+
 @pytest.mark.parametrize("t", (33, 64, 100, 128))
 @pytest.mark.parametrize("recipe,enc", (CASES[1], CASES[4]), ids=("r1-int32", "r1-int32-bcast"))
 def test_mid_t_takes_path3_with_k_splits_on_sm90(t, recipe, enc) -> None:
@@ -285,16 +302,7 @@ def test_mid_t_takes_path3_with_k_splits_on_sm90(t, recipe, enc) -> None:
         assert other.constexprs().get("PATH", 0) != 3, other.name
     a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=t)
     assert fe._tma_ok(a, w)
-    outs = []
-    for name in (None, None, cfg.name):
-        out = torch.full((t, G, D), float("nan"), dtype=torch.bfloat16, device="cuda")
-        if name is None:
-            fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
-        else:
-            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe, name)
-        outs.append(out)
-    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
-    assert rel_fro(outs[0], fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL
+    assert_dispatch_is(cfg.name, a, sa, w, sw, sa_f, sw_f, recipe)
 
 
 @pytest.mark.parametrize("enc", ("int32", "int32-bcast"))
@@ -309,13 +317,4 @@ def test_prefill_on_per_row_scales_takes_path3_from_its_threshold_on_sm90(enc) -
     assert cfg.name == fe.FP8_EINSUM_TMA_ROW_PLAN_CONFIG and not cfg["SHARE_CHECK"]
     assert fe.select_fp8_einsum_config(t - 1, False, tma=True, per_row=True).constexprs().get("PATH", 0) == 0
     a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, (1, 1, 128), enc, seed=11)
-    outs = []
-    for name in (None, None, cfg.name):
-        out = torch.full((t, G, D), float("nan"), dtype=torch.bfloat16, device="cuda")
-        if name is None:
-            fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=(1, 1, 128))
-        else:
-            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 1, 128), name)
-        outs.append(out)
-    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
-    assert rel_fro(outs[0], fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL
+    assert_dispatch_is(cfg.name, a, sa, w, sw, sa_f, sw_f, (1, 1, 128))
