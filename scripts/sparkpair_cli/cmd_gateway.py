@@ -77,9 +77,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(3) from None
         from .deploy.nodeenv import unknown_key_problems
 
-        ours = {k: v for k, v in os.environ.items() if k.upper().startswith("SPARKPAIR_")}
         # pydantic-settings reads names in any case; a typo is read by nothing
-        for line in unknown_key_problems(ours, "the gateway's environment", case_sensitive=False):
+        for line in unknown_key_problems(os.environ, "the gateway's environment", case_sensitive=False):
             typer.echo(f"sparkpair gateway: warning: {line}", err=True)
         if check_settings:
             typer.echo(settings.model_dump_json(indent=2))

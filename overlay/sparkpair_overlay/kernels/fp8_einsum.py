@@ -1511,14 +1511,8 @@ def _launch_persistent(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, 
             buf = _TMA_SCRATCH[dev] = torch.empty(size, dtype=torch.int8, device=dev)
         return buf
 
-    t, _, r = x.shape
-    d = w.shape[1]
-    split = meta["SPLIT_R"]
-    if split > 1:
-        ws = torch.empty((split, t, g, d), device=dev, dtype=torch.float32)
-        sem = ws.view(torch.int32)  # unused; an int32 pointer, as the AOT build declares it
-    else:
-        ws = sem = out
+    t, d, split = x.shape[0], w.shape[1], meta["SPLIT_R"]
+    ws, sem = _split_workspace(split, t, g, d, out)
     pdl = {"launch_pdl": True} if meta.get("USE_PDL") else {}
     args = _kernel_args(x, sa, w, sw, out)
     kinds = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row}
@@ -1544,11 +1538,7 @@ def _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_
         cfg = make_config(cfg.name, cfg.kernel, cfg.num_warps, cfg.num_stages, **meta)
     split = cdiv(r // SCALE_BLOCK, meta["KB_PER"])
     meta["SPLIT_R"] = split
-    if split > 1:
-        ws = torch.empty((split, t, g, d), device=x.device, dtype=torch.float32)
-        sem = ws.view(torch.int32)  # unused; an int32 pointer, as the AOT build declares it
-    else:
-        ws = sem = out
+    ws, sem = _split_workspace(split, t, g, d, out)
     pdl = {"launch_pdl": True} if meta["USE_PDL"] else {}
     args = _kernel_args(x, sa, w, sw, out)
     kinds = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row}
@@ -1568,6 +1558,18 @@ def _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_
             kinds,
             pdl,
         )
+
+
+def _split_workspace(
+    split: int, t: int, g: int, d: int, out: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's (workspace, semaphore) pointers: with K in ``split`` > 1 parts, fp32 partials
+    ``[split, T, G, D]`` and the same memory as an int32 pointer (unused by paths 1 and 3; the AOT
+    build declares int32); unsplit, ``out`` for both."""
+    if split == 1:
+        return out, out
+    ws = torch.empty((split, t, g, d), device=out.device, dtype=torch.float32)
+    return ws, ws.view(torch.int32)
 
 
 def _launch_split_sum(cfg, t, g, d, out, ws, sem, args, kinds, pdl) -> None:
