@@ -6,8 +6,8 @@ rotating operand sets, 134 MB, so every call reads its weight from HBM) as CUDA-
 per call, beside ``auto`` (the public dispatch at this commit) and cuBLAS's fp8 GEMM over the
 same bytes. Rows go to the CSV given; a summary table is printed.
 
-usage: [GL_BENCH_ENCODINGS=fp32,int32-bcast,int32] python3 gl_bench.py [--pipe|--pipe4|--pipe5] OUT.csv [Ts]
-(--pipe: gl_pipe candidates, run 3; --pipe4: run 4's, with glpf / glpl / diag_nosum; --pipe5: run 5's)
+usage: [GL_BENCH_ENCODINGS=fp32,int32-bcast,int32] python3 gl_bench.py [--pipe|--pipeN] OUT.csv [Ts]
+(--pipe: gl_pipe candidates, run 3; --pipe4 … --pipe6: the candidates and forms of runs 4 … 6)
 """
 
 import os
@@ -67,6 +67,17 @@ PIPE5_CANDS = {
     64: [(64, 64, 1, 12, 4), (64, 64, 1, 12, 8), (64, 64, 4, 6, 8)],
     128: [(128, 64, 1, 8, 8), (64, 64, 1, 12, 8), (64, 64, 4, 6, 8)],
 }
+#: Run 6: every scale of a CTA's K range staged in shared memory before the K loop (glps rows;
+#: diag_nosum_glps: the same without the split sum, wrong output, timing only).
+PIPE6_CANDS = {
+    1: [(8, 64, 1, 24, 4), (8, 64, 4, 8, 4)],
+    16: [(16, 64, 1, 18, 4), (16, 64, 4, 8, 4), (16, 64, 2, 12, 4)],
+    32: [(32, 64, 1, 16, 4), (32, 64, 4, 8, 4), (32, 64, 2, 12, 4)],
+    36: [(64, 64, 1, 12, 8), (64, 64, 4, 6, 4), (64, 64, 2, 8, 4)],
+    64: [(64, 64, 1, 12, 8), (64, 64, 4, 6, 4)],
+    128: [(64, 64, 1, 12, 8), (64, 64, 4, 6, 4)],
+}
+SMEM6 = False
 PIPE = False
 #: --pipe5: per-row encodings also run every candidate with ``late=True`` (glpl rows).
 LATE5 = False
@@ -75,7 +86,12 @@ DIAG_NOSUM = False
 
 
 def main() -> None:
-    global PIPE, DIAG_NOSUM, LATE5
+    global PIPE, DIAG_NOSUM, LATE5, SMEM6
+    if sys.argv[1] == "--pipe6":
+        SMEM6 = True
+        PIPE_CANDS.clear()
+        PIPE_CANDS.update(PIPE6_CANDS)
+        sys.argv[1] = "--pipe"
     if sys.argv[1] == "--pipe5":
         PIPE_CANDS.update(PIPE5_CANDS)
         LATE5 = True
@@ -123,6 +139,16 @@ def main() -> None:
                                 (s[0], s[1]), (s[2], s[3]), out, recipe, *c, sum_splits=False
                             )
                         )
+            if SMEM6:  # run 6: scales staged in shared memory before the K loop
+                for c in PIPE_CANDS[t]:
+                    name = "glps_t{}_d{}_sk{}_st{}_w{}".format(*c)
+                    provs[name] = lambda s, c=c, out=out, recipe=recipe: gl_pipe(
+                        (s[0], s[1]), (s[2], s[3]), out, recipe, *c, smem_scales=True
+                    )
+                    if c[2] > 1:
+                        provs["diag_nosum_" + name] = lambda s, c=c, out=out, recipe=recipe: gl_pipe(
+                            (s[0], s[1]), (s[2], s[3]), out, recipe, *c, smem_scales=True, sum_splits=False
+                        )
             if PIPE and DIAG_NOSUM:  # run 4: one launch, the last CTA of each tile sums
                 for c in PIPE_CANDS[t]:
                     if c[2] > 1:
@@ -136,7 +162,9 @@ def main() -> None:
                     provs["glpl_t{}_d{}_sk{}_st{}_w{}".format(*c)] = lambda s, c=c, out=out, recipe=recipe: (
                         gl_pipe((s[0], s[1]), (s[2], s[3]), out, recipe, *c, late=True)
                     )
-            if PIPE:
+            if SMEM6:
+                pass
+            elif PIPE:
                 for c in PIPE_CANDS[t]:
                     provs["glp_t{}_d{}_sk{}_st{}_w{}".format(*c)] = lambda s, c=c, out=out, recipe=recipe: (
                         gl_pipe((s[0], s[1]), (s[2], s[3]), out, recipe, *c)

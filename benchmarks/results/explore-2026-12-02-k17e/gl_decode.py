@@ -134,6 +134,28 @@ def _promote(total, p, s_w, s_a, SW_PER_ROW: gl.constexpr):
 
 
 @gluon.jit
+def _smem_promote(
+    total,
+    p,
+    sa_smem,
+    sw_smem,
+    i: gl.constexpr,
+    SW_PER_ROW: gl.constexpr,
+    d_lay: gl.constexpr,
+    t_lay: gl.constexpr,
+):
+    """Run 6: ``total + p * factor`` of K block ``i`` (of the CTA's range), its scales read from
+    shared memory (per-row: ``p * (s_w * s_a)``; else the staged ``s_w * s_a``)."""
+    if SW_PER_ROW:
+        s_w = sw_smem.index(i).load(d_lay)
+        s_a = sa_smem.index(i).load(t_lay)
+        return total + p * (s_w[:, None] * s_a[None, :])
+    else:
+        f = sa_smem.index(i).load(t_lay)
+        return total + p * f[None, :]
+
+
+@gluon.jit
 def _gl_decode_kernel(
     out_ptr, ws_ptr, w_desc, a_desc, sa_ptr, sw_ptr,
     T, D, num_kb,
@@ -246,8 +268,6 @@ def gl_decode(a, b, out, recipe, bt=32, bd=128, kb_per=4, warps=8, pdl=True):
         BLOCK_T=bt, BLOCK_D=bd, KB_PER=kb_per, SPLIT_R=split, USE_PDL=pdl,
         num_warps=warps, **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
-    if k is not None and hasattr(k, "n_regs"):
-        LAST_BUILD["gl_pipe"] = (k.n_regs, k.n_spills, k.metadata.shared)
     if split > 1:
         cfg = make_config("gl", "_fp8_einsum_kernel", warps, 1, SPLIT_R=split, USE_PDL=pdl)
         args = fe._kernel_args(x, sa, w, sw, out)
@@ -294,6 +314,7 @@ def _gl_pipe_kernel(
     BLOCK_T: gl.constexpr, BLOCK_D: gl.constexpr, KB_PER: gl.constexpr, SPLIT_R: gl.constexpr,
     STAGES: gl.constexpr, USE_PDL: gl.constexpr, num_warps: gl.constexpr,
     LATE_ROW_SCALE: gl.constexpr = False, FUSED_SUM: gl.constexpr = False, DYN_LOOP: gl.constexpr = False,
+    SCALES_SMEM: gl.constexpr = False,
 ):  # fmt: skip
     """Run 3 form: KB_PER K blocks per CTA through a STAGES-deep TMA ring (unrolled); the stage of
     block i-1 is refilled with block i-1+STAGES as soon as block i-1's wgmma has been waited for,
@@ -347,13 +368,47 @@ def _gl_pipe_kernel(
         sw_offs = g * stride_swg + ((pid_d * BLOCK_D) // 128) * stride_swd
         sw_mask = pid_d * BLOCK_D < D
     sc = (sa_ptr, sa_offs, t_mask, sw_ptr, sw_offs, sw_mask)
+    if SCALES_SMEM:
+        # Run 6: every scale of the CTA's K range, decoded once into shared memory before the loop
+        # (one rank-1 buffer a K block; the loads are independent, all issued at once).
+        sl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+        v1: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        rt = gl.arange(0, BLOCK_T, layout=v1)
+        t_ok = pid_t * BLOCK_T + rt < T
+        sa_base1 = (pid_t * BLOCK_T + rt) * stride_sat + g * stride_sag
+        sa_smem = gl.allocate_shared_memory(gl.float32, [KB_PER, BLOCK_T], sl)
+        if SW_PER_ROW:
+            rd = gl.arange(0, BLOCK_D, layout=v1)
+            d_ok = pid_d * BLOCK_D + rd < D
+            sw_base1 = g * stride_swg + (pid_d * BLOCK_D + rd) * stride_swd
+            sw_smem = gl.allocate_shared_memory(gl.float32, [KB_PER, BLOCK_D], sl)
+        else:
+            sw_smem = sa_smem
+        for i in gl.static_range(KB_PER):
+            kb = kb0 + i
+            if SA_KIND == 1:
+                ka = kb // 4
+            else:
+                ka = kb
+            if SW_KIND == 1:
+                kw = kb // 4
+            else:
+                kw = kb
+            s_a1 = _scale(sa_ptr, sa_base1 + ka * stride_sak, kb, t_ok, SA_KIND)
+            if SW_PER_ROW:
+                sw_smem.index(i).store(_scale(sw_ptr, sw_base1 + kw * stride_swk, kb, d_ok, SW_KIND))
+                sa_smem.index(i).store(s_a1)
+            else:
+                s_w1 = _scale(sw_ptr, sw_offs + kw * stride_swk, kb, sw_mask, SW_KIND)
+                sa_smem.index(i).store(s_w1 * s_a1)
+        gl.thread_barrier()
     zero = gl.zeros([BLOCK_D, BLOCK_T], gl.float32, mma)
     total = gl.zeros([BLOCK_D, BLOCK_T], gl.float32, mma)
     mbarrier.wait(bars.index(0), 0)
     prev = warpgroup_mma(w_smem.index(0), a_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
     if LATE_ROW_SCALE:
         sw_prev, sa_prev = _scale_vecs(*sc, kb0, stride_sak, stride_swk, SA_KIND, SW_KIND)
-    else:
+    elif not SCALES_SMEM:
         s_prev = _block_scale(*sc, kb0, stride_sak, stride_swk, SA_KIND, SW_KIND, SW_PER_ROW)
     if DYN_LOOP:  # run 5: a loop the compiler does not unroll (scale loads stay in their step)
         for i in range(1, KB_PER):
@@ -391,7 +446,9 @@ def _gl_pipe_kernel(
             kn = (kb0 + i - 1 + STAGES) * 128
             tma.async_copy_global_to_shared(w_desc, [row_w, kn], bars.index(sp), w_smem.index(sp))
             tma.async_copy_global_to_shared(a_desc, [row_a, kn], bars.index(sp), a_smem.index(sp))
-        if LATE_ROW_SCALE:
+        if SCALES_SMEM:
+            total = _smem_promote(total, p, sa_smem, sw_smem, i - 1, SW_PER_ROW, d_lay, t_lay)
+        elif LATE_ROW_SCALE:
             total = _promote(total, p, sw_prev, sa_prev, SW_PER_ROW)
             sw_prev, sa_prev = _scale_vecs(*sc, kb0 + i, stride_sak, stride_swk, SA_KIND, SW_KIND)
         else:
@@ -399,7 +456,9 @@ def _gl_pipe_kernel(
             s_prev = _block_scale(*sc, kb0 + i, stride_sak, stride_swk, SA_KIND, SW_KIND, SW_PER_ROW)
         prev = cur
     p = warpgroup_mma_wait(num_outstanding=0, deps=(prev,))
-    if LATE_ROW_SCALE:
+    if SCALES_SMEM:
+        total = _smem_promote(total, p, sa_smem, sw_smem, KB_PER - 1, SW_PER_ROW, d_lay, t_lay)
+    elif LATE_ROW_SCALE:
         total = _promote(total, p, sw_prev, sa_prev, SW_PER_ROW)
     else:
         total = total + p * s_prev
@@ -449,6 +508,7 @@ def gl_pipe(
     late=False,
     fused=False,
     dyn=False,
+    smem_scales=False,
 ):
     """``fp8_einsum('bhr,hdr->bhd')`` through ``_gl_pipe_kernel``: K in ``split`` parts.
 
@@ -478,7 +538,7 @@ def gl_pipe(
         sw.stride(0), sw.stride(1), sw.stride(2), t * g * d,
         SA_KIND=sa_kind, SW_KIND=sw_kind, SW_PER_ROW=per_row,
         BLOCK_T=bt, BLOCK_D=bd, KB_PER=kb_per, SPLIT_R=split, STAGES=min(stages, kb_per), USE_PDL=pdl,
-        LATE_ROW_SCALE=late, FUSED_SUM=fused, DYN_LOOP=dyn,
+        LATE_ROW_SCALE=late, FUSED_SUM=fused, DYN_LOOP=dyn, SCALES_SMEM=smem_scales,
         num_warps=warps, **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
     if k is not None and hasattr(k, "n_regs"):
