@@ -273,19 +273,21 @@ def assert_dispatch_is(name, a, sa, w, sw, sa_f, sw_f, recipe) -> None:
     assert rel_fro(outs[0], fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL, name
 
 
-@pytest.mark.parametrize("t", (33, 64, 100, 128))
+@pytest.mark.parametrize("t", (65, 100, 128))
 @pytest.mark.parametrize("recipe,enc", (CASES[1], CASES[4]), ids=("r1-int32", "r1-int32-bcast"))
 def test_mid_t_takes_path3_with_k_splits_on_sm90(t, recipe, enc) -> None:
-    """UE8M0 scales, T in FP8_EINSUM_TMA_MID_MIN_T .. 128 on a compute capability 9.x GPU with
+    """UE8M0 scales, T in FP8_EINSUM_GLUON_MAX_T + 1 .. 128 on a compute capability 9.x GPU with
     group-major activations: the mid plan (PATH 3, K in four splits, PATH 2 sums them) gives the
     bits of its explicit call, the same bits run to run, fp64-close; T = 32 and 129, both-fp32
     scales and contiguous activations keep the plans."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("PATH 3 is dispatched on compute capability 9.x only")
-    cfg = fe.select_fp8_einsum_config(t, False, tma=True, per_row=True)
+    cfg = fe.select_fp8_einsum_config(t, False, tma=True, per_row=True, gluon=fe.HAS_GLUON)
     assert cfg.constexprs()["PATH"] == 3 and cfg["SPLIT_R"] == 4, cfg.name
     for other in (
-        fe.select_fp8_einsum_config(fe.FP8_EINSUM_TMA_MID_MIN_T - 1, False, tma=True, per_row=True),
+        fe.select_fp8_einsum_config(
+            fe.FP8_EINSUM_TMA_MID_MIN_T - 1, False, tma=True, per_row=True, gluon=True
+        ),
         fe.select_fp8_einsum_config(129, False, tma=True, per_row=True),
         fe.select_fp8_einsum_config(t, True, tma=True),
         fe.select_fp8_einsum_config(t, False, tma=False, per_row=True),
@@ -294,6 +296,37 @@ def test_mid_t_takes_path3_with_k_splits_on_sm90(t, recipe, enc) -> None:
     a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=t)
     assert fe._tma_ok(a, w)
     assert_dispatch_is(cfg.name, a, sa, w, sw, sa_f, sw_f, recipe)
+
+
+@pytest.mark.parametrize("t", (33, 36, 50, 64))
+@pytest.mark.parametrize(
+    "recipe,enc", (CASES[0], CASES[1], CASES[4]), ids=("fp32", "r1-int32", "r1-int32-bcast")
+)
+def test_mid_t_takes_the_gluon_tile_on_sm90(t, recipe, enc) -> None:
+    """T in FP8_EINSUM_TMA_MID_MIN_T .. FP8_EINSUM_GLUON_MAX_T on a compute capability 9.x GPU with
+    Gluon and group-major activations, every scale encoding: PATH 4 (K in four ranges, PATH 2 sums
+    them) gives the bits of its explicit call, the same bits run to run, fp64-close; inside one
+    CUDA graph, calls whose activations a copy kernel rewrote just before read the new ones."""
+    if torch.cuda.get_device_capability()[0] != 9 or not fe.HAS_GLUON:
+        pytest.skip("PATH 4 is dispatched on compute capability 9.x with Gluon only")
+    cfg = fe.select_fp8_einsum_config(t, enc == "fp32", tma=True, per_row=recipe[1] == 1, gluon=True)
+    assert cfg.name == fe.FP8_EINSUM_GLUON_CONFIG and cfg["PATH"] == 4
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=t + 5)
+    assert fe._tma_ok(a, w)
+    assert_dispatch_is(cfg.name, a, sa, w, sw, sa_f, sw_f, recipe)
+    srcs = [make_fp8_operands(t, G, D, R, recipe, enc, seed=40 + k)[0] for k in range(2)]
+    outs = [torch.empty((t, G, D), dtype=torch.bfloat16, device="cuda") for _ in srcs]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for src, out in zip(srcs, outs, strict=True):
+            a.copy_(src)
+            fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
+    for out in outs:
+        out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    for k, (src, out) in enumerate(zip(srcs, outs, strict=True)):
+        assert rel_fro(out, fp8_einsum_reference(src, sa_f, w, sw_f)) <= TOL, (k, enc, t)
 
 
 @pytest.mark.parametrize("enc", ("int32", "int32-bcast"))

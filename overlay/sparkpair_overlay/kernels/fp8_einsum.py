@@ -91,6 +91,11 @@ import os
 import torch
 
 from ._common import HAS_TRITON, SEMAPHORES, KernelConfig, cdiv, make_config, require_triton, tl, triton
+from .fp8_einsum_gluon import HAS_GLUON
+from .fp8_einsum_gluon import tensor_descriptor as gluon_tensor_descriptor
+
+if HAS_GLUON:
+    from .fp8_einsum_gluon import _fp8_einsum_gluon_kernel
 
 __all__ = [
     "FP8_EINSUM_CONFIGS",
@@ -1113,6 +1118,34 @@ FP8_EINSUM_TMA_CONFIGS: tuple[KernelConfig, ...] = (
 )
 FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_TMA_CONFIGS
 
+
+def _gcfg(name: str, bt: int, bd: int, split_r: int, stages: int, warps: int) -> KernelConfig:
+    """A PATH 4 config (``fp8_einsum_gluon``): BLOCK_D x BLOCK_T tiles, K in ``split_r`` ranges
+    of 32 / split_r K blocks (R = 4096) through a ``stages``-deep TMA ring, launched with PDL;
+    PATH 2 sums the ranges."""
+    return make_config(
+        name,
+        "_fp8_einsum_gluon_kernel",
+        warps,
+        stages,
+        BLOCK_T=bt,
+        BLOCK_D=bd,
+        BLOCK_R=SCALE_BLOCK,
+        SPLIT_R=split_r,
+        STAGES=stages,
+        PATH=4,
+        USE_PDL=True,
+    )
+
+
+#: PATH 4 configs (Gluon, wgmma: compute capability 9.x with Gluon's Hopper API, see
+#: fp8_einsum_gluon.HAS_GLUON; the dispatcher never picks them elsewhere, and the AOT gate, which
+#: builds for sm_121a, does not compile them). Name: gl_t<BLOCK_T>_d<BLOCK_D>_sk<K splits>_s<stages>
+#: _w<warps>. sm_90a build (Triton 3.6): 100,400 B of shared memory (fp32 scales) / 102,448 B
+#: (per-row), 150-158 registers, no spill; grid on the served TP=2 shape at T <= 64:
+#: (1024/64, 4, 4) = 256 CTAs, 2 per H200 SM.
+FP8_EINSUM_GLUON_CONFIGS: tuple[KernelConfig, ...] = (_gcfg("gl_t64_d64_sk4_s6_w4", 64, 64, 4, 6, 4),)
+
 #: Elements of D per program of the split sum (PATH 2): 4 warps, 8 outputs per thread.
 SUM_BLOCK = 1024
 
@@ -1151,7 +1184,7 @@ FP8_EINSUM_SUM_CONFIGS: tuple[KernelConfig, ...] = tuple(
     }.values()
 )
 
-_CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
+_CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS + FP8_EINSUM_GLUON_CONFIGS}
 
 #: Dispatch by scale encoding: ``(max_T, config name)`` in increasing max_T; beyond the last
 #: entry, the last config. T <= 32: the decode configs (PATH 1), from the H200 sweeps of issue 17
@@ -1222,6 +1255,16 @@ FP8_EINSUM_TMA_ROW_MIN_T = 2048
 FP8_EINSUM_TMA_ROW_PLAN_CONFIG = "tma_t64_d128_s3_r168_nosc"
 
 
+#: Where PATH 4 can run (compute capability 9.x with Gluon; the operands as PATH 3 wants them),
+#: T = FP8_EINSUM_TMA_MID_MIN_T .. FP8_EINSUM_GLUON_MAX_T takes FP8_EINSUM_GLUON_CONFIG for every
+#: scale encoding. Run 6 of benchmarks/results/explore-2026-12-02-k17e/ (p50 us, cold / warm; the
+#: plan then in brackets), T = 36 / 64: fp32 11.02 / 9.53 (13.14 / 9.70), 10.61 / 8.78 (14.82 /
+#: 11.08); int32-bcast 11.26 / 10.28 (12.76 / 10.85), 10.97 / 9.82 (13.15 / 11.23); int32 11.17 /
+#: 9.89 (12.81 / 10.98), 11.04 / 9.84 (13.23 / 11.46). At T = 128 it lost (18.0 against 15.7 cold).
+FP8_EINSUM_GLUON_MAX_T = 64
+FP8_EINSUM_GLUON_CONFIG = "gl_t64_d64_sk4_s6_w4"
+
+
 def _pick(plan: tuple[tuple[int, str], ...], t: int) -> KernelConfig:
     for max_t, name in plan:
         if t <= max_t:
@@ -1230,13 +1273,16 @@ def _pick(plan: tuple[tuple[int, str], ...], t: int) -> KernelConfig:
 
 
 def select_fp8_einsum_config(
-    t: int, fp32_scales: bool = False, tma: bool = False, per_row: bool = False
+    t: int, fp32_scales: bool = False, tma: bool = False, per_row: bool = False, gluon: bool = False
 ) -> KernelConfig:
     """The config :func:`fp8_einsum` uses for ``t`` tokens. ``fp32_scales``: both scales fp32;
     ``tma``: the device and the operands allow PATH 3 (:func:`_tma_ok`); ``per_row``: the weight
-    scales are per row (recipe (1,1,128) or a per-row ``sw``), not 128x128 blocks. See
-    :data:`FP8_EINSUM_TMA_MID_MIN_T`, :data:`FP8_EINSUM_TMA_MIN_T` and
-    :data:`FP8_EINSUM_TMA_ROW_MIN_T`."""
+    scales are per row (recipe (1,1,128) or a per-row ``sw``), not 128x128 blocks; ``gluon``:
+    PATH 4 can run too (``tma`` and :data:`fp8_einsum_gluon.HAS_GLUON`). See
+    :data:`FP8_EINSUM_TMA_MID_MIN_T`, :data:`FP8_EINSUM_GLUON_MAX_T`, :data:`FP8_EINSUM_TMA_MIN_T`
+    and :data:`FP8_EINSUM_TMA_ROW_MIN_T`."""
+    if tma and gluon and FP8_EINSUM_TMA_MID_MIN_T <= t <= FP8_EINSUM_GLUON_MAX_T:
+        return _CONFIGS_BY_NAME[FP8_EINSUM_GLUON_CONFIG]
     mid = FP8_EINSUM_TMA_MID_PLAN_UE8M0
     if tma and not fp32_scales and FP8_EINSUM_TMA_MID_MIN_T <= t <= mid[-1][0]:
         return _pick(mid, t)
@@ -1408,7 +1454,7 @@ def fp8_einsum_with_config(
     if config is None:
         fp32_scales = sa_kind == _SCALE_FP32 and sw_kind == _SCALE_FP32
         tma = t >= FP8_EINSUM_TMA_MID_MIN_T and _tma_ok(x, w)
-        cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row)
+        cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row, HAS_GLUON)
     else:
         cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
     meta = cfg.constexprs()
@@ -1422,6 +1468,9 @@ def fp8_einsum_with_config(
             f"scales BLOCK_D must divide {SCALE_BLOCK} (one scale per tile and K block)"
         )
     n_tiles = cdiv(t, meta["BLOCK_T"]) * cdiv(d, meta["BLOCK_D"])
+    if meta.get("PATH", 0) == 4:
+        _launch_gluon(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
+        return
     if meta.get("PATH", 0) == 3:
         _launch_persistent(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
         return
@@ -1527,6 +1576,44 @@ def _launch_persistent(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, 
         _allocation._allocator.reset(token)
     if split > 1:
         _launch_split_sum(cfg, t, g, d, out, ws, sem, args, kinds, pdl)
+
+
+def _launch_gluon(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
+    """PATH 4 (``fp8_einsum_gluon``) and its PATH 2 split sum.
+
+    Raises:
+        ValueError: Gluon's Hopper API is missing, or the operands or the device do not allow it
+            (those of PATH 3, see :func:`_tma_ok`), or R is not 128 x SPLIT_R x a multiple of the
+            config's stages.
+    """
+    t, g, r = x.shape
+    d = w.shape[1]
+    kb = r // SCALE_BLOCK
+    split, stages = meta["SPLIT_R"], meta["STAGES"]
+    if not HAS_GLUON or not _tma_ok(x, w):
+        raise ValueError(
+            f"fp8_einsum: config {cfg.name} (PATH 4) needs Triton's Gluon (Hopper API), a compute "
+            f"capability 9.x GPU, compiled kernels, a group-major (stride(1) == T*stride(0)) and w "
+            f"contiguous; got Gluon={HAS_GLUON}, a strides {x.stride()}, w strides {w.stride()} on {x.device}"
+        )
+    if split < 2 or kb % split != 0 or kb // split < stages:
+        raise ValueError(
+            f"fp8_einsum: config {cfg.name} (PATH 4) needs R = 128 x {split} x k, k >= {stages}; got R={r}"
+        )
+    x2 = x.transpose(0, 1).reshape(g * t, r)  # group-major: a view, no copy
+    w_desc = gluon_tensor_descriptor(w.view(g * d, r), [meta["BLOCK_D"], SCALE_BLOCK])
+    a_desc = gluon_tensor_descriptor(x2, [meta["BLOCK_T"], SCALE_BLOCK])
+    ws, sem = _split_workspace(split, t, g, d, out)
+    _fp8_einsum_gluon_kernel[(n_tiles, g, split)](
+        ws, w_desc, a_desc, sa, sw, t, d,
+        sa.stride(0), sa.stride(1), sa.stride(2), sw.stride(0), sw.stride(1), sw.stride(2), t * g * d,
+        SA_KIND=sa_kind, SW_KIND=sw_kind, SW_PER_ROW=per_row, BLOCK_T=meta["BLOCK_T"],
+        BLOCK_D=meta["BLOCK_D"], KB_PER=kb // split, STAGES=stages, USE_PDL=True,
+        num_warps=cfg.num_warps, launch_pdl=True,
+    )  # fmt: skip
+    args = _kernel_args(x, sa, w, sw, out)
+    kinds = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row}
+    _launch_split_sum(cfg, t, g, d, out, ws, sem, args, kinds, {"launch_pdl": True})
 
 
 def _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:

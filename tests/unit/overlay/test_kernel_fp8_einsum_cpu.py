@@ -275,3 +275,33 @@ def test_plans_name_existing_configs_in_increasing_t() -> None:
         assert ts == sorted(ts) and all(name in names for _, name in plan)
     assert fe.select_fp8_einsum_config(1).name == fe.FP8_EINSUM_PLAN_UE8M0[0][1]
     assert fe.select_fp8_einsum_config(16384, fp32_scales=True).name == fe.FP8_EINSUM_PLAN_FP32[-1][1]
+
+
+def test_gluon_decode_tile_is_planned_for_mid_t_only_where_it_can_run() -> None:
+    """PATH 4 (fp8_einsum_gluon) for T = FP8_EINSUM_TMA_MID_MIN_T .. FP8_EINSUM_GLUON_MAX_T, every
+    scale encoding, only where PATH 3 could run and Gluon exists; one T outside keeps the plans."""
+    gl_name = fe.FP8_EINSUM_GLUON_CONFIG
+    lo, hi = fe.FP8_EINSUM_TMA_MID_MIN_T, fe.FP8_EINSUM_GLUON_MAX_T
+    assert fe._CONFIGS_BY_NAME[gl_name]["PATH"] == 4
+    assert gl_name not in {c.name for c in fe.FP8_EINSUM_CONFIGS}  # the sm_121a AOT set
+    for t in (lo, 36, hi):
+        for fp32, per_row in ((True, False), (False, True), (False, False)):
+            assert fe.select_fp8_einsum_config(t, fp32, True, per_row, gluon=True).name == gl_name
+            assert fe.select_fp8_einsum_config(t, fp32, True, per_row, gluon=False).name != gl_name
+            assert fe.select_fp8_einsum_config(t, fp32, False, per_row, gluon=True).name != gl_name
+    for t in (lo - 1, hi + 1, 1, 8192):
+        assert fe.select_fp8_einsum_config(t, False, True, True, gluon=True).name != gl_name
+    assert fe.select_fp8_einsum_config(hi + 1, False, True, True, gluon=True) == fe.select_fp8_einsum_config(
+        hi + 1, False, True, True
+    )
+
+
+def test_gluon_config_on_operands_it_cannot_run_is_refused_by_name(monkeypatch) -> None:
+    """An explicit PATH 4 call where it cannot run (here: CPU tensors under Triton's interpreter)
+    names the config and what it needs, before any launch."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    a, sa, w, sw, out = _ops(t=36)
+    with pytest.raises(ValueError, match=r"gl_t64_d64_sk4_s6_w4 \(PATH 4\) needs .*group-major"):
+        fe.fp8_einsum_with_config(
+            "bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 1, 128), fe.FP8_EINSUM_GLUON_CONFIG
+        )

@@ -1,0 +1,221 @@
+"""fp8_einsum's split decode tile for compute capability 9.x, written in Gluon (``PATH`` 4).
+
+One program = (D tile of BLOCK_D weight rows and T tile of BLOCK_T tokens) x group x one of
+SPLIT_R K ranges of KB_PER 128-wide K blocks. Weight rows are wgmma's M side (64 rows per
+warpgroup), tokens its N side. What it does that Triton's ``tl.dot`` form (``PATH`` 1 / 3) cannot:
+
+* every scale of the program's K range (per-token activation scales; the weight's 128x128 block
+  scale or per-row scales) is decoded once into shared memory before the K loop, so the step
+  after each TMA wait is the wgmma and the promotion only (no global load on that chain);
+* the wgmma of K block i is issued before block i-1's is waited for and promoted
+  (``warpgroup_mma_wait(num_outstanding=1)``), so the tensor cores work during the promotion;
+* weight and activation tiles arrive by TMA in a STAGES-deep ring (one mbarrier per stage), the
+  weight's first STAGES tiles issued before the PDL wait (no earlier kernel writes it).
+
+Each K range stores an fp32 partial ``ws[s, t, g, d]``; ``PATH`` 2 of ``_fp8_einsum_kernel``
+sums them in split order (deterministic). Per K block: ``total += p * (s_w * s_a)`` with ``p`` the
+block's fp32 wgmma product, the same order as ``PATH`` 1. Measured and chosen in
+``benchmarks/results/explore-2026-12-02-k17e/README.md`` (run 6).
+
+Gluon (``triton.experimental.gluon``, Triton 3.6) and wgmma: sm_90a only; :data:`HAS_GLUON` is
+False where either import fails, and the dispatcher never picks ``PATH`` 4 then.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    HAS_GLUON = True
+except ImportError:  # no Triton, or a Triton without Gluon's Hopper API
+    HAS_GLUON = False
+
+
+def tensor_descriptor(t: Any, block: list[int]) -> Any:
+    """A host-side TMA descriptor over 2-D fp8 e4m3 ``t`` (row-major, 16-byte-aligned rows) with
+    ``block`` = [rows, 128] tiles in the NVMMA shared layout wgmma reads."""
+    return TensorDescriptor.from_tensor(t, block, gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv))
+
+
+if HAS_GLUON:
+
+    @gluon.jit
+    def _gdc_wait() -> None:
+        gl.inline_asm_elementwise(
+            "griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+        )
+
+    @gluon.jit
+    def _gdc_launch_dependents() -> None:
+        gl.inline_asm_elementwise(
+            "griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+        )
+
+    @gluon.jit
+    def _exp_byte_to_f32(e):
+        """UE8M0 exponent byte (int32 0..255) -> fp32 2**(e-127), exact (as PATH 0-3 decode it)."""
+        bits = gl.where(e == 0, 0x00400000, e << 23)
+        bits = gl.where(e == 255, 0x7FC00000, bits)
+        return bits.to(gl.float32, bitcast=True)
+
+    @gluon.jit
+    def _scale(ptr, offs, kb, mask, KIND: gl.constexpr):
+        """K block ``kb``'s scales at ``ptr + offs``: fp32 (0), packed UE8M0 int32 (1), uint8 (2)."""
+        if KIND == 0:
+            s = gl.load(ptr + offs, mask=mask, other=1.0)
+        elif KIND == 1:
+            word = gl.load(ptr + offs, mask=mask, other=127)
+            s = _exp_byte_to_f32((word >> ((kb % 4) * 8)) & 0xFF)
+        else:
+            s = _exp_byte_to_f32(gl.load(ptr + offs, mask=mask, other=127).to(gl.int32))
+        return s
+
+    @gluon.jit
+    def _promote(total, p, sa_smem, sw_smem, i: gl.constexpr, SW_PER_ROW: gl.constexpr, d_lay, t_lay):
+        """``total + p * (s_w * s_a)`` for K block ``i`` of the program's range, scales from
+        shared memory (block weight scales: the product was staged)."""
+        if SW_PER_ROW:
+            s_w = sw_smem.index(i).load(d_lay)
+            s_a = sa_smem.index(i).load(t_lay)
+            return total + p * (s_w[:, None] * s_a[None, :])
+        else:
+            f = sa_smem.index(i).load(t_lay)
+            return total + p * f[None, :]
+
+    @gluon.jit
+    def _fp8_einsum_gluon_kernel(
+        ws_ptr,  # fp32 partials [SPLIT_R, T, G, D] contiguous
+        w_desc,  # TMA descriptor over w viewed [G*D, R], block [BLOCK_D, 128]
+        a_desc,  # TMA descriptor over a viewed [G*T, R] (group-major), block [BLOCK_T, 128]
+        sa_ptr,
+        sw_ptr,
+        T,
+        D,
+        stride_sat,
+        stride_sag,
+        stride_sak,
+        stride_swg,
+        stride_swd,
+        stride_swk,
+        stride_wss,
+        SA_KIND: gl.constexpr,
+        SW_KIND: gl.constexpr,
+        SW_PER_ROW: gl.constexpr,
+        BLOCK_T: gl.constexpr,
+        BLOCK_D: gl.constexpr,
+        KB_PER: gl.constexpr,
+        STAGES: gl.constexpr,
+        USE_PDL: gl.constexpr,
+        num_warps: gl.constexpr,
+    ):
+        if USE_PDL:
+            _gdc_launch_dependents()
+        pid = gl.program_id(0)
+        g = gl.program_id(1)
+        pid_s = gl.program_id(2)
+        num_d = gl.cdiv(D, BLOCK_D)
+        pid_d = pid % num_d
+        pid_t = pid // num_d
+        kb0 = pid_s * KB_PER
+        WARPS_D: gl.constexpr = num_warps if BLOCK_D // 16 >= num_warps else BLOCK_D // 16
+        mma: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0],
+            warps_per_cta=[WARPS_D, num_warps // WARPS_D],
+            instr_shape=[16, BLOCK_T // (num_warps // WARPS_D), 32],
+        )
+        d_lay: gl.constexpr = gl.SliceLayout(1, mma)
+        t_lay: gl.constexpr = gl.SliceLayout(0, mma)
+        w_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_D, 128], w_desc.layout)
+        a_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_T, 128], a_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(bars.index(i), count=1)
+        nbytes: gl.constexpr = w_desc.block_type.nbytes + a_desc.block_type.nbytes
+        row_w = g * D + pid_d * BLOCK_D
+        row_a = g * T + pid_t * BLOCK_T
+        for i in gl.static_range(STAGES):
+            mbarrier.expect(bars.index(i), nbytes)
+            tma.async_copy_global_to_shared(w_desc, [row_w, (kb0 + i) * 128], bars.index(i), w_smem.index(i))
+        if USE_PDL:
+            _gdc_wait()  # a and sa may be written by the kernel before this one
+        for i in gl.static_range(STAGES):
+            tma.async_copy_global_to_shared(a_desc, [row_a, (kb0 + i) * 128], bars.index(i), a_smem.index(i))
+
+        # Every scale of the K range, decoded into shared memory: one rank-1 buffer a K block.
+        sl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+        v1: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        rt = pid_t * BLOCK_T + gl.arange(0, BLOCK_T, layout=v1)
+        sa_base = rt * stride_sat + g * stride_sag
+        sa_smem = gl.allocate_shared_memory(gl.float32, [KB_PER, BLOCK_T], sl)
+        if SW_PER_ROW:
+            rd = pid_d * BLOCK_D + gl.arange(0, BLOCK_D, layout=v1)
+            sw_base = g * stride_swg + rd * stride_swd
+            sw_smem = gl.allocate_shared_memory(gl.float32, [KB_PER, BLOCK_D], sl)
+        else:
+            gl.static_assert(128 % BLOCK_D == 0, "block weight scales need BLOCK_D to divide 128")
+            sw_blk = g * stride_swg + ((pid_d * BLOCK_D) // 128) * stride_swd
+            sw_smem = sa_smem
+        for i in gl.static_range(KB_PER):
+            kb = kb0 + i
+            if SA_KIND == 1:
+                ka = kb // 4
+            else:
+                ka = kb
+            if SW_KIND == 1:
+                kw = kb // 4
+            else:
+                kw = kb
+            s_a = _scale(sa_ptr, sa_base + ka * stride_sak, kb, rt < T, SA_KIND)
+            if SW_PER_ROW:
+                sw_smem.index(i).store(_scale(sw_ptr, sw_base + kw * stride_swk, kb, rd < D, SW_KIND))
+                sa_smem.index(i).store(s_a)
+            else:
+                s_w = _scale(sw_ptr, sw_blk + kw * stride_swk, kb, pid_d * BLOCK_D < D, SW_KIND)
+                sa_smem.index(i).store(s_w * s_a)
+        gl.thread_barrier()
+
+        zero = gl.zeros([BLOCK_D, BLOCK_T], gl.float32, mma)
+        total = gl.zeros([BLOCK_D, BLOCK_T], gl.float32, mma)
+        mbarrier.wait(bars.index(0), 0)
+        prev = warpgroup_mma(
+            w_smem.index(0), a_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True
+        )
+        for i in gl.static_range(1, KB_PER):
+            mbarrier.wait(bars.index(i % STAGES), (i // STAGES) & 1)
+            cur = warpgroup_mma(
+                w_smem.index(i % STAGES),
+                a_smem.index(i % STAGES).permute((1, 0)),
+                zero,
+                use_acc=False,
+                is_async=True,
+            )
+            p = warpgroup_mma_wait(num_outstanding=1, deps=(prev,))
+            if i - 1 + STAGES < KB_PER:  # block i-1's stage is free: refill it
+                sp = (i - 1) % STAGES
+                mbarrier.expect(bars.index(sp), nbytes)
+                kn = (kb0 + i - 1 + STAGES) * 128
+                tma.async_copy_global_to_shared(w_desc, [row_w, kn], bars.index(sp), w_smem.index(sp))
+                tma.async_copy_global_to_shared(a_desc, [row_a, kn], bars.index(sp), a_smem.index(sp))
+            total = _promote(total, p, sa_smem, sw_smem, i - 1, SW_PER_ROW, d_lay, t_lay)
+            prev = cur
+        p = warpgroup_mma_wait(num_outstanding=0, deps=(prev,))
+        total = _promote(total, p, sa_smem, sw_smem, KB_PER - 1, SW_PER_ROW, d_lay, t_lay)
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(i))
+
+        offs_t = pid_t * BLOCK_T + gl.arange(0, BLOCK_T, layout=t_lay)
+        offs_d = pid_d * BLOCK_D + gl.arange(0, BLOCK_D, layout=d_lay)
+        td_mask = (offs_d < D)[:, None] & (offs_t < T)[None, :]
+        G = gl.num_programs(1)
+        p_offs = pid_s * stride_wss + offs_t[None, :] * (G * D) + g * D + offs_d[:, None]
+        gl.store(ws_ptr + p_offs, total, mask=td_mask)
