@@ -51,7 +51,7 @@ The operand strides stay specialised: they are T-independent, or (``a``'s group 
 group-major layout) always a multiple of 16, so their specialisation never changes with T and
 keeps the 16-byte vector loads. Total elements per operand must stay below 2**31 (int32 offsets).
 
-Four paths in one jitted kernel (constexpr ``PATH``):
+Four paths in one jitted kernel (constexpr ``PATH``), and a fifth in Gluon:
 
 * 0, the tile loop (prefill and mid T): a (T tile, D tile, K split) per CTA, a software-pipelined
   loop over 128-wide K blocks; split configs sum their partials in the last CTA of each tile.
@@ -67,7 +67,8 @@ Four paths in one jitted kernel (constexpr ``PATH``):
   resident and waiting when the partials land) adds ``0 + p0 + p1 + ...`` in split order and
   writes bf16 ``out``.
 * 3, persistent TMA loop (compute capability 9.x only: prefill with block weight scales from T =
-  1024, with per-row weight scales from T = 2048; UE8M0 scales at T = 33 ... 128): a persistent
+  1024, with per-row weight scales from T = 2048; UE8M0 scales at T = 65 ... 128, and 33 ... 64
+  where PATH 4 cannot run): a persistent
   grid (``PERSIST_CTAS_PER_SM`` CTAs per SM) walking each group's work items, (K split, T tile, D
   tile) with the tiles in PATH 0's grouped order, operands loaded by TMA through device-side
   tensor descriptors (``a`` must be group-major, ``w`` contiguous), the same promotion as PATH 0.
@@ -75,6 +76,10 @@ Four paths in one jitted kernel (constexpr ``PATH``):
   fit an SM's registers) or K in ``SPLIT_R`` parts, each storing an fp32 partial that PATH 2 sums.
   The descriptors' global scratch is one reused buffer per device (no allocation per call once
   sized).
+
+* 4, in its own module (``fp8_einsum_gluon``, Gluon, compute capability 9.x only, T = 33 ... 64,
+  every scale encoding): split decode tiles with every scale staged in shared memory and each K
+  block's wgmma in flight across the previous block's promotion; PATH 2 sums the splits.
 
 Every path adds in a fixed order: bitwise deterministic run to run.
 
@@ -1141,8 +1146,8 @@ def _gcfg(name: str, bt: int, bd: int, split_r: int, stages: int, warps: int) ->
 #: PATH 4 configs (Gluon, wgmma: compute capability 9.x with Gluon's Hopper API, see
 #: fp8_einsum_gluon.HAS_GLUON; the dispatcher never picks them elsewhere, and the AOT gate, which
 #: builds for sm_121a, does not compile them). Name: gl_t<BLOCK_T>_d<BLOCK_D>_sk<K splits>_s<stages>
-#: _w<warps>. sm_90a build (Triton 3.6): 100,400 B of shared memory (fp32 scales) / 102,448 B
-#: (per-row), 150-158 registers, no spill; grid on the served TP=2 shape at T <= 64:
+#: _w<warps>. sm_90a build (Triton 3.6): 100,400 B of shared memory (block weight scales) / 102,448 B
+#: (per-row), 154-167 registers, no spill; grid on the served TP=2 shape at T <= 64:
 #: (1024/64, 4, 4) = 256 CTAs, 2 per H200 SM.
 FP8_EINSUM_GLUON_CONFIGS: tuple[KernelConfig, ...] = (_gcfg("gl_t64_d64_sk4_s6_w4", 64, 64, 4, 6, 4),)
 
