@@ -1459,7 +1459,7 @@ def fp8_einsum_with_config(
     if config is None:
         fp32_scales = sa_kind == _SCALE_FP32 and sw_kind == _SCALE_FP32
         tma = t >= FP8_EINSUM_TMA_MID_MIN_T and _tma_ok(x, w)
-        cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row, HAS_GLUON)
+        cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row, tma and _gluon_ok(x, w))
     else:
         cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
     meta = cfg.constexprs()
@@ -1583,6 +1583,16 @@ def _launch_persistent(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, 
         _launch_split_sum(cfg, t, g, d, out, ws, sem, args, kinds, pdl)
 
 
+def _gluon_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether PATH 4 can run these operands here: those of PATH 3 (:func:`_tma_ok`), Gluon's
+    Hopper API, and both operands viewable as row-major 2-D TMA sources with no copy: ``a`` as
+    ``[G*T, R]`` (group-major, rows packed), ``w`` as ``[G*D, R]`` (contiguous), 16-byte aligned."""
+    if not (HAS_GLUON and _tma_ok(x, w)):
+        return False
+    r = x.shape[2]
+    return x.stride(0) == r and w.is_contiguous() and x.data_ptr() % 16 == 0 and w.data_ptr() % 16 == 0
+
+
 def _launch_gluon(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
     """PATH 4 (``fp8_einsum_gluon``) and its PATH 2 split sum.
 
@@ -1595,11 +1605,12 @@ def _launch_gluon(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_r
     d = w.shape[1]
     kb = r // SCALE_BLOCK
     split, stages = meta["SPLIT_R"], meta["STAGES"]
-    if not HAS_GLUON or not _tma_ok(x, w):
+    if not _gluon_ok(x, w):
         raise ValueError(
             f"fp8_einsum: config {cfg.name} (PATH 4) needs Triton's Gluon (Hopper API), a compute "
-            f"capability 9.x GPU, compiled kernels, a group-major (stride(1) == T*stride(0)) and w "
-            f"contiguous; got Gluon={HAS_GLUON}, a strides {x.stride()}, w strides {w.stride()} on {x.device}"
+            f"capability 9.x GPU, compiled kernels, a group-major with packed rows (strides (R, T*R, 1)) "
+            f"and w contiguous, both 16-byte aligned; got Gluon={HAS_GLUON}, a strides {x.stride()}, "
+            f"w strides {w.stride()} on {x.device}"
         )
     if split < 2 or kb % split != 0 or kb // split < stages:
         raise ValueError(
