@@ -138,24 +138,7 @@ _SCALE_U8 = 2
 if HAS_TRITON:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-    @triton.jit
-    def _exp_byte_to_f32(e):
-        """UE8M0 exponent byte (int32 0..255) -> fp32 2**(e-127), exact (0 -> 2**-127, 255 -> NaN)."""
-        bits = tl.where(e == 0, 0x00400000, e << 23)
-        bits = tl.where(e == 255, 0x7FC00000, bits)
-        return bits.to(tl.float32, bitcast=True)
-
-    @triton.jit
-    def _load_scale(ptr, offs, kb, mask, KIND: tl.constexpr):
-        """Load one K block's scales at ``ptr + offs`` (offs excludes the K-block term)."""
-        if KIND == 0:
-            s = tl.load(ptr + offs, mask=mask, other=1.0)
-        elif KIND == 1:
-            word = tl.load(ptr + offs, mask=mask, other=127)
-            s = _exp_byte_to_f32((word >> ((kb % 4) * 8)) & 0xFF)
-        else:
-            s = _exp_byte_to_f32(tl.load(ptr + offs, mask=mask, other=127).to(tl.int32))
-        return s
+    from ._scale_decode import load_block_scale as _load_scale
 
     @triton.jit
     def _k_loop(

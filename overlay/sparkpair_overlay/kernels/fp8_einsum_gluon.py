@@ -48,6 +48,7 @@ def tensor_descriptor(t: Any, block: list[int]) -> Any:
 
 
 if HAS_GLUON:
+    from ._scale_decode import load_block_scale
 
     @gluon.jit
     def _gdc_wait() -> None:
@@ -60,25 +61,6 @@ if HAS_GLUON:
         gl.inline_asm_elementwise(
             "griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
         )
-
-    @gluon.jit
-    def _exp_byte_to_f32(e):
-        """UE8M0 exponent byte (int32 0..255) -> fp32 2**(e-127), exact (as PATH 0-3 decode it)."""
-        bits = gl.where(e == 0, 0x00400000, e << 23)
-        bits = gl.where(e == 255, 0x7FC00000, bits)
-        return bits.to(gl.float32, bitcast=True)
-
-    @gluon.jit
-    def _scale(ptr, offs, kb, mask, KIND: gl.constexpr):
-        """K block ``kb``'s scales at ``ptr + offs``: fp32 (0), packed UE8M0 int32 (1), uint8 (2)."""
-        if KIND == 0:
-            s = gl.load(ptr + offs, mask=mask, other=1.0)
-        elif KIND == 1:
-            word = gl.load(ptr + offs, mask=mask, other=127)
-            s = _exp_byte_to_f32((word >> ((kb % 4) * 8)) & 0xFF)
-        else:
-            s = _exp_byte_to_f32(gl.load(ptr + offs, mask=mask, other=127).to(gl.int32))
-        return s
 
     @gluon.jit
     def _promote(total, p, sa_smem, sw_smem, i: gl.constexpr, SW_PER_ROW: gl.constexpr, d_lay, t_lay):
@@ -175,12 +157,14 @@ if HAS_GLUON:
                 kw = kb // 4
             else:
                 kw = kb
-            s_a = _scale(sa_ptr, sa_base + ka * stride_sak, kb, rt < T, SA_KIND)
+            s_a = load_block_scale(sa_ptr, sa_base + ka * stride_sak, kb, rt < T, SA_KIND)
             if SW_PER_ROW:
-                sw_smem.index(i).store(_scale(sw_ptr, sw_base + kw * stride_swk, kb, rd < D, SW_KIND))
+                sw_smem.index(i).store(
+                    load_block_scale(sw_ptr, sw_base + kw * stride_swk, kb, rd < D, SW_KIND)
+                )
                 sa_smem.index(i).store(s_a)
             else:
-                s_w = _scale(sw_ptr, sw_blk + kw * stride_swk, kb, pid_d * BLOCK_D < D, SW_KIND)
+                s_w = load_block_scale(sw_ptr, sw_blk + kw * stride_swk, kb, pid_d * BLOCK_D < D, SW_KIND)
                 sa_smem.index(i).store(s_w * s_a)
         gl.thread_barrier()
 
