@@ -1266,7 +1266,7 @@ def select_fp8_einsum_config(
     """The config :func:`fp8_einsum` uses for ``t`` tokens. ``fp32_scales``: both scales fp32;
     ``tma``: the device and the operands allow PATH 3 (:func:`_tma_ok`); ``per_row``: the weight
     scales are per row (recipe (1,1,128) or a per-row ``sw``), not 128x128 blocks; ``gluon``:
-    PATH 4 can run too (``tma`` and :data:`fp8_einsum_gluon.HAS_GLUON`). See
+    PATH 4 can run too (:func:`_gluon_ok`). See
     :data:`FP8_EINSUM_TMA_MID_MIN_T`, :data:`FP8_EINSUM_GLUON_MAX_T`, :data:`FP8_EINSUM_TMA_MIN_T`
     and :data:`FP8_EINSUM_TMA_ROW_MIN_T`."""
     if tma and gluon and FP8_EINSUM_TMA_MID_MIN_T <= t <= FP8_EINSUM_GLUON_MAX_T:

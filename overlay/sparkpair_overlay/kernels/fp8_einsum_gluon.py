@@ -48,19 +48,9 @@ def tensor_descriptor(t: Any, block: list[int]) -> Any:
 
 
 if HAS_GLUON:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
     from ._scale_decode import load_block_scale
-
-    @gluon.jit
-    def _gdc_wait() -> None:
-        gl.inline_asm_elementwise(
-            "griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
-        )
-
-    @gluon.jit
-    def _gdc_launch_dependents() -> None:
-        gl.inline_asm_elementwise(
-            "griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
-        )
 
     @gluon.jit
     def _promote(total, p, sa_smem, sw_smem, i: gl.constexpr, SW_PER_ROW: gl.constexpr, d_lay, t_lay):
@@ -101,7 +91,7 @@ if HAS_GLUON:
         num_warps: gl.constexpr,
     ):
         if USE_PDL:
-            _gdc_launch_dependents()
+            gdc_launch_dependents()
         pid = gl.program_id(0)
         g = gl.program_id(1)
         pid_s = gl.program_id(2)
@@ -129,7 +119,7 @@ if HAS_GLUON:
             mbarrier.expect(bars.index(i), nbytes)
             tma.async_copy_global_to_shared(w_desc, [row_w, (kb0 + i) * 128], bars.index(i), w_smem.index(i))
         if USE_PDL:
-            _gdc_wait()  # a and sa may be written by the kernel before this one
+            gdc_wait()  # a and sa may be written by the kernel before this one
         for i in gl.static_range(STAGES):
             tma.async_copy_global_to_shared(a_desc, [row_a, (kb0 + i) * 128], bars.index(i), a_smem.index(i))
 
