@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Tests that interrupt a child with SIGINT (as Ctrl-C would) need the child to act on it. A
+# pytest started with SIGINT ignored (a background job of a non-interactive shell) passes that
+# disposition on to every child, whose Python then never raises KeyboardInterrupt; a handler, unlike
+# SIG_IGN, is reset to the default in a child at exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
