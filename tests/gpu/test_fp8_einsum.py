@@ -198,7 +198,9 @@ def test_decode_pdl_reads_activations_written_just_before(t, recipe, enc) -> Non
     call's), and its split sum must read this call's partials."""
     cfg = fe.select_fp8_einsum_config(t, fp32_scales=enc == "fp32")
     assert cfg["PATH"] == 1 and cfg["USE_PDL"], cfg.name
-    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=21)
+    # Contiguous activations: group-major ones take PATH 4 from FP8_EINSUM_GLUON_MIN_T on sm_90.
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=21, group_major=False)
+    assert t < fe.FP8_EINSUM_GLUON_MIN_T or not fe._tma_ok(a, w)  # at T = 1 both layouts are one
     srcs = [make_fp8_operands(t, G, D, R, recipe, enc, seed=22 + k)[0] for k in range(3)]
     assert_graph_calls_read_fresh_activations(a, sa, w, sw, sa_f, sw_f, recipe, srcs, cfg.name)
 
@@ -306,19 +308,20 @@ def test_mid_t_takes_path3_with_k_splits_on_sm90(t, recipe, enc) -> None:
     assert_dispatch_is(cfg.name, a, sa, w, sw, sa_f, sw_f, recipe)
 
 
-@pytest.mark.parametrize("t", (33, 36, 50, 64))
+@pytest.mark.parametrize("t", (17, 24, 32, 33, 36, 50, 64))
 @pytest.mark.parametrize(
     "recipe,enc", (CASES[0], CASES[1], CASES[4]), ids=("fp32", "r1-int32", "r1-int32-bcast")
 )
 def test_mid_t_takes_the_gluon_tile_on_sm90(t, recipe, enc) -> None:
-    """T in FP8_EINSUM_TMA_MID_MIN_T .. FP8_EINSUM_GLUON_MAX_T on a compute capability 9.x GPU with
+    """T in FP8_EINSUM_GLUON_MIN_T .. FP8_EINSUM_GLUON_MAX_T on a compute capability 9.x GPU with
     Gluon and group-major activations, every scale encoding: PATH 4 (K in four ranges, PATH 2 sums
-    them) gives the bits of its explicit call, the same bits run to run, fp64-close; inside one
-    CUDA graph, calls whose activations a copy kernel rewrote just before read the new ones."""
+    them; the 32-token tile to T = 32, the 64-token one beyond) gives the bits of its explicit call,
+    the same bits run to run, fp64-close; inside one CUDA graph, calls whose activations a copy
+    kernel rewrote just before read the new ones."""
     if torch.cuda.get_device_capability()[0] != 9 or not fe.HAS_GLUON:
         pytest.skip("PATH 4 is dispatched on compute capability 9.x with Gluon only")
     cfg = fe.select_fp8_einsum_config(t, enc == "fp32", tma=True, per_row=recipe[1] == 1, gluon=True)
-    assert cfg.name == fe.FP8_EINSUM_GLUON_CONFIG and cfg["PATH"] == 4
+    assert cfg["PATH"] == 4 and cfg["BLOCK_T"] == (32 if t <= 32 else 64), cfg.name
     a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=t + 5)
     assert fe._gluon_ok(a, w)
     assert_dispatch_is(cfg.name, a, sa, w, sw, sa_f, sw_f, recipe)

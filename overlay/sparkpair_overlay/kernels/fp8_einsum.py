@@ -77,7 +77,7 @@ Four paths in one jitted kernel (constexpr ``PATH``), and a fifth in Gluon:
   The descriptors' global scratch is one reused buffer per device (no allocation per call once
   sized).
 
-* 4, in its own module (``fp8_einsum_gluon``, Gluon, compute capability 9.x only, T = 33 ... 64,
+* 4, in its own module (``fp8_einsum_gluon``, Gluon, compute capability 9.x only, T = 17 ... 64,
   every scale encoding): split decode tiles with every scale staged in shared memory and each K
   block's wgmma in flight across the previous block's promotion; PATH 2 sums the splits.
 
@@ -1131,8 +1131,12 @@ def _gcfg(name: str, bt: int, bd: int, split_r: int, stages: int, warps: int) ->
 #: builds for sm_121a, does not compile them). Name: gl_t<BLOCK_T>_d<BLOCK_D>_sk<K splits>_s<stages>
 #: _w<warps>. sm_90a build (Triton 3.6): 100,400 B of shared memory (block weight scales) / 102,448 B
 #: (per-row), 154-167 registers, no spill; grid on the served TP=2 shape at T <= 64:
-#: (1024/64, 4, 4) = 256 CTAs, 2 per H200 SM.
-FP8_EINSUM_GLUON_CONFIGS: tuple[KernelConfig, ...] = (_gcfg("gl_t64_d64_sk4_s6_w4", 64, 64, 4, 6, 4),)
+#: (1024/64, 4, 4) = 256 CTAs, 2 per H200 SM. gl_t32_d64_sk4_s8_w4: 99,392 B / 101,440 B,
+#: 82-90 registers, the same grid at T <= 32.
+FP8_EINSUM_GLUON_CONFIGS: tuple[KernelConfig, ...] = (
+    _gcfg("gl_t32_d64_sk4_s8_w4", 32, 64, 4, 8, 4),
+    _gcfg("gl_t64_d64_sk4_s6_w4", 64, 64, 4, 6, 4),
+)
 
 #: Elements of D per program of the split sum (PATH 2): 4 warps, 8 outputs per thread.
 SUM_BLOCK = 1024
@@ -1244,13 +1248,22 @@ FP8_EINSUM_TMA_ROW_PLAN_CONFIG = "tma_t64_d128_s3_r168_nosc"
 
 
 #: Where PATH 4 can run (compute capability 9.x with Gluon; the operands as PATH 3 wants them),
-#: T = FP8_EINSUM_TMA_MID_MIN_T .. FP8_EINSUM_GLUON_MAX_T takes FP8_EINSUM_GLUON_CONFIG for every
-#: scale encoding. Run 6 of benchmarks/results/explore-2026-12-02-k17e/ (p50 us, cold / warm; the
-#: plan then in brackets), T = 36 / 64: fp32 11.02 / 9.53 (13.14 / 9.70), 10.61 / 8.78 (14.82 /
-#: 11.08); int32-bcast 11.26 / 10.28 (12.76 / 10.85), 10.97 / 9.82 (13.15 / 11.23); int32 11.17 /
-#: 9.89 (12.81 / 10.98), 11.04 / 9.84 (13.23 / 11.46). At T = 128 it lost (18.0 against 15.7 cold).
-FP8_EINSUM_GLUON_MAX_T = 64
-FP8_EINSUM_GLUON_CONFIG = "gl_t64_d64_sk4_s6_w4"
+#: T = FP8_EINSUM_GLUON_MIN_T .. FP8_EINSUM_GLUON_MAX_T takes FP8_EINSUM_GLUON_PLAN's config for
+#: every scale encoding. T = 33 .. 64, run 6 of benchmarks/results/explore-2026-12-02-k17e/ (p50 us,
+#: cold / warm; the plan then in brackets), T = 36 / 64: fp32 11.02 / 9.53 (13.14 / 9.70), 10.61 /
+#: 8.78 (14.82 / 11.08); int32-bcast 11.26 / 10.28 (12.76 / 10.85), 10.97 / 9.82 (13.15 / 11.23);
+#: int32 11.17 / 9.89 (12.81 / 10.98), 11.04 / 9.84 (13.23 / 11.46). At T = 128 it lost (18.0
+#: against 15.7 cold). T = 17 .. 32, the 32-token tile: runs 1 and 2 of
+#: benchmarks/results/explore-2026-12-03-k17f/ (T = 32, cold / warm, `auto` = dec_t32_d128_k4_w8
+#: in brackets): fp32 9.46 / 7.51 (10.05 / 8.13) and 9.66 / 7.64 (10.20 / 8.07); int32-bcast 9.23 /
+#: 7.55 (10.57 / 8.65) and 9.40 / 7.41 (10.64 / 8.78). At T = 16 the 16-token tile lost cold (8.36
+#: -8.53 against 7.68-7.82), so T <= 16 keeps the decode plan.
+FP8_EINSUM_GLUON_MIN_T = 17
+FP8_EINSUM_GLUON_PLAN: tuple[tuple[int, str], ...] = (
+    (32, "gl_t32_d64_sk4_s8_w4"),
+    (64, "gl_t64_d64_sk4_s6_w4"),
+)
+FP8_EINSUM_GLUON_MAX_T = FP8_EINSUM_GLUON_PLAN[-1][0]
 
 
 def _pick(plan: tuple[tuple[int, str], ...], t: int) -> KernelConfig:
@@ -1267,10 +1280,10 @@ def select_fp8_einsum_config(
     ``tma``: the device and the operands allow PATH 3 (:func:`_tma_ok`); ``per_row``: the weight
     scales are per row (recipe (1,1,128) or a per-row ``sw``), not 128x128 blocks; ``gluon``:
     PATH 4 can run too (:func:`_gluon_ok`). See
-    :data:`FP8_EINSUM_TMA_MID_MIN_T`, :data:`FP8_EINSUM_GLUON_MAX_T`, :data:`FP8_EINSUM_TMA_MIN_T`
+    :data:`FP8_EINSUM_GLUON_MIN_T`, :data:`FP8_EINSUM_TMA_MID_MIN_T`, :data:`FP8_EINSUM_TMA_MIN_T`
     and :data:`FP8_EINSUM_TMA_ROW_MIN_T`."""
-    if tma and gluon and FP8_EINSUM_TMA_MID_MIN_T <= t <= FP8_EINSUM_GLUON_MAX_T:
-        return _CONFIGS_BY_NAME[FP8_EINSUM_GLUON_CONFIG]
+    if tma and gluon and FP8_EINSUM_GLUON_MIN_T <= t <= FP8_EINSUM_GLUON_MAX_T:
+        return _pick(FP8_EINSUM_GLUON_PLAN, t)
     mid = FP8_EINSUM_TMA_MID_PLAN_UE8M0
     if tma and not fp32_scales and FP8_EINSUM_TMA_MID_MIN_T <= t <= mid[-1][0]:
         return _pick(mid, t)
@@ -1441,7 +1454,7 @@ def fp8_einsum_with_config(
         return
     if config is None:
         fp32_scales = sa_kind == _SCALE_FP32 and sw_kind == _SCALE_FP32
-        tma = t >= FP8_EINSUM_TMA_MID_MIN_T and _tma_ok(x, w)
+        tma = t >= min(FP8_EINSUM_GLUON_MIN_T, FP8_EINSUM_TMA_MID_MIN_T) and _tma_ok(x, w)
         cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row, tma and _gluon_ok(x, w))
     else:
         cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config

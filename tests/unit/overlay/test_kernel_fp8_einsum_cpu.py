@@ -278,22 +278,25 @@ def test_plans_name_existing_configs_in_increasing_t() -> None:
 
 
 def test_gluon_decode_tile_is_planned_for_mid_t_only_where_it_can_run() -> None:
-    """PATH 4 (fp8_einsum_gluon) for T = FP8_EINSUM_TMA_MID_MIN_T .. FP8_EINSUM_GLUON_MAX_T, every
-    scale encoding, only where PATH 3 could run and Gluon exists; one T outside keeps the plans."""
-    gl_name = fe.FP8_EINSUM_GLUON_CONFIG
-    lo, hi = fe.FP8_EINSUM_TMA_MID_MIN_T, fe.FP8_EINSUM_GLUON_MAX_T
-    assert fe._CONFIGS_BY_NAME[gl_name]["PATH"] == 4
-    assert gl_name not in {c.name for c in fe.FP8_EINSUM_CONFIGS}  # the sm_121a AOT set
-    for t in (lo, 36, hi):
+    """PATH 4 (fp8_einsum_gluon) for T = FP8_EINSUM_GLUON_MIN_T .. FP8_EINSUM_GLUON_MAX_T, every
+    scale encoding, the 32-token tile up to T = 32 and the 64-token one beyond, only where PATH 3
+    could run and Gluon exists; one T outside keeps the plans."""
+    lo, hi = fe.FP8_EINSUM_GLUON_MIN_T, fe.FP8_EINSUM_GLUON_MAX_T
+    names = {name for _, name in fe.FP8_EINSUM_GLUON_PLAN}
+    assert all(fe._CONFIGS_BY_NAME[n]["PATH"] == 4 for n in names)
+    assert not names & {c.name for c in fe.FP8_EINSUM_CONFIGS}  # the sm_121a AOT set
+    for t, bt in ((lo, 32), (24, 32), (32, 32), (33, 64), (36, 64), (hi, 64)):
         for fp32, per_row in ((True, False), (False, True), (False, False)):
-            assert fe.select_fp8_einsum_config(t, fp32, True, per_row, gluon=True).name == gl_name
-            assert fe.select_fp8_einsum_config(t, fp32, True, per_row, gluon=False).name != gl_name
-            assert fe.select_fp8_einsum_config(t, fp32, False, per_row, gluon=True).name != gl_name
+            cfg = fe.select_fp8_einsum_config(t, fp32, True, per_row, gluon=True)
+            assert cfg.name in names and cfg["BLOCK_T"] == bt >= t, (t, cfg.name)
+            assert fe.select_fp8_einsum_config(t, fp32, True, per_row, gluon=False).name not in names
+            assert fe.select_fp8_einsum_config(t, fp32, False, per_row, gluon=True).name not in names
     for t in (lo - 1, hi + 1, 1, 8192):
-        assert fe.select_fp8_einsum_config(t, False, True, True, gluon=True).name != gl_name
-    assert fe.select_fp8_einsum_config(hi + 1, False, True, True, gluon=True) == fe.select_fp8_einsum_config(
-        hi + 1, False, True, True
-    )
+        assert fe.select_fp8_einsum_config(t, False, True, True, gluon=True).name not in names
+    for t in (lo - 1, hi + 1):
+        assert fe.select_fp8_einsum_config(t, False, True, True, gluon=True) == fe.select_fp8_einsum_config(
+            t, False, True, True
+        )
 
 
 def test_gluon_config_on_operands_it_cannot_run_is_refused_by_name(monkeypatch) -> None:
@@ -302,6 +305,4 @@ def test_gluon_config_on_operands_it_cannot_run_is_refused_by_name(monkeypatch) 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     a, sa, w, sw, out = _ops(t=36)
     with pytest.raises(ValueError, match=r"gl_t64_d64_sk4_s6_w4 \(PATH 4\) needs .*group-major"):
-        fe.fp8_einsum_with_config(
-            "bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 1, 128), fe.FP8_EINSUM_GLUON_CONFIG
-        )
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 1, 128), "gl_t64_d64_sk4_s6_w4")
