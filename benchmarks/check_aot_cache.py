@@ -66,7 +66,7 @@ for recipe, enc, plan, mid in (
     for t in sorted(set(plan_sizes(plan, 2048) + plan_sizes(mid, 2048) + edges)):
         a, sa, w8, sw, _, _ = make_fp8_operands(t, 4, 1024, 4096, recipe, enc)
         out = torch.empty((t, 4, 1024), dtype=torch.bfloat16, device="cuda")
-        # PATH 4 (Gluon, T = 33 ... 64 here) is not in the AOT set: it is compiled on first use
+        # PATH 4 (Gluon, T = 17 ... 64 here) is not in the AOT set: it is compiled on first use
         # (a MISS below by design, named by its config).
         name = fe.select_fp8_einsum_config(t, enc == "fp32", tma, recipe[1] == 1, fe._gluon_ok(a, w8)).name
         run(
