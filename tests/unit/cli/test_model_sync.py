@@ -358,7 +358,14 @@ def test_a_sender_with_another_token_is_refused_naming_it_and_nothing_is_written
     transfer.send(snapshot, "127.0.0.1", port, token=TOKEN)
     t.join(30)
     assert len(errs) == 2 and got, (errs, got)
-    assert "closed after 0 of 32 authentication bytes" in str(errs[0]), errs
+    # The scanner closed before reading the receiver's challenge: its kernel may answer that
+    # challenge with a reset, which the receiver then reads instead of the end of the stream.
+    scan = str(errs[0])
+    assert scan.startswith("sender 127.0.0.1:"), errs
+    assert (
+        "closed after 0 of 32 authentication bytes" in scan
+        or "connection failed during authentication" in scan
+    ), errs
     msg = str(errs[1])
     assert msg.startswith("sender 127.0.0.1:") and "another HMAC-SHA256" in msg, msg
     assert "wanted a `sparkpair model send` holding this receiver's token (test token)" in msg, msg
