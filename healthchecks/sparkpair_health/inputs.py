@@ -7,6 +7,7 @@ and the value wanted, so a pydantic validator or a CLI command can show it as is
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -14,6 +15,26 @@ from urllib.parse import urlsplit
 
 import yaml
 from pydantic import ValidationError
+
+NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+"""A node's name, ``SPARKPAIR_NODE_NAME`` (configs/node.env.example): letters, digits, '-', '_'
+or '.', at most 63 characters, starting with a letter or digit. The one definition: the node env,
+the cluster spec, the gateway's peers and the stability monitor's nodes all check this pattern."""
+
+
+def check_node_name(value: str, setting: str) -> str:
+    """Return ``value`` if it is a node name (:data:`NODE_NAME_RE`).
+
+    Raises:
+        ValueError: ``"<setting> '<value>' is not a node name; wanted ..."`` (the value cut at 64
+            characters).
+    """
+    if not isinstance(value, str) or not NODE_NAME_RE.match(value):
+        raise ValueError(
+            f"{setting} {str(value)[:64]!r} is not a node name; wanted letters, digits, '-', '_' or '.', "
+            "at most 63 characters, starting with a letter or digit (a SPARKPAIR_NODE_NAME)"
+        )
+    return value
 
 
 def check_base_url(value: str, setting: str = "base_url") -> str:

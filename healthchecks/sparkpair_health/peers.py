@@ -37,6 +37,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .inputs import check_node_name
+
 DEFAULT_HEAD_LOG = Path("/var/lib/sparkpair/state/head.log")
 """Where the head writes its vLLM log on the shared state volume (the project's compose
 contract: the state volume is mounted at ``/var/lib/sparkpair/state`` on head and health)."""
@@ -82,12 +84,7 @@ class Peer(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not PEER_NAME_RE.match(v):
-            raise ValueError(
-                f"peer name {v[:64]!r} is not a node name; wanted letters, digits, '-', '_' or '.', "
-                "at most 63 characters (the peer's SPARKPAIR_NODE_NAME)"
-            )
-        return v
+        return check_node_name(v, "peer name")
 
     @field_validator("address")
     @classmethod
@@ -104,9 +101,6 @@ class Peer(BaseModel):
             )
         return v
 
-
-PEER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-"""A peer's name: the form of a node's ``SPARKPAIR_NODE_NAME`` (configs/node.env.example)."""
 
 HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*$")
 """A DNS host name (RFC 1123 labels: letters, digits and '-', 1-63 characters, dot-separated).

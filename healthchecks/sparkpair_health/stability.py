@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .inputs import check_node_name
 from .logscan import CATALOGUE, Pattern, ScanResult, scan_text
 
 Severity = Literal["fatal", "warning", "error"]
@@ -76,11 +77,16 @@ class StabilityNode(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str
     docker_url: str | None = None
     containers: list[str] = Field(default_factory=list)
     kernel_log: str = "none"
     previous_boot: bool = True
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return check_node_name(v, "node name")
 
     @field_validator("docker_url")
     @classmethod

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import re
 
+# SPARKPAIR_NODE_NAME's pattern: one definition, shared with the gateway's peers and stability nodes.
+from sparkpair_health.inputs import NODE_NAME_RE as NODE_NAME_RE
+
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 """Linux interface names: at most 15 bytes (IFNAMSIZ - 1)."""
 
@@ -122,9 +125,6 @@ WANTED: dict[str, str] = {
     "SPARKPAIR_MODEL_CACHE": "an absolute host path holding the Hugging Face cache",
 }
 
-
-NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-"""SPARKPAIR_NODE_NAME: the name every message about this node starts with."""
 
 INT_KEYS = (
     "SPARKPAIR_NNODES",

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
+from pydantic import ValidationError
+from sparkpair_cli.deploy.nodeenv_values import NODE_NAME_RE
 from sparkpair_health.stability import (
     CommandResult,
     StabilityMonitor,
@@ -146,3 +149,16 @@ def test_unreachable_docker_engine_is_a_suite_error() -> None:
     rep = StabilityMonitor(s).check()
     assert rep.status == "error"
     assert rep.message().startswith("worker: ") and "tcp://127.0.0.1:9" in rep.message()
+
+
+def test_a_node_name_is_checked_as_every_other_node_name_is() -> None:
+    """The stability monitor's node names follow SPARKPAIR_NODE_NAME's one pattern: what the node
+    env refuses, a stability node refuses too, with the value and what is wanted."""
+    assert StabilityNode(name="spark-1.lab_a").name == "spark-1.lab_a"
+    for bad in ("", "-head", "head node", "a" * 64, "héad"):
+        assert not NODE_NAME_RE.match(bad), bad
+        with pytest.raises(ValidationError) as exc:
+            StabilityNode(name=bad)
+        assert f"node name {bad!r} is not a node name" in str(exc.value), str(exc.value)
+        assert "at most 63 characters" in str(exc.value)
+    assert NODE_NAME_RE.match("a" * 63) and StabilityNode(name="a" * 63)
