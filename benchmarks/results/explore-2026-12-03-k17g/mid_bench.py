@@ -4,6 +4,9 @@ replay p50 per call. Each candidate is checked against fp64 (rel. Frobenius <= 1
 bitwise repeatability first. Rows go to the CSV given.
 
 usage: python3 mid_bench.py OUT.csv T,T,... config[,config...] [encodings]
+
+A config is a shipped config's name, a PATH 4 tile ``gl:BTxBDxSPLITSxSTAGESxWARPS`` (run 6) or a
+PATH 3 config without the share check ``tma:BTxBDxSTAGESxSPLITS[xPDL]`` (4 warps; run 7).
 """
 
 import sys
@@ -15,9 +18,24 @@ import torch
 sys.path.insert(0, str(Path(__file__).parents[2]))
 from _kbench import append_rows, env_fields, measure_hbm_gbps  # noqa: E402
 from sparkpair_overlay.kernels import fp8_einsum as fe  # noqa: E402
+from sparkpair_overlay.kernels._common import make_config  # noqa: E402
 from sparkpair_overlay.numerics import fp8_einsum_reference, graph_time_us, make_fp8_operands, rel_fro  # noqa: E402
 
 G, D, R = 4, 1024, 4096
+
+
+def config(spec: str):
+    if spec.startswith("tma:"):
+        bt, bd, stages, split, *pdl = (int(v) for v in spec[4:].split("x"))
+        name = f"tma_t{bt}_d{bd}_s{stages}_sk{split}{'_pdl' if pdl and pdl[0] else ''}_nosc"
+        return fe._tcfg(name, bt, bd, 4, stages, split_r=split, share_check=False, pdl=bool(pdl and pdl[0]))
+    if not spec.startswith("gl:"):
+        return spec
+    bt, bd, split, stages, warps = (int(v) for v in spec[3:].split("x"))
+    return make_config(
+        f"gl_t{bt}_d{bd}_sk{split}_s{stages}_w{warps}", "_fp8_einsum_gluon_kernel", warps, stages, BLOCK_T=bt,
+        BLOCK_D=bd, BLOCK_R=128, SPLIT_R=split, STAGES=stages, PATH=4, USE_PDL=True,
+    )  # fmt: skip
 
 
 def main() -> None:
@@ -50,7 +68,8 @@ def main() -> None:
                 s[6], s[2].view(-1, R).t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16
             )
             for n in names:
-                provs[n] = lambda s, n=n: run(s, n)
+                c = config(n)
+                provs[n if isinstance(c, str) else c.name] = lambda s, c=c: run(s, c)
             for name, f in provs.items():
                 err = float("nan")
                 try:
