@@ -287,9 +287,10 @@ def assert_dispatch_is(name, a, sa, w, sw, sa_f, sw_f, recipe) -> None:
 @pytest.mark.parametrize("recipe,enc", (CASES[1], CASES[4]), ids=("r1-int32", "r1-int32-bcast"))
 def test_mid_t_takes_path3_with_k_splits_on_sm90(t, recipe, enc) -> None:
     """UE8M0 scales, T in FP8_EINSUM_GLUON_MAX_T + 1 .. 128 on a compute capability 9.x GPU with
-    group-major activations: the mid plan (PATH 3, K in four splits, PATH 2 sums them) gives the
-    bits of its explicit call, the same bits run to run, fp64-close; T = 32 and 129, both-fp32
-    scales and contiguous activations keep the plans."""
+    group-major activations: the mid plan (PATH 3, K in four splits, PATH 2 sums them; launched
+    with PDL) gives the bits of its explicit call and of the plain launch, the same bits run to
+    run, fp64-close, and inside one CUDA graph reads activations a copy kernel wrote just before;
+    T = 32 and 129, both-fp32 scales and contiguous activations keep the plans."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("PATH 3 is dispatched on compute capability 9.x only")
     cfg = fe.select_fp8_einsum_config(t, False, tma=True, per_row=True, gluon=fe.HAS_GLUON)
@@ -303,9 +304,17 @@ def test_mid_t_takes_path3_with_k_splits_on_sm90(t, recipe, enc) -> None:
         fe.select_fp8_einsum_config(t, False, tma=False, per_row=True),
     ):
         assert other.constexprs().get("PATH", 0) != 3, other.name
+    assert cfg["USE_PDL"] == (t > 64), cfg.name
     a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=t)
     assert fe._tma_ok(a, w)
     assert_dispatch_is(cfg.name, a, sa, w, sw, sa_f, sw_f, recipe)
+    plain = torch.empty((t, G, D), dtype=torch.bfloat16, device="cuda")
+    fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), plain, recipe, "tma_t64_d128_s4_sk4_nosc")
+    pdl = torch.empty_like(plain)
+    fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), pdl, recipe=recipe)
+    assert torch.equal(plain, pdl), (enc, t)
+    srcs = [make_fp8_operands(t, G, D, R, recipe, enc, seed=60 + k)[0] for k in range(2)]
+    assert_graph_calls_read_fresh_activations(a, sa, w, sw, sa_f, sw_f, recipe, srcs, (enc, t))
 
 
 @pytest.mark.parametrize("t", (17, 24, 32, 33, 36, 50, 64))
