@@ -1229,12 +1229,12 @@ FP8_EINSUM_PLAN = FP8_EINSUM_PLAN_UE8M0  # the served recipe on GB10
 #: 14.43 (18.66), cold 12.70 (14.72) / 13.32 (16.13) / 15.66 (19.65), cold-iso 15.09 (17.04) /
 #: 15.95 (18.30) / 18.27 (22.18); int32 (rows differ) likewise. Both-fp32 scales keep their plan:
 #: there PATH 3 lost warm at T = 33, 36, 96 and 128 (9.97-13.67 against 9.52-12.42).
-#: T = 65 .. 128 take the same config launched with PDL (its split sum too): run 7 of
-#: benchmarks/results/explore-2026-12-03-k17g/ (int32-bcast, p50 us cold / warm, without PDL in
-#: brackets), T = 65 / 96 / 128: 13.23 / 13.04 (14.28 / 13.36), 13.73 / 13.32 (14.66 / 13.44),
-#: 14.54 / 13.99 (15.05 / 13.64): faster cold at each T and warm up to T = 96, 0.35 slower warm
-#: at T = 128 (e0d50ad's config there: 18.66). T = 33 .. 64, which PATH 4 takes wherever Gluon
-#: runs, keep the plain launch.
+#: T = 65 .. 128 take the same config launched with PDL (its split sum too): run 2aff14d,
+#: benchmarks/results/explore-2026-12-03-k17h/final-2aff14d/ (int32-bcast, p50 us cold / warm,
+#: the plain launch in brackets), T = 65 / 96 / 128: 13.12 / 13.06 (14.34 / 13.81), 13.63 / 13.24
+#: (14.53 / 13.87), 14.36 / 13.91 (15.15 / 14.36); int32 alike; the same bits (e0d50ad's config
+#: at T = 128: 19.58 / 18.72). T = 33 .. 64, which PATH 4 takes wherever Gluon runs, keep the
+#: plain launch.
 FP8_EINSUM_TMA_MID_MIN_T = 33
 FP8_EINSUM_TMA_MID_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
     (64, "tma_t64_d128_s4_sk4_nosc"),
