@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # Set up (scripts/setup.sh, scripts/setup-stack.sh, scripts/ensure-chromium.sh,
-# scripts/ensure-prometheus.sh), start a Docker engine (scripts/ensure-docker.sh) and run every CPU test tier: unit, vLLM-real, kernels-AOT, docker
-# in .venv (vLLM 0.32 CPU build), then the stack tier in .venv-stack (vLLM 0.33.0 wheel). The
-# gpu tier needs an NVIDIA GPU and is run by hand on an H200 (see benchmarks/README.md).
+# scripts/ensure-prometheus.sh), start a Docker engine (scripts/ensure-docker.sh) and run every
+# CPU test tier: unit, vLLM-real and kernels-AOT in .venv (vLLM 0.32 CPU build), the docker tier
+# in .venv, the stack tier in .venv-stack (vLLM 0.33.0 wheel). The gpu tier needs an NVIDIA GPU
+# and is run by hand on an H200 (see benchmarks/README.md).
 #
-# Exit status: non-zero when either run fails (or the stack run collects no test). The last
-# line sums both runs' pytest summaries.
+# The three runs share the machine two at a time: much of each is one busy core (Triton
+# compiles, mypy, the interpreter, a server starting) or waiting (containers, health timeouts),
+# so two at once finish sooner than one after the other on a 2-core machine. The first two
+# start together; the third starts when either ends. Each writes its own log and temp folder;
+# a run's log is printed whole when it ends.
+#
+# Exit status: non-zero when any run fails (or the stack run collects no test). The last line
+# sums every run's pytest summary.
 #
 # env: SPARKPAIR_SKIP_DOCKER=1  run without the docker tier (no engine is started);
 #      CI ignores it: the docker tier always runs there. The stack tier always runs.
-# Extra arguments go to the first pytest run (the .venv tiers).
+# Extra arguments go to the unit / vLLM-real / kernels-AOT run.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
@@ -18,41 +25,76 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/ensure-chromium.sh"
 "$root/scripts/ensure-prometheus.sh"
 cd "$root"
-marks="not gpu"
+docker_tier=1
 if [[ "${SPARKPAIR_SKIP_DOCKER:-0}" == "1" && "${CI:-}" != "true" ]]; then
   echo "sparkpair: SPARKPAIR_SKIP_DOCKER=1: the docker tier is not run"
-  marks="not gpu and not docker"
+  docker_tier=0
 else
   "$root/scripts/ensure-docker.sh" --timeout 180
 fi
 
 logs="$(mktemp -d)"
-trap 'rm -rf "$logs"' EXIT
-rc_main=0
-"$root/.venv/bin/python" -m pytest -m "$marks" --ignore=tests/stack --durations=25 "$@" \
-  | tee "$logs/main.log" || rc_main=$?
-rc_stack=0
-"$root/.venv-stack/bin/python" -m pytest tests/stack -m stack --durations=10 \
-  | tee "$logs/stack.log" || rc_stack=$?
+t0=$SECONDS
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$logs"' EXIT
 
-# One closing line for both runs: "N passed, N failed, ..." summed, then each run's own.
-python3 - "$logs/main.log" "$rc_main" "$logs/stack.log" "$rc_stack" <<'PY'
+# start NAME CMD...: run a pytest in the background, its output in $logs/NAME.log, its exit
+# status in $logs/NAME.rc, its temp folder under $logs/NAME.tmp.
+start() {
+  local name="$1"
+  shift
+  echo "sparkpair: $(date +%H:%M:%S) starting the $name run"
+  ( rc=0; "$@" --basetemp "$logs/$name.tmp" >"$logs/$name.log" 2>&1 || rc=$?; echo "$rc" >"$logs/$name.rc" ) &
+}
+# finish: wait for any started run to end and print its log.
+finish() {
+  wait -n || true
+  local name
+  for name in main docker stack; do
+    if [[ -f "$logs/$name.rc" && ! -f "$logs/$name.shown" ]]; then
+      touch "$logs/$name.shown"
+      echo "sparkpair: $(date +%H:%M:%S) the $name run ended (rc $(cat "$logs/$name.rc")); its log:"
+      cat "$logs/$name.log"
+    fi
+  done
+}
+
+py="$root/.venv/bin/python"
+stack_py="$root/.venv-stack/bin/python"
+start main "$py" -m pytest -m "not gpu and not docker" --ignore=tests/stack --durations=25 "$@"
+if [[ $docker_tier == 1 ]]; then
+  start docker "$py" -m pytest -m "docker and not gpu" --ignore=tests/stack --durations=10 -p no:cacheprovider
+  finish
+fi
+start stack "$stack_py" -m pytest tests/stack -m stack --durations=10 -p no:cacheprovider
+while [[ $(find "$logs" -name '*.shown' | wc -l) -lt $((2 + docker_tier)) ]]; do
+  finish
+done
+
+# One closing line for every run: "N passed, N failed, ..." summed, then each run's own.
+python3 - "$logs" $((SECONDS - t0)) main docker stack <<'PY'
 import re
 import sys
 from collections import Counter
+from pathlib import Path
 
-total, parts, secs = Counter(), [], 0.0
-for name, (log, rc) in zip(("main tiers", "stack tier"), (sys.argv[1:3], sys.argv[3:5])):
-    lines = [ln for ln in open(log, errors="replace").read().splitlines() if re.search(r" in [0-9.]+s", ln)]
+logs, wall, names = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+total, parts = Counter(), []
+for name in names:
+    if not (logs / f"{name}.rc").exists():
+        continue
+    rc = (logs / f"{name}.rc").read_text().strip()
+    text = (logs / f"{name}.log").read_text(errors="replace")
+    lines = [ln for ln in text.splitlines() if re.search(r" in [0-9.]+s", ln)]
     last = lines[-1].strip("= ") if lines else f"no pytest summary (rc {rc})"
     for n, what in re.findall(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)", last):
         total["error" if what.startswith("error") else what] += int(n)
-    secs += sum(float(s) for s in re.findall(r" in ([0-9.]+)s", last)[-1:])
     parts.append(f"{name}: {last}, rc {rc}")
 order = ("failed", "error", "passed", "skipped", "deselected", "xfailed", "xpassed")
 summary = ", ".join(f"{total[k]} {k}" for k in order if total[k]) or "no tests ran"
-print(f"==== {summary} in {secs:.2f}s ({'; '.join(parts)}) ====")
+print(f"==== {summary} in {wall:.2f}s ({'; '.join(parts)}) ====")
 PY
-if [[ $rc_main -ne 0 || $rc_stack -ne 0 ]]; then
-  exit 1
-fi
+for name in main docker stack; do
+  if [[ -f "$logs/$name.rc" && "$(cat "$logs/$name.rc")" != "0" ]]; then
+    exit 1
+  fi
+done
