@@ -351,3 +351,73 @@ def test_prefill_on_per_row_scales_takes_path3_from_its_threshold_on_sm90(enc) -
     assert fe.select_fp8_einsum_config(t - 1, False, tma=True, per_row=True).constexprs().get("PATH", 0) == 0
     a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, (1, 1, 128), enc, seed=11)
     assert_dispatch_is(cfg.name, a, sa, w, sw, sa_f, sw_f, (1, 1, 128))
+
+
+def test_prefill_reads_per_row_scales_that_repeat_blocks_as_block_scales() -> None:
+    """From FP8_EINSUM_TMA_ROW_MIN_T on compute capability 9.x: per-row UE8M0 scales that repeat
+    their 128-row block's value (DeepGEMM's layout) are read as block scales once the
+    asynchronous check has answered (block_scales_view: no sync, nothing while capturing), with
+    the bits of the per-row loop; a write into the scales, rows that differ, a new tensor and a
+    tensor first seen inside a graph capture all fall back to the per-row loop, fp64-close."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("PATH 3 is dispatched on compute capability 9.x only")
+    t, recipe = fe.FP8_EINSUM_TMA_ROW_MIN_T, (1, 1, 128)
+    row_cfg, block_cfg = fe.FP8_EINSUM_TMA_ROW_PLAN_CONFIG, fe.FP8_EINSUM_TMA_PLAN_CONFIG
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, "int32-bcast", seed=21)
+    assert fe.block_scales_view(sw) is None  # the check has only started
+    torch.cuda.synchronize()
+    view = fe.block_scales_view(sw)
+    assert view is not None and view.data_ptr() == sw.data_ptr()
+    assert view.shape == (G, D // 128, sw.shape[2]) and view.stride(1) == 128 * sw.stride(1)
+
+    def call(scales, rec=recipe, config=None):
+        out = torch.full((t, G, D), float("nan"), dtype=torch.bfloat16, device="cuda")
+        if config is None:
+            fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, scales), out, recipe=rec)
+        else:
+            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, scales), out, rec, config)
+        return out
+
+    public = call(sw)
+    assert torch.equal(public, call(view, (1, 128, 128), block_cfg))
+    assert torch.equal(public, call(sw, recipe, row_cfg))
+    assert rel_fro(public, fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL
+
+    # A write into the scales (version bump): checked again, and now the rows differ.
+    sw[2, 300, 1] += 3 << 8  # K block 5 of row 300 of group 2: 8x its block's scale
+    sw_odd = sw_f.clone()
+    sw_odd[2, 300, 5] *= 8
+    assert fe.block_scales_view(sw) is None
+    torch.cuda.synchronize()
+    assert fe.block_scales_view(sw) is None
+    odd = call(sw)
+    assert torch.equal(odd, call(sw, recipe, row_cfg))
+    assert rel_fro(odd[:, 2, 300], fp8_einsum_reference(a, sa_f, w, sw_odd)[:, 2, 300]) <= TOL
+
+    # Rows that differ throughout, in a new tensor (often at the freed address of the old one).
+    del sw, view
+    b = make_fp8_operands(t, G, D, R, recipe, "int32", seed=22)
+    fe.block_scales_view(b[3])
+    torch.cuda.synchronize()
+    assert fe.block_scales_view(b[3]) is None
+    out = torch.full((t, G, D), float("nan"), dtype=torch.bfloat16, device="cuda")
+    fe.fp8_einsum("bhr,hdr->bhd", (b[0], b[1]), (b[2], b[3]), out, recipe=recipe)
+    assert rel_fro(out, fp8_einsum_reference(b[0], b[4], b[2], b[5])) <= TOL
+
+    # First seen inside a capture: no check starts; the graph runs the per-row loop, correctly.
+    c = make_fp8_operands(t, G, D, R, recipe, "int32-bcast", seed=23)
+    out = torch.full((t, G, D), float("nan"), dtype=torch.bfloat16, device="cuda")
+    fe.fp8_einsum_with_config("bhr,hdr->bhd", (c[0], c[1]), (c[2], c[3]), out, recipe, row_cfg)  # compile
+    torch.cuda.synchronize()
+    n_checks = len(fe._ROW_BLOCK_CHECKS)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fe.fp8_einsum("bhr,hdr->bhd", (c[0], c[1]), (c[2], c[3]), out, recipe=recipe)
+    assert len(fe._ROW_BLOCK_CHECKS) == n_checks
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_fro(out, fp8_einsum_reference(c[0], c[4], c[2], c[5])) <= TOL
+    assert fe.block_scales_view(c[3]) is None  # now checked, outside the capture
+    torch.cuda.synchronize()
+    assert fe.block_scales_view(c[3]) is not None

@@ -46,7 +46,9 @@ the bits are the same either way.
 
 T (tokens) and the scale strides (which depend on T through the TMA padding T4 = 4*ceil(T/4))
 are ``do_not_specialize`` kernel arguments, so one compiled kernel per config serves T = 1 .. 16384
-(no recompilation per T; CUDA-graph safe: the launcher does no host sync and allocates nothing).
+(no recompilation per T; CUDA-graph safe: the launcher does no host sync and allocates nothing,
+but for the first prefill call on a per-row weight-scale tensor, outside graph capture: see
+:func:`block_scales_view`).
 The operand strides stay specialised: they are T-independent, or (``a``'s group stride T*R in the
 group-major layout) always a multiple of 16, so their specialisation never changes with T and
 keeps the 16-byte vector loads. Total elements per operand must stay below 2**31 (int32 offsets).
@@ -92,6 +94,7 @@ Public API: :func:`fp8_einsum`; torch custom op ``torch.ops.sparkpair.fp8_einsum
 from __future__ import annotations
 
 import os
+import weakref
 
 import torch
 
@@ -115,9 +118,11 @@ __all__ = [
     "FP8_EINSUM_TMA_ROW_MIN_T",
     "FP8_EINSUM_TMA_ROW_PLAN_CONFIG",
     "SUPPORTED_EQUATION",
+    "block_scales_view",
     "decode_ue8m0",
     "fp8_einsum",
     "fp8_einsum_with_config",
+    "rows_repeat_in_blocks",
     "select_fp8_einsum_config",
     "split_sum_config",
     "unpack_ue8m0_int32",
@@ -1260,6 +1265,13 @@ FP8_EINSUM_TMA_PLAN_CONFIG = "tma_t64_d128_s3_r168"
 #: 328.2, 328.7 (347.0, 346.8) / 643.9, 666.3 (686.9, 687.9); int32 with rows that differ
 #: 89.5 / 325.9 / 645.7 (210.0 / 816.5 / 1609). Below T = 2048 it lost on int32-bcast (T = 1024:
 #: 57.9, 56.1 against 49.0, 47.7), so those T keep the plan.
+#: Per-row scales that repeat one value on every row of each 128-row block (DeepGEMM's copies of
+#: the checkpoint's block scales; :func:`block_scales_view` says so once per tensor) are read as
+#: block scales there instead, through the view ``sw[:, ::128, :]``, and take
+#: FP8_EINSUM_TMA_PLAN_CONFIG's one-scale loop: the same bits (GPU-tested), run 66xxxxx of
+#: benchmarks/results/explore-2026-12-03-k17i/ (warm p50 us, int32-bcast, the per-row loop in
+#: brackets), T = 2048 / 4096 / 8192 / 16384: 73.4 (84.5) / 152.6 (183.5) / 293.5 (374.4) / 632.4
+#: (758.2), 936 / 900 / 937 / 869 TFLOP/s.
 FP8_EINSUM_TMA_ROW_MIN_T = 2048
 FP8_EINSUM_TMA_ROW_PLAN_CONFIG = "tma_t64_d128_s3_r168_nosc"
 
@@ -1472,6 +1484,10 @@ def fp8_einsum_with_config(
     if config is None:
         fp32_scales = sa_kind == _SCALE_FP32 and sw_kind == _SCALE_FP32
         tma = t >= min(FP8_EINSUM_GLUON_MIN_T, FP8_EINSUM_TMA_MID_MIN_T) and _tma_ok(x, w)
+        if tma and per_row and t >= FP8_EINSUM_TMA_ROW_MIN_T:
+            blocks = block_scales_view(sw)
+            if blocks is not None:  # rows repeat 128-row blocks: the one-scale loop, same bits
+                sw, per_row = blocks, False
         cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row, tma and _gluon_ok(x, w))
     else:
         cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
@@ -1594,6 +1610,92 @@ def _launch_persistent(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, 
         _allocation._allocator.reset(token)
     if split > 1:
         _launch_split_sum(cfg, t, g, d, out, ws, sem, args, kinds, pdl)
+
+
+def rows_repeat_in_blocks(sw: torch.Tensor) -> torch.Tensor | None:
+    """Whether per-row weight scales repeat one value on every row of each 128-row block.
+
+    Args:
+        sw: per-row weight scales ``[G, D, Ks]`` of any encoding and strides (raw entries are
+            compared: packed int32 words, exponent bytes or fp32 values; a NaN never matches).
+    Returns:
+        A 0-d bool tensor on ``sw``'s device (no host sync), or ``None`` when D is not a multiple
+        of 128 (no block view exists).
+    """
+    g, d, ks = sw.shape
+    if d % SCALE_BLOCK != 0:
+        return None
+    x = sw.unflatten(1, (d // SCALE_BLOCK, SCALE_BLOCK))
+    return (x == x[:, :, :1, :]).all()
+
+
+class _RowBlockCheck:
+    """One weight-scale tensor's :func:`rows_repeat_in_blocks`, copied to the host without a
+    sync: ``storage`` and ``version`` say which values it describes."""
+
+    __slots__ = ("storage", "version", "event", "host", "repeat")
+
+    def __init__(
+        self,
+        storage: weakref.ref[torch.UntypedStorage],
+        version: int,
+        event: torch.cuda.Event,
+        host: torch.Tensor,
+    ) -> None:
+        self.storage = storage
+        self.version = version
+        self.event = event
+        self.host = host
+        self.repeat: bool | None = None
+
+
+#: Per weight-scale tensor (keyed by its pointer, shape, strides and dtype): the check above. An
+#: entry is valid while the tensor's storage is the one it was made for (a weak reference, so a new
+#: tensor at a freed address is checked anew) and its version counter is unchanged (in-place writes
+#: through the tensor or its views bump it; writes through ``.data`` do not and are not seen).
+_ROW_BLOCK_CHECKS: dict[tuple[object, ...], _RowBlockCheck] = {}
+
+
+def block_scales_view(sw: torch.Tensor) -> torch.Tensor | None:
+    """``sw[:, ::128, :]`` when per-row weight scales ``sw [G, D, Ks]`` (CUDA) are known to repeat
+    one value on every row of each 128-row block (DeepGEMM's per-row copies of 128x128 block
+    scales, the layout GB10 serves); else ``None``.
+
+    The first call for a tensor starts :func:`rows_repeat_in_blocks` on the current stream and
+    an asynchronous copy of its answer to pinned host memory, and returns ``None``; a later call
+    returns the view once that copy has landed (``torch.cuda.Event.query``). No call syncs the
+    host; none starts a check or queries an event while the stream is capturing a CUDA graph
+    (an unanswered tensor then keeps ``None``). Reading the scales as block scales gives the same
+    bits as reading them per row (each element's scale is the same product ``sa * sw``), so the
+    answer changes the speed of a call, never its output.
+    """
+    key = (sw.data_ptr(), tuple(sw.shape), sw.stride(), sw.dtype, sw.device)
+    storage = sw.untyped_storage()
+    entry = _ROW_BLOCK_CHECKS.get(key)
+    if entry is not None and (entry.storage() is not storage or entry.version != sw._version):
+        entry = None
+    capturing = torch.cuda.is_current_stream_capturing()
+    if entry is None:
+        if capturing:
+            return None
+        repeat = rows_repeat_in_blocks(sw)
+        if repeat is None:
+            return None
+        host = torch.empty((), dtype=torch.bool, pin_memory=True)
+        host.copy_(repeat, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+
+        def forget(_: weakref.ref[torch.UntypedStorage], key: tuple[object, ...] = key) -> None:
+            _ROW_BLOCK_CHECKS.pop(key, None)
+
+        _ROW_BLOCK_CHECKS[key] = _RowBlockCheck(weakref.ref(storage, forget), sw._version, event, host)
+        return None
+    if entry.repeat is None:
+        if capturing or not entry.event.query():
+            return None
+        entry.repeat = bool(entry.host)
+    return sw[:, ::SCALE_BLOCK, :] if entry.repeat else None
 
 
 def _gluon_ok(x: torch.Tensor, w: torch.Tensor) -> bool:

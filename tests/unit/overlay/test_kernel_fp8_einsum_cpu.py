@@ -90,6 +90,26 @@ def test_validation_errors_name_the_problem(mutate, match) -> None:
         )
 
 
+@pytest.mark.parametrize("dtype", (torch.int32, torch.uint8, torch.float32))
+def test_rows_repeat_in_blocks_sees_one_differing_entry(dtype) -> None:
+    """The check behind block_scales_view: true for per-row scales copied from 128x128 blocks
+    (any strides), false when one entry of one row differs or a row holds NaN, none when D is
+    not a multiple of 128."""
+    gen = torch.Generator().manual_seed(3)
+    blocks = torch.randint(100, 140, (4, 8, 8), generator=gen).to(dtype)  # [G, D/128, Ks]
+    rows = blocks.repeat_interleave(128, dim=1)  # [G, 1024, Ks]
+    assert bool(fe.rows_repeat_in_blocks(rows))
+    assert bool(fe.rows_repeat_in_blocks(rows.transpose(1, 2).contiguous().transpose(1, 2)))  # MN-major
+    odd = rows.clone()
+    odd[3, 1023, 7] += 1  # the last entry of the last row
+    assert not bool(fe.rows_repeat_in_blocks(odd))
+    if dtype == torch.float32:
+        nan = rows.clone()
+        nan[0, 0, 0] = float("nan")
+        assert not bool(fe.rows_repeat_in_blocks(nan))
+    assert fe.rows_repeat_in_blocks(rows[:, :1000]) is None
+
+
 def test_cpu_tensors_without_interpreter_are_refused(monkeypatch) -> None:
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     a, sa, w, sw, out = _ops()
