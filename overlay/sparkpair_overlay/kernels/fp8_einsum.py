@@ -1268,10 +1268,11 @@ FP8_EINSUM_TMA_PLAN_CONFIG = "tma_t64_d128_s3_r168"
 #: Per-row scales that repeat one value on every row of each 128-row block (DeepGEMM's copies of
 #: the checkpoint's block scales; :func:`block_scales_view` says so once per tensor) are read as
 #: block scales there instead, through the view ``sw[:, ::128, :]``, and take
-#: FP8_EINSUM_TMA_PLAN_CONFIG's one-scale loop: the same bits (GPU-tested), run 66xxxxx of
-#: benchmarks/results/explore-2026-12-03-k17i/ (warm p50 us, int32-bcast, the per-row loop in
-#: brackets), T = 2048 / 4096 / 8192 / 16384: 73.4 (84.5) / 152.6 (183.5) / 293.5 (374.4) / 632.4
-#: (758.2), 936 / 900 / 937 / 869 TFLOP/s.
+#: FP8_EINSUM_TMA_PLAN_CONFIG's one-scale loop, with the per-row loop's bits (GPU-tested). Run
+#: e80f49c (benchmarks/results/explore-2026-12-03-k17i/final-e80f49c/, warm p50 us through the
+#: public dispatch, int32-bcast), T = 2048 / 8192 / 16384: 73.2 / 293.1 / 584.5 (938 / 938 / 941
+#: TFLOP/s; e0d50ad 89.4 / 347.0 / 781.4); the per-row loop on the same operands in that
+#: folder's run 2: 85.1-85.7 / 363-383 / 729-736.
 FP8_EINSUM_TMA_ROW_MIN_T = 2048
 FP8_EINSUM_TMA_ROW_PLAN_CONFIG = "tma_t64_d128_s3_r168_nosc"
 
