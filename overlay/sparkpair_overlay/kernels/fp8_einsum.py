@@ -1626,7 +1626,7 @@ def rows_repeat_in_blocks(sw: torch.Tensor) -> torch.Tensor | None:
     g, d, ks = sw.shape
     if d % SCALE_BLOCK != 0:
         return None
-    x = sw.unflatten(1, (d // SCALE_BLOCK, SCALE_BLOCK))
+    x = sw.view(g, d // SCALE_BLOCK, SCALE_BLOCK, ks)  # splitting one dim: a view for any strides
     return (x == x[:, :, :1, :]).all()
 
 
@@ -1685,7 +1685,7 @@ def block_scales_view(sw: torch.Tensor) -> torch.Tensor | None:
         host = torch.empty((), dtype=torch.bool, pin_memory=True)
         host.copy_(repeat, non_blocking=True)
         event = torch.cuda.Event()
-        event.record()
+        event.record(torch.cuda.current_stream(sw.device))  # the stream the check ran on
 
         def forget(_: weakref.ref[torch.UntypedStorage], key: tuple[object, ...] = key) -> None:
             _ROW_BLOCK_CHECKS.pop(key, None)
