@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import random
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -216,8 +217,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, {"version": "fault-server"})
         elif self.path == "/metrics":
             c = self.server.owner.spec if self.server.owner.spec_k else {}
-            lines = [f"# TYPE vllm:spec_decode_{k} counter\nvllm:spec_decode_{k}_total {v}"
-                     for k, v in c.items()]
+            lines = [
+                f"# TYPE vllm:spec_decode_{k} counter\nvllm:spec_decode_{k}_total {v}" for k, v in c.items()
+            ]
             self._raw(200, "text/plain; version=0.0.4", ("\n".join(lines) + "\n").encode())
         else:
             self._send(404, {"error": {"message": "not found", "code": 404}})
@@ -494,6 +496,13 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     owner: FaultServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-answer (what the health client does to a stream it has
+        judged) is expected here: say nothing. Anything else: socketserver's traceback."""
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class FaultServer:

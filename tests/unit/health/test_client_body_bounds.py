@@ -50,3 +50,23 @@ def test_an_ordinary_answer_still_reads_whole() -> None:
     with FaultServer() as srv, HealthClient(srv.base_url) as client:
         r = client.post("/v1/chat/completions", CHAT, timeout_s=5.0)
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"], r.text
+
+
+def test_the_fault_server_is_quiet_about_a_client_that_hangs_up_and_loud_about_anything_else(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The health client hangs up on answers it has judged; the stand-in says nothing then, and
+    still prints socketserver's traceback for an error of its own."""
+    with FaultServer() as srv:
+        for quiet in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):
+            try:
+                raise quiet
+            except OSError:
+                srv._httpd.handle_error(None, ("127.0.0.1", 1))
+        assert "Traceback" not in capsys.readouterr().err
+        try:
+            raise KeyError("a bug in the stand-in")
+        except KeyError:
+            srv._httpd.handle_error(None, ("127.0.0.1", 1))
+        err = capsys.readouterr().err
+        assert "Traceback" in err and "a bug in the stand-in" in err
