@@ -9,7 +9,8 @@
 # compiles, mypy, the interpreter, a server starting) or waiting (containers, health timeouts),
 # so two at once finish sooner than one after the other on a 2-core machine. The first two
 # start together; the third starts when either ends. Each writes its own log and temp folder;
-# a run's log is printed whole when it ends.
+# a run's log is printed whole when it ends, and every 5 minutes the last line of each unfinished
+# one.
 #
 # Exit status: non-zero when any run fails (or the stack run collects no test). The last line
 # sums every run's pytest summary.
@@ -58,6 +59,19 @@ finish() {
   done
 }
 
+# Progress while the runs go on (their logs print only when they end): every 5 minutes, the last
+# line of each unfinished run's log.
+(
+  while sleep 300; do
+    for name in main docker stack; do
+      if [[ -f "$logs/$name.log" && ! -f "$logs/$name.rc" ]]; then
+        echo "sparkpair: $(date +%H:%M:%S) $name run: $(tail -c 300 "$logs/$name.log" | tr -d '\r' | tail -n 1)"
+      fi
+    done
+  done
+) &
+progress=$!
+
 py="$root/.venv/bin/python"
 stack_py="$root/.venv-stack/bin/python"
 start main "$py" -m pytest -m "not gpu and not docker" --ignore=tests/stack --durations=25 "$@"
@@ -69,6 +83,7 @@ start stack "$stack_py" -m pytest tests/stack -m stack --durations=10 -p no:cach
 while [[ $(find "$logs" -name '*.shown' | wc -l) -lt $((2 + docker_tier)) ]]; do
   finish
 done
+kill "$progress" 2>/dev/null || true
 
 # One closing line for every run: "N passed, N failed, ..." summed, then each run's own.
 python3 - "$logs" $((SECONDS - t0)) main docker stack <<'PY'
