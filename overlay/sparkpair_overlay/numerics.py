@@ -237,18 +237,22 @@ def graph_time_us(
     replay timed with CUDA events; a replay's per-call time is its elapsed time / ``calls``.
     ``warmup``: eager calls ``fn(0) .. fn(warmup-1)`` (at least 2) on a side stream before
     capture (compile, allocator, per-input preparation: pass the number of input sets ``fn``
-    rotates over so every set is seen eagerly, as vLLM's profile run does).
+    rotates over so every set is seen eagerly, as vLLM's profile run does), a device sync, and
+    the same calls once more (as the eager warm-up runs vLLM makes before each graph capture),
+    so a per-input check started by the first round (fp8_einsum's ``block_scales_view``) has
+    answered before the capture.
 
     Raises:
         RuntimeError: from torch when ``fn`` cannot be captured (a host sync, say).
     """
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(max(2, warmup)):
-            fn(i)
+    for _ in range(2):
+        with torch.cuda.stream(s):
+            for i in range(max(2, warmup)):
+                fn(i)
+        torch.cuda.synchronize()
     torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for i in range(calls):

@@ -353,6 +353,49 @@ def test_prefill_on_per_row_scales_takes_path3_from_its_threshold_on_sm90(enc) -
     assert_dispatch_is(cfg.name, a, sa, w, sw, sa_f, sw_f, (1, 1, 128))
 
 
+@pytest.mark.parametrize("enc", ("int32-bcast", "int32"))
+@pytest.mark.parametrize("t", (1, 16, 32, 36, 128, 256, 1536))
+def test_every_t_reads_per_row_scales_that_repeat_blocks_as_block_scales(t, enc, monkeypatch) -> None:
+    """At decode and mid T too, per-row UE8M0 scales that repeat their 128-row block's value are
+    dispatched as block scales (the block-scale plan on ``sw[:, ::128, :]``) once the check has
+    answered, and rows that differ keep the per-row plan; the first call (check not yet answered)
+    and every later one give the same bits, which are those of the per-row plan's config on the
+    per-row scales and of the block plan's config on the view, with TMA where the device has it
+    and without (GB10's plan), fp64-close."""
+    recipe = (1, 1, 128)
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=40 + t)
+    select, per_row_seen = fe.select_fp8_einsum_config, []
+
+    def spy(t_, fp32_scales=False, tma=False, per_row=False, gluon=False):
+        per_row_seen.append(per_row)
+        return select(t_, fp32_scales, tma, per_row, gluon)
+
+    monkeypatch.setattr(fe, "select_fp8_einsum_config", spy)
+
+    def call(scales, rec=recipe, config=None):
+        out = torch.full((t, G, D), float("nan"), dtype=torch.bfloat16, device="cuda")
+        if config is None:
+            fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, scales), out, recipe=rec)
+        else:
+            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, scales), out, rec, config)
+        return out
+
+    first = call(sw)  # starts the check: the per-row plan
+    torch.cuda.synchronize()
+    second = call(sw)
+    assert per_row_seen == [True, enc == "int32"]
+    assert torch.equal(first, second)
+    assert rel_fro(first, fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL
+    tma = t >= min(fe.FP8_EINSUM_GLUON_MIN_T, fe.FP8_EINSUM_TMA_MID_MIN_T) and fe._tma_ok(a, w)
+    for plan_tma in {tma, False}:
+        gluon = plan_tma and fe._gluon_ok(a, w)
+        rows_cfg = select(t, False, plan_tma, True, gluon)
+        assert torch.equal(first, call(sw, recipe, rows_cfg)), rows_cfg.name
+        if enc == "int32-bcast":
+            block_cfg = select(t, False, plan_tma, False, gluon)
+            assert torch.equal(first, call(sw[:, ::128, :], (1, 128, 128), block_cfg)), block_cfg.name
+
+
 def test_prefill_reads_per_row_scales_that_repeat_blocks_as_block_scales() -> None:
     """From FP8_EINSUM_TMA_ROW_MIN_T on compute capability 9.x: per-row UE8M0 scales that repeat
     their 128-row block's value (DeepGEMM's layout) are read as block scales once the

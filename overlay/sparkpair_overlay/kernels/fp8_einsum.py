@@ -47,7 +47,7 @@ the bits are the same either way.
 T (tokens) and the scale strides (which depend on T through the TMA padding T4 = 4*ceil(T/4))
 are ``do_not_specialize`` kernel arguments, so one compiled kernel per config serves T = 1 .. 16384
 (no recompilation per T; CUDA-graph safe: the launcher does no host sync and allocates nothing,
-but for the first prefill call on a per-row weight-scale tensor, outside graph capture: see
+but for the first call on a per-row weight-scale tensor, outside graph capture: see
 :func:`block_scales_view`).
 The operand strides stay specialised: they are T-independent, or (``a``'s group stride T*R in the
 group-major layout) always a multiple of 16, so their specialisation never changes with T and
@@ -1266,13 +1266,21 @@ FP8_EINSUM_TMA_PLAN_CONFIG = "tma_t64_d128_s3_r168"
 #: 89.5 / 325.9 / 645.7 (210.0 / 816.5 / 1609). Below T = 2048 it lost on int32-bcast (T = 1024:
 #: 57.9, 56.1 against 49.0, 47.7), so those T keep the plan.
 #: Per-row scales that repeat one value on every row of each 128-row block (DeepGEMM's copies of
-#: the checkpoint's block scales; :func:`block_scales_view` says so once per tensor) are read as
-#: block scales there instead, through the view ``sw[:, ::128, :]``, and take
-#: FP8_EINSUM_TMA_PLAN_CONFIG's one-scale loop, with the per-row loop's bits (GPU-tested). Run
-#: e80f49c (benchmarks/results/explore-2026-12-03-k17i/final-e80f49c/, warm p50 us through the
-#: public dispatch, int32-bcast), T = 2048 / 8192 / 16384: 73.2 / 293.1 / 584.5 (938 / 938 / 941
+#: the checkpoint's block scales, GB10's served layout; :func:`block_scales_view` says so once per
+#: tensor) are read as block scales at every T instead, through the view ``sw[:, ::128, :]``, and
+#: take the block-scale plan (with TMA, from FP8_EINSUM_TMA_MIN_T: FP8_EINSUM_TMA_PLAN_CONFIG's
+#: one-scale loop), with the per-row plan's bits (GPU-tested). Run e80f49c
+#: (benchmarks/results/explore-2026-12-03-k17i/final-e80f49c/, warm p50 us through the public
+#: dispatch, int32-bcast), T = 2048 / 8192 / 16384: 73.2 / 293.1 / 584.5 (938 / 938 / 941
 #: TFLOP/s; e0d50ad 89.4 / 347.0 / 781.4); the per-row loop on the same operands in that
-#: folder's run 2: 85.1-85.7 / 363-383 / 729-736.
+#: folder's run 2: 85.1-85.7 / 363-383 / 729-736. Below T = 2048, run 1 of
+#: benchmarks/results/explore-2026-12-04-k17j/ (p50 us, view against the per-row plan; cold with
+#: 8 rotating operand sets up to T = 128, warm above): with TMA T = 32 8.20 (8.74), 128 14.01
+#: (14.52), 256 17.88 (26.31), 1536 56.42 (69.24); without TMA (GB10's plan) T = 36 12.29 (14.70),
+#: 128 16.05 (19.73), 256 17.90 (26.28); at T = 1 / 4 / 16 0.1-0.4 faster cold, within 0.1
+#: warm; at T = 512 / 1024 (the same config on both, whose per-tile share check already takes
+#: the one-scale loop) within 0.2 either way, but for TMA at T = 1024 46.72 (47.28). Same bits at
+#: every T.
 FP8_EINSUM_TMA_ROW_MIN_T = 2048
 FP8_EINSUM_TMA_ROW_PLAN_CONFIG = "tma_t64_d128_s3_r168_nosc"
 
@@ -1485,9 +1493,9 @@ def fp8_einsum_with_config(
     if config is None:
         fp32_scales = sa_kind == _SCALE_FP32 and sw_kind == _SCALE_FP32
         tma = t >= min(FP8_EINSUM_GLUON_MIN_T, FP8_EINSUM_TMA_MID_MIN_T) and _tma_ok(x, w)
-        if tma and per_row and t >= FP8_EINSUM_TMA_ROW_MIN_T:
+        if per_row and sw.is_cuda:
             blocks = block_scales_view(sw)
-            if blocks is not None:  # rows repeat 128-row blocks: the one-scale loop, same bits
+            if blocks is not None:  # rows repeat 128-row blocks: the block-scale plan, same bits
                 sw, per_row = blocks, False
         cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row, tma and _gluon_ok(x, w))
     else:
