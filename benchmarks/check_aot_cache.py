@@ -52,10 +52,14 @@ for w_dtype in (torch.bfloat16, torch.float32):
             x = torch.randn(m, 4096, device="cuda").bfloat16()
             name = cfg.name if cfg is not None else "cublas"
             run(f"router {w_dtype} M={m} {name}", lambda x=x, w=w, p=planes: rg.router_gemm(x, w, p))
-# Every entry of both fp8_einsum plans (packed-UE8M0 int32 scales and fp32 block scales).
+# Every entry of both fp8_einsum plans (packed-UE8M0 int32 scales and fp32 block scales), and the
+# UE8M0 plan on per-row scales that repeat their 128-row block (int32-bcast: GB10's served layout),
+# which the dispatcher reads as block scales once block_scales_view has answered (the first call
+# starts the check; the second, after a sync, takes the view).
 for recipe, enc, plan, mid in (
     ((1, 1, 128), "int32", fe.FP8_EINSUM_PLAN_UE8M0, fe.FP8_EINSUM_TMA_MID_PLAN_UE8M0),
     ((1, 128, 128), "fp32", fe.FP8_EINSUM_PLAN_FP32, ()),
+    ((1, 1, 128), "int32-bcast", fe.FP8_EINSUM_PLAN_UE8M0, fe.FP8_EINSUM_TMA_MID_PLAN_UE8M0),
 ):
     # PATH 3 (compute capability 9.x, group-major activations as make_fp8_operands makes them)
     # takes T from FP8_EINSUM_TMA_MID_MIN_T to the mid plan's end (UE8M0 scales), from
@@ -68,13 +72,17 @@ for recipe, enc, plan, mid in (
         out = torch.empty((t, 4, 1024), dtype=torch.bfloat16, device="cuda")
         # PATH 4 (Gluon, T = 17 ... 64 here) is not in the AOT set: it is compiled on first use
         # (a MISS below by design, named by its config).
-        name = fe.select_fp8_einsum_config(t, enc == "fp32", tma, recipe[1] == 1, fe._gluon_ok(a, w8)).name
-        run(
-            f"fp8_einsum {enc} T={t} {name}",
-            lambda a=a, sa=sa, w8=w8, sw=sw, out=out, r=recipe: fe.fp8_einsum(
-                "bhr,hdr->bhd", (a, sa), (w8, sw), out, recipe=r
-            ),
-        )
+        per_row = recipe[1] == 1 and enc != "int32-bcast"
+        name = fe.select_fp8_einsum_config(t, enc == "fp32", tma, per_row, fe._gluon_ok(a, w8)).name
+
+        def call(a=a, sa=sa, w8=w8, sw=sw, out=out, r=recipe) -> None:
+            fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w8, sw), out, recipe=r)
+
+        if enc == "int32-bcast":
+            call()  # starts block_scales_view's check: the per-row plan, already looked up above
+            torch.cuda.synchronize()
+            assert fe.block_scales_view(sw) is not None, f"T={t}: the check did not answer"
+        run(f"fp8_einsum {enc} T={t} {name}", call)
 hits = sum(1 for _, h in events if h)
 print(f"compile events: {len(events)}; cache hits: {hits}; misses: {len(events) - hits}")
 for name, h in events:

@@ -121,13 +121,16 @@ def test_shipped_cache_has_the_keys_the_runtime_looks_up(tmp_path, monkeypatch) 
                             torch.randn(m, 4096).bfloat16(), w, cfg, planes=p
                         )
                     )
-    for recipe, enc in (((1, 1, 128), "int32"), ((1, 128, 128), "fp32")):
+    for recipe, enc in (((1, 1, 128), "int32"), ((1, 128, 128), "fp32"), ((1, 1, 128), "int32-bcast")):
         for t in (1, 32, 64, 2048):
             ops = make_fp8_operands(t, 4, 1024, 4096, recipe, enc, device="cpu")
             out = torch.empty((t, 4, 1024), dtype=torch.bfloat16)
+            # Repeating per-row scales go to the kernel as the dispatcher hands them on a GPU once
+            # block_scales_view has answered: the strided block view, recipe (1,128,128).
+            sw, rec = (ops[3][:, ::128, :], (1, 128, 128)) if enc == "int32-bcast" else (ops[3], recipe)
             calls.append(
-                lambda ops=ops, out=out, recipe=recipe: fe.fp8_einsum_with_config(
-                    "bhr,hdr->bhd", (ops[0], ops[1]), (ops[2], ops[3]), out, recipe
+                lambda ops=ops, out=out, sw=sw, rec=rec: fe.fp8_einsum_with_config(
+                    "bhr,hdr->bhd", (ops[0], ops[1]), (ops[2], sw), out, rec
                 )
             )
     with aot._target_driver("sm_90a", str(cache)):

@@ -266,14 +266,25 @@ def router_variants() -> list[AotVariant]:
     return out
 
 
-def fp8_einsum_variants(layouts: Sequence[str] = ("fp32", "ue8m0-int32", "ue8m0-u8")) -> list[AotVariant]:
+#: The scale layouts the AOT gate builds every fp8_einsum config for (see fp8_einsum_variants).
+FP8_EINSUM_LAYOUTS = ("fp32", "ue8m0-int32", "ue8m0-int32-blocks", "ue8m0-u8")
+
+
+def fp8_einsum_variants(layouts: Sequence[str] = FP8_EINSUM_LAYOUTS) -> list[AotVariant]:
     """Every fp8_einsum config for each scale layout (TP=2 shapes: G=4, D=1024, R=4096).
 
     ``fp32``: recipe (1,128,128), sw fp32 [G, D/128, R/128] contiguous (SM90 layout).
     ``ue8m0-int32``: recipe (1,1,128), sa/sw int32 packed, sw MN-major TMA-aligned [G, D, R/512]
     with strides (D*R/512, 1, D) (DeepGEMM's transformed layout,
     docs/reference/vllm-code-paths.md#o_proj-scales).
+    ``ue8m0-int32-blocks``: that layout read as block scales, the view ``sw[:, ::128, :]``
+    [G, D/128, R/512] with strides (D*R/512, 128, D) that the dispatcher passes once
+    ``fp8_einsum.block_scales_view`` has found every row of each 128-row block equal (GB10's
+    served scales, whose rows are copies of the checkpoint's 128x128 block scales).
     ``ue8m0-u8``: float8_e8m0fnu scales viewed as uint8, sw [G, D, R/128] contiguous.
+
+    Raises:
+        ValueError: a layout not named above.
     """
     from . import fp8_einsum as fe
 
@@ -287,6 +298,9 @@ def fp8_einsum_variants(layouts: Sequence[str] = ("fp32", "ue8m0-int32", "ue8m0-
         elif layout == "ue8m0-int32":
             s_dtype, sa_kind, sw_kind, per_row = torch.int32, 1, 1, True
             sw_strides = (d * (kb // 4), 1, d)
+        elif layout == "ue8m0-int32-blocks":
+            s_dtype, sa_kind, sw_kind, per_row = torch.int32, 1, 1, False
+            sw_strides = (d * (kb // 4), 128, d)
         elif layout == "ue8m0-u8":
             s_dtype, sa_kind, sw_kind, per_row = torch.uint8, 2, 2, True
             sw_strides = (d * kb, kb, 1)
@@ -361,6 +375,7 @@ def build(
 __all__ = [
     "AOT_TARGETS",
     "DEFAULT_ARCHS",
+    "FP8_EINSUM_LAYOUTS",
     "AotResult",
     "AotVariant",
     "HAS_TRITON",
