@@ -1493,7 +1493,7 @@ def fp8_einsum_with_config(
     if config is None:
         fp32_scales = sa_kind == _SCALE_FP32 and sw_kind == _SCALE_FP32
         tma = t >= min(FP8_EINSUM_GLUON_MIN_T, FP8_EINSUM_TMA_MID_MIN_T) and _tma_ok(x, w)
-        if per_row and sw.is_cuda:
+        if per_row:
             blocks = block_scales_view(sw)
             if blocks is not None:  # rows repeat 128-row blocks: the block-scale plan, same bits
                 sw, per_row = blocks, False
@@ -1666,11 +1666,12 @@ _ROW_BLOCK_CHECKS: dict[tuple[object, ...], _RowBlockCheck] = {}
 
 
 def block_scales_view(sw: torch.Tensor) -> torch.Tensor | None:
-    """``sw[:, ::128, :]`` when per-row weight scales ``sw [G, D, Ks]`` (CUDA) are known to repeat
+    """``sw[:, ::128, :]`` when per-row weight scales ``sw [G, D, Ks]`` are known to repeat
     one value on every row of each 128-row block (DeepGEMM's per-row copies of 128x128 block
     scales, the layout GB10 serves); else ``None``.
 
-    The first call for a tensor starts :func:`rows_repeat_in_blocks` on the current stream and
+    On the CPU (Triton's interpreter) the check runs in the call and answers at once. On a GPU
+    the first call for a tensor starts :func:`rows_repeat_in_blocks` on the current stream and
     an asynchronous copy of its answer to pinned host memory, and returns ``None``; a later call
     returns the view once that copy has landed (``torch.cuda.Event.query``). No call syncs the
     host; none starts a check or queries an event while the stream is capturing a CUDA graph
@@ -1678,6 +1679,9 @@ def block_scales_view(sw: torch.Tensor) -> torch.Tensor | None:
     bits as reading them per row (each element's scale is the same product ``sa * sw``), so the
     answer changes the speed of a call, never its output.
     """
+    if not sw.is_cuda:
+        repeat = rows_repeat_in_blocks(sw)
+        return sw[:, ::SCALE_BLOCK, :] if repeat is not None and bool(repeat) else None
     key = (sw.data_ptr(), tuple(sw.shape), sw.stride(), sw.dtype, sw.device)
     storage = sw.untyped_storage()
     entry = _ROW_BLOCK_CHECKS.get(key)

@@ -221,6 +221,26 @@ INTERPRET_SCRIPT = textwrap.dedent(
     out_mixed = torch.empty(T, G, D, dtype=torch.bfloat16)
     fe.fp8_einsum("bhr,hdr->bhd", (a, sa_f), (w, sw_rows), out_mixed, recipe=(1, 128, 128))
     assert torch.equal(out_mixed, out), "per-row int32 sw under recipe (1,128,128) must equal block sw"
+    # The dispatcher reads per-row scales that repeat their 128-row block's value as block scales
+    # (block_scales_view's strided view, answered at once on the CPU) with the per-row plan's
+    # bits, and keeps the per-row plan where one entry of one row differs.
+    select, seen = fe.select_fp8_einsum_config, []
+    def spy(t, fp32_scales=False, tma=False, per_row=False, gluon=False):
+        seen.append(per_row)
+        return select(t, fp32_scales, tma, per_row, gluon)
+    fe.select_fp8_einsum_config = spy
+    sw_rep = pack(ew[:, ::128].repeat_interleave(128, 1))
+    sw_odd = sw_rep.clone()
+    sw_odd[1, 77, 0] += 1 << 8  # row 77, K block 1: 2x its block's scale
+    for sw, want in ((sw_rep, [False]), (sw_odd, [True])):
+        seen.clear()
+        o_auto, o_rows = (torch.empty(T, G, D, dtype=torch.bfloat16) for _ in range(2))
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa_p), (w, sw), o_auto, (1, 1, 128))
+        assert seen == want, (seen, want)
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa_p), (w, sw), o_rows, (1, 1, 128),
+                                  select(T, False, False, True))
+        assert torch.equal(o_auto, o_rows), want
+    fe.select_fp8_einsum_config = select
     # Per-row weight scales under SHARE_CHECK: a tile whose rows all carry the same scales (block
     # scales broadcast per row, as DeepGEMM stores them on sm_10x/12x) takes the one-scale loop
     # and gives the bits of the block-scale call; a tile where one row differs in one K block
