@@ -39,10 +39,12 @@ layout (token dim contiguous, T padded to a multiple of 4: strides ``(1, K_s*T4,
 
 Promotion (each K block's fp32 MMA partial scaled into the accumulator): block weight scales
 give each tile one scale per K block (every config's BLOCK_D divides 128; the launcher refuses a
-config that does not), one FMA per element; per-row scales cost an FMUL and an FMA. ``SHARE_CHECK``
-configs check once per tile whether its rows hold identical raw per-row scale entries (DeepGEMM's
-per-row copies of 128x128 block scales, the layout GB10 serves) and then take the one-FMA loop;
-the bits are the same either way.
+config that does not), one FMA per element; per-row scales cost an FMUL and an FMA. Per-row
+scales that repeat one value on every row of each 128-row block (DeepGEMM's per-row copies of
+128x128 block scales, the layout GB10 serves) are handed to the kernels as block scales once
+:func:`block_scales_view` has said so; before that, ``SHARE_CHECK`` configs check once per tile
+whether its rows hold identical raw per-row scale entries and then take the one-FMA loop. The bits
+are the same either way.
 
 T (tokens) and the scale strides (which depend on T through the TMA padding T4 = 4*ceil(T/4))
 are ``do_not_specialize`` kernel arguments, so one compiled kernel per config serves T = 1 .. 16384
@@ -1278,9 +1280,9 @@ FP8_EINSUM_TMA_PLAN_CONFIG = "tma_t64_d128_s3_r168"
 #: 8 rotating operand sets up to T = 128, warm above): with TMA T = 32 8.20 (8.74), 128 14.01
 #: (14.52), 256 17.88 (26.31), 1536 56.42 (69.24); without TMA (GB10's plan) T = 36 12.29 (14.70),
 #: 128 16.05 (19.73), 256 17.90 (26.28); at T = 1 / 4 / 16 0.1-0.4 faster cold, within 0.1
-#: warm; at T = 512 / 1024 (the same config on both, whose per-tile share check already takes
-#: the one-scale loop) within 0.2 either way, but for TMA at T = 1024 46.72 (47.28). Same bits at
-#: every T.
+#: warm; without TMA at T = 512 ... 1536 (the same config on both, whose per-tile share check
+#: already takes the one-scale loop) within 0.4 either way (T = 1536: 69.07 against 68.70). Same
+#: bits at every T.
 FP8_EINSUM_TMA_ROW_MIN_T = 2048
 FP8_EINSUM_TMA_ROW_PLAN_CONFIG = "tma_t64_d128_s3_r168_nosc"
 
