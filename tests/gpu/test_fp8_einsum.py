@@ -24,12 +24,7 @@ TOL = 1e-2  # relative Frobenius, bf16-output level (issue 3)
 
 def _run(t, g, d, r, recipe, enc, config=None, seed=0):
     a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, g, d, r, recipe, enc, seed=seed)
-    out = torch.full((t, g, d), float("nan"), dtype=torch.bfloat16, device="cuda")  # poison
-    if config is None:
-        fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
-    else:
-        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe, config)
-    return out, fp8_einsum_reference(a, sa_f, w, sw_f)
+    return call_fp8_einsum(a, sa, w, sw, recipe, config), fp8_einsum_reference(a, sa_f, w, sw_f)
 
 
 @pytest.mark.parametrize("recipe,enc", CASES, ids=IDS)
@@ -267,19 +262,23 @@ def test_prefill_takes_the_persistent_tma_path_on_sm90_only_where_it_can() -> No
         )
 
 
+def call_fp8_einsum(a, sa, w, sw, recipe, config=None) -> torch.Tensor:
+    """bf16 ``[T, G, D]`` output of the public dispatch (``config`` None) or of ``config``, written
+    into a NaN-poisoned tensor on ``a``'s device."""
+    out = torch.full(
+        (a.shape[0], a.shape[1], w.shape[1]), float("nan"), dtype=torch.bfloat16, device=a.device
+    )
+    if config is None:
+        fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
+    else:
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe, config)
+    return out
+
+
 def assert_dispatch_is(name, a, sa, w, sw, sa_f, sw_f, recipe) -> None:
     """The public call gives the bits of the explicit call of config ``name``, the same bits
     twice, and stays within TOL of the fp64 reference."""
-    outs = []
-    for config in (None, None, name):
-        out = torch.full(
-            (a.shape[0], a.shape[1], w.shape[1]), float("nan"), dtype=torch.bfloat16, device=a.device
-        )
-        if config is None:
-            fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
-        else:
-            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe, config)
-        outs.append(out)
+    outs = [call_fp8_einsum(a, sa, w, sw, recipe, config) for config in (None, None, name)]
     assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2]), name
     assert rel_fro(outs[0], fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL, name
 
@@ -376,12 +375,7 @@ def test_every_t_reads_per_row_scales_that_repeat_blocks_as_block_scales(t, enc,
     monkeypatch.setattr(fe, "select_fp8_einsum_config", spy)
 
     def call(scales, rec=recipe, config=None):
-        out = torch.full((t, G, D), float("nan"), dtype=torch.bfloat16, device="cuda")
-        if config is None:
-            fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, scales), out, recipe=rec)
-        else:
-            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, scales), out, rec, config)
-        return out
+        return call_fp8_einsum(a, sa, w, scales, rec, config)
 
     first = call(sw)  # starts the check: the per-row plan
     torch.cuda.synchronize()
@@ -421,12 +415,7 @@ def test_prefill_reads_per_row_scales_that_repeat_blocks_as_block_scales() -> No
     assert view.shape == (G, D // 128, sw.shape[2]) and view.stride(1) == 128 * sw.stride(1)
 
     def call(scales, rec=recipe, config=None):
-        out = torch.full((t, G, D), float("nan"), dtype=torch.bfloat16, device="cuda")
-        if config is None:
-            fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w, scales), out, recipe=rec)
-        else:
-            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, scales), out, rec, config)
-        return out
+        return call_fp8_einsum(a, sa, w, scales, rec, config)
 
     public = call(sw)
     assert torch.equal(public, call(view, (1, 128, 128), block_cfg))
