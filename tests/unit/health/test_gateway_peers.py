@@ -25,6 +25,7 @@ from sparkpair_health.peers import PeerSettings, PeerWatch, parse_peers
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
 from dsv4_fault_server import Served  # noqa: E402
 from health_fault_server import FaultServer  # noqa: E402
+from readyz_poll import wait_readyz  # noqa: E402
 from test_stability_docker import client, containers, sh_image  # noqa: E402, F401  (docker fixtures)
 
 LOG = Path(__file__).resolve().parents[2] / "faults" / "logs" / "vllm032-cpu-mp-worker-killed-head.log"
@@ -100,15 +101,6 @@ def test_the_tcp_probe_tells_a_live_host_from_a_gone_one() -> None:
             s.close()
 
 
-def wait_status(url: str, code: int, timeout_s: float) -> httpx.Response:
-    t_end = time.monotonic() + timeout_s
-    while True:
-        r = httpx.get(url + "/readyz", timeout=5)
-        if r.status_code == code or time.monotonic() > t_end:
-            return r
-        time.sleep(0.05)
-
-
 def test_readyz_and_report_name_the_dead_peer_within_one_canary_interval(tmp_path: Path) -> None:
     log = tmp_path / "head.log"
     log.write_text("".join(LINES[:SERVING]))
@@ -128,14 +120,15 @@ def test_readyz_and_report_name_the_dead_peer_within_one_canary_interval(tmp_pat
         with Served(gw.app) as g:
             gw.start()
             try:
-                assert wait_status(g.base_url, 200, 60).status_code == 200
+                wait_readyz(g.base_url, 200, 60, "ready")
                 with log.open("a") as f:
                     f.write("".join(LINES[SERVING:]))
                 srv.faults.add("engine_dies")
                 srv.die_after = 0
-                t0 = time.monotonic()
-                r = wait_status(g.base_url, 503, 5)
-                assert r.status_code == 503 and time.monotonic() - t0 <= 0.5 + 0.6, "later than one interval"
+                held, r = wait_readyz(g.base_url, 503, 5, "peer down")
+                assert held <= 0.5 + 0.6, (
+                    f"/readyz still 200 for a poll sent {held:.2f} s in: later than one interval"
+                )
                 body = r.json()
                 assert body["failing_check"] == "peer", body
                 assert body["cause"].startswith("peer node 'spark-b' (127.0.0.1) is down: head log:"), body
@@ -146,7 +139,7 @@ def test_readyz_and_report_name_the_dead_peer_within_one_canary_interval(tmp_pat
                     and "Connection closed by peer" in (rep["peer_down"]["evidence"])
                 )
                 srv.faults.discard("engine_dies")  # the pair came back under the restart policy
-                assert wait_status(g.base_url, 200, 5).status_code == 200
+                wait_readyz(g.base_url, 200, 5, "peer back")
                 assert "peer_down" not in httpx.get(g.base_url + "/readyz").json()
             finally:
                 gw.stop()

@@ -33,6 +33,7 @@ from sparkpair_health.suite import DecodeAnswer, judge_decode
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
 from dsv4_fault_server import Served  # noqa: E402
 from health_fault_server import CHAT_MODES, FaultServer  # noqa: E402
+from readyz_poll import wait_readyz  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 INTERVAL, DEADLINE = 0.5, 2.5
@@ -53,30 +54,6 @@ def gw_settings(base_url: str, **kw: Any) -> GatewaySettings:
     )
     base.update(kw)
     return GatewaySettings(**base)
-
-
-def wait_status(url: str, code: int, timeout_s: float, what: str = "") -> tuple[float, httpx.Response]:
-    """Poll /readyz until it answers ``code``; give up (AssertionError) ``timeout_s`` plus a slow
-    last answer after the start.
-
-    Returns ``(held, answer)``: ``held`` is how long after the start the old state was still
-    seen, the send time of the last poll answered otherwise (0 when the first poll already
-    answered ``code``). The gateway judges a poll when it handles it, at or after its send time,
-    so an old answer to a poll sent past a bound proves the bound broken, while a slow answer
-    on a loaded machine (its arrival time) does not count against the gateway."""
-    t0 = time.monotonic()
-    held = 0.0
-    while True:
-        sent = time.monotonic() - t0
-        r = httpx.get(url + "/readyz", timeout=5)
-        if r.status_code == code:
-            return held, r
-        held = sent
-        if time.monotonic() - t0 > timeout_s:
-            raise AssertionError(
-                f"{what}: /readyz not {code} within {timeout_s} s; last {r.status_code} {r.text[:400]}"
-            )
-        time.sleep(0.05)
 
 
 # --------------------------------------------------------------------------- hypothesis
@@ -136,20 +113,20 @@ def test_malformed_answers_drips_and_a_vanishing_backend_never_leave_readyz_200_
         with Served(gw.app) as g:
             gw.start()
             try:
-                wait_status(g.base_url, 200, 60)
+                wait_readyz(g.base_url, 200, 60)
                 assert gw.reference is not None and gw.reference.text, "no reference answer recorded"
                 for mode in [m for m in CHAT_MODES if m != "ok"]:
                     srv.chat_mode = mode
-                    took, r = wait_status(g.base_url, 503, bound + SLACK + 1.0, mode)
+                    took, r = wait_readyz(g.base_url, 503, bound + SLACK + 1.0, mode)
                     assert took <= bound + SLACK, f"{mode}: 200 to a poll sent at {took:.2f} s > {bound} s"
                     body = r.json()
                     assert body["failing_check"] == "canary", (mode, body)
                     assert gw.thread_alive(), f"{mode} ended the canary thread"
                     assert httpx.get(g.base_url + "/livez").status_code == 200
                     srv.chat_mode = "ok"
-                    wait_status(g.base_url, 200, bound + SLACK + DEADLINE, f"back from {mode}")
+                    wait_readyz(g.base_url, 200, bound + SLACK + DEADLINE, f"back from {mode}")
                 srv.close()
-                took, r = wait_status(g.base_url, 503, bound + SLACK + 1.0)
+                took, r = wait_readyz(g.base_url, 503, bound + SLACK + 1.0)
                 assert took <= bound + SLACK and "server went away" in r.json()["cause"]
                 metrics = httpx.get(g.base_url + "/metrics").text
                 assert "sparkpair_ready 0.0" in metrics
@@ -174,9 +151,9 @@ def test_each_bad_canary_answer_is_named(mode: str, fragment: str) -> None:
         with Served(gw.app) as g:
             gw.start()
             try:
-                wait_status(g.base_url, 200, 60)
+                wait_readyz(g.base_url, 200, 60)
                 srv.chat_mode = mode
-                took, r = wait_status(g.base_url, 503, INTERVAL + DEADLINE + SLACK + 1.0)
+                took, r = wait_readyz(g.base_url, 503, INTERVAL + DEADLINE + SLACK + 1.0)
                 if mode == "drip" and fragment not in r.json()["cause"]:
                     # The drip's deadline ends when the last success turns stale (interval +
                     # deadline): on a loaded machine "canary stale" may be the first 503 seen.
@@ -260,9 +237,9 @@ def test_a_canary_that_stopped_running_turns_readyz_503_as_stale() -> None:
         with Served(gw.app) as g:
             gw.start()
             try:
-                wait_status(g.base_url, 200, 60)
+                wait_readyz(g.base_url, 200, 60)
                 gw._stop.set()  # the loop ends: no more canaries, while the thread is not asked to die
-                took, r = wait_status(g.base_url, 503, INTERVAL + DEADLINE + SLACK + 1.0)
+                took, r = wait_readyz(g.base_url, 503, INTERVAL + DEADLINE + SLACK + 1.0)
                 assert took <= INTERVAL + DEADLINE + SLACK
                 assert r.json()["cause"].startswith("canary stale") or "thread has ended" in r.json()["cause"]
             finally:

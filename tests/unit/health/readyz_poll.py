@@ -1,0 +1,31 @@
+"""The health tests' one way to wait for the gateway's ``/readyz`` verdict."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+
+def wait_readyz(url: str, code: int, timeout_s: float, what: str = "") -> tuple[float, httpx.Response]:
+    """Poll ``url``'s /readyz until it answers ``code``; give up (AssertionError naming ``what``
+    and the last answer) ``timeout_s`` plus a slow last answer after the start.
+
+    Returns ``(held, answer)``: ``held`` is how long after the start the old state was still
+    seen, the send time of the last poll answered otherwise (0 when the first poll already
+    answered ``code``). The gateway judges a poll when it handles it, at or after its send time,
+    so an old answer to a poll sent past a bound proves the bound broken, while a slow answer
+    on a loaded machine (its arrival time) does not count against the gateway."""
+    t0 = time.monotonic()
+    held = 0.0
+    while True:
+        sent = time.monotonic() - t0
+        r = httpx.get(url + "/readyz", timeout=5)
+        if r.status_code == code:
+            return held, r
+        held = sent
+        if time.monotonic() - t0 > timeout_s:
+            raise AssertionError(
+                f"{what}: /readyz not {code} within {timeout_s} s; last {r.status_code} {r.text[:400]}"
+            )
+        time.sleep(0.05)
