@@ -151,7 +151,7 @@ H200_SHARED_MEMORY_PER_BLOCK = 232_448
 
 @pytest.mark.parametrize("kinds", ((0, 0, False), (1, 1, True), (2, 2, True)), ids=("fp32", "int32", "u8"))
 def test_gluon_decode_configs_build_for_sm90a_and_fit_one_h200_block(kinds, tmp_path, monkeypatch) -> None:
-    """PATH 4 (Gluon, wgmma) is built for sm_90a only: every config compiles for each scale
+    """PATH 4 and 5 (Gluon, wgmma) are built for sm_90a only: every config compiles for each scale
     encoding, with its K range and ring as dispatched on R = 4096, within one H200 block's shared
     memory (a ring three times deeper does not fit: the bound can fail)."""
     from sparkpair_overlay.kernels import fp8_einsum as fe
@@ -173,23 +173,32 @@ def test_gluon_decode_configs_build_for_sm90a_and_fit_one_h200_block(kinds, tmp_
         lay = {n: gl.NVMMASharedLayout.get_default_for([n, 128], gl.float8e4nv) for n in {bt, bd}}
         consts = {
             "SA_KIND": kinds[0], "SW_KIND": kinds[1], "SW_PER_ROW": kinds[2], "BLOCK_T": bt, "BLOCK_D": bd,
-            "KB_PER": 32 // m["SPLIT_R"], "STAGES": stages, "USE_PDL": True, "num_warps": cfg.num_warps,
+            "STAGES": stages, "num_warps": cfg.num_warps,
         }  # fmt: skip
+        if m["PATH"] == 4:
+            kernel = fg._fp8_einsum_gluon_kernel
+            consts.update(KB_PER=32 // m["SPLIT_R"], USE_PDL=True)
+        else:
+            kernel = fg._fp8_einsum_gluon_tm_kernel
+            consts.update(KB=32)
         types = {
-            "ws_ptr": "*fp32", "sa_ptr": ptr[kinds[0]], "sw_ptr": ptr[kinds[1]],
+            "ws_ptr": "*fp32", "out_ptr": "*bf16", "sa_ptr": ptr[kinds[0]], "sw_ptr": ptr[kinds[1]],
             "w_desc": f"tensordesc<fp8e4nv[{bd}, 128],{lay[bd]!r}>",
             "a_desc": f"tensordesc<fp8e4nv[{bt}, 128],{lay[bt]!r}>",
         }  # fmt: skip
-        names = fg._fp8_einsum_gluon_kernel.arg_names
+        names = kernel.arg_names
         sig = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
-        src = GluonASTSource(
-            fg._fp8_einsum_gluon_kernel, sig, constexprs={(names.index(k),): v for k, v in consts.items()}
-        )
+        src = GluonASTSource(kernel, sig, constexprs={(names.index(k),): v for k, v in consts.items()})
         return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.num_warps})
 
+    assert {c["PATH"] for c in fe.FP8_EINSUM_GLUON_CONFIGS} == {4, 5}
     for cfg in fe.FP8_EINSUM_GLUON_CONFIGS:
         k = build(cfg, cfg["STAGES"])
         assert 0 < k.metadata.shared <= H200_SHARED_MEMORY_PER_BLOCK, (cfg.name, k.metadata.shared)
         assert "wgmma.mma_async" in k.asm["ptx"] and "cp.async.bulk.tensor" in k.asm["ptx"], cfg.name
-    deep = build(fe.FP8_EINSUM_GLUON_CONFIGS[0], 3 * fe.FP8_EINSUM_GLUON_CONFIGS[0]["STAGES"])
-    assert deep.metadata.shared > H200_SHARED_MEMORY_PER_BLOCK, deep.metadata.shared
+        n_regs, spills = aot._resource_usage(k.asm["cubin"])
+        print(f"{cfg.name} kinds={kinds}: {k.metadata.shared} B shared, {n_regs} registers, {spills} B spill")
+        assert spills == 0, (cfg.name, spills)
+    for cfg in fe.FP8_EINSUM_GLUON_CONFIGS:
+        deep = build(cfg, 3 * cfg["STAGES"])
+        assert deep.metadata.shared > H200_SHARED_MEMORY_PER_BLOCK, (cfg.name, deep.metadata.shared)

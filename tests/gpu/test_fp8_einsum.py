@@ -45,6 +45,22 @@ def test_every_config(t) -> None:
             assert rel_fro(out, ref) <= TOL, (cfg.name, recipe, enc)
 
 
+@pytest.mark.parametrize("t", (1, 31, 129))
+def test_every_gluon_config(t) -> None:
+    """Every PATH 4 / 5 config, explicitly, at T off its plan's range (T = 1: one token in a
+    32- or 128-token tile; T = 129: a second T tile of one token), on every scale encoding: no
+    output left unwritten, fp64-close, the same bits on a second call."""
+    if torch.cuda.get_device_capability()[0] != 9 or not fe.HAS_GLUON:
+        pytest.skip("paths 4 and 5 run on compute capability 9.x with Gluon only")
+    for cfg in fe.FP8_EINSUM_GLUON_CONFIGS:
+        for recipe, enc in CASES:
+            a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=9)
+            out = call_fp8_einsum(a, sa, w, sw, recipe, cfg)
+            assert not out.isnan().any(), (cfg.name, enc)
+            assert rel_fro(out, fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL, (cfg.name, recipe, enc)
+            assert torch.equal(out, call_fp8_einsum(a, sa, w, sw, recipe, cfg)), (cfg.name, enc)
+
+
 @pytest.mark.parametrize("t", (1, 17, 300))
 def test_tp1_shapes(t) -> None:
     out, ref = _run(t, 8, D, R, (1, 1, 128), "int32", seed=3)
@@ -285,15 +301,16 @@ def assert_dispatch_is(name, a, sa, w, sw, sa_f, sw_f, recipe) -> None:
 
 @pytest.mark.parametrize("t", (65, 100, 128))
 @pytest.mark.parametrize("recipe,enc", (CASES[1], CASES[4]), ids=("r1-int32", "r1-int32-bcast"))
-def test_mid_t_takes_path3_with_k_splits_on_sm90(t, recipe, enc) -> None:
-    """UE8M0 scales, T in FP8_EINSUM_GLUON_MAX_T + 1 .. 128 on a compute capability 9.x GPU with
-    group-major activations: the mid plan (PATH 3, K in four splits, PATH 2 sums them; launched
-    with PDL) gives the bits of its explicit call and of the plain launch, the same bits run to
-    run, fp64-close, and inside one CUDA graph reads activations a copy kernel wrote just before;
-    T = 32 and 129, both-fp32 scales and contiguous activations keep the plans."""
+def test_mid_t_takes_path3_with_k_splits_on_sm90(t, recipe, enc, monkeypatch) -> None:
+    """UE8M0 scales, T = 65 .. 128 on a compute capability 9.x GPU without Gluon (switched off
+    here) with group-major activations: the mid plan (PATH 3, K in four splits, PATH 2 sums them;
+    launched with PDL) gives the bits of its explicit call and of the plain launch, the same bits
+    run to run, fp64-close, and inside one CUDA graph reads activations a copy kernel wrote just
+    before; T = 32 and 129, both-fp32 scales and contiguous activations keep the plans."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("PATH 3 is dispatched on compute capability 9.x only")
-    cfg = fe.select_fp8_einsum_config(t, False, tma=True, per_row=True, gluon=fe.HAS_GLUON)
+    monkeypatch.setattr(fe, "HAS_GLUON", False)
+    cfg = fe.select_fp8_einsum_config(t, False, tma=True, per_row=True, gluon=False)
     assert cfg.constexprs()["PATH"] == 3 and cfg["SPLIT_R"] == 4, cfg.name
     for other in (
         fe.select_fp8_einsum_config(
@@ -317,20 +334,22 @@ def test_mid_t_takes_path3_with_k_splits_on_sm90(t, recipe, enc) -> None:
     assert_graph_calls_read_fresh_activations(a, sa, w, sw, sa_f, sw_f, recipe, srcs, (enc, t))
 
 
-@pytest.mark.parametrize("t", (17, 24, 32, 33, 36, 50, 64))
+@pytest.mark.parametrize("t", (17, 24, 32, 33, 36, 50, 64, 65, 100, 128))
 @pytest.mark.parametrize(
     "recipe,enc", (CASES[0], CASES[1], CASES[4]), ids=("fp32", "r1-int32", "r1-int32-bcast")
 )
 def test_mid_t_takes_the_gluon_tile_on_sm90(t, recipe, enc) -> None:
     """T in FP8_EINSUM_GLUON_MIN_T .. FP8_EINSUM_GLUON_MAX_T on a compute capability 9.x GPU with
-    Gluon and group-major activations, every scale encoding: PATH 4 (K in four ranges, PATH 2 sums
-    them; the 32-token tile to T = 32, the 64-token one beyond) gives the bits of its explicit call,
-    the same bits run to run, fp64-close; inside one CUDA graph, calls whose activations a copy
-    kernel rewrote just before read the new ones."""
+    Gluon and group-major activations, every scale encoding: PATH 4 (K in two ranges, PATH 2 sums
+    them; the 32-token tile to T = 32, the 64-token one to 64) or beyond PATH 5 (the whole K, 128
+    tokens a tile) gives the bits of its explicit call, the same bits run to run, fp64-close;
+    inside one CUDA graph, calls whose activations a copy kernel rewrote just before read the new
+    ones."""
     if torch.cuda.get_device_capability()[0] != 9 or not fe.HAS_GLUON:
-        pytest.skip("PATH 4 is dispatched on compute capability 9.x with Gluon only")
+        pytest.skip("paths 4 and 5 are dispatched on compute capability 9.x with Gluon only")
     cfg = fe.select_fp8_einsum_config(t, enc == "fp32", tma=True, per_row=recipe[1] == 1, gluon=True)
-    assert cfg["PATH"] == 4 and cfg["BLOCK_T"] == (32 if t <= 32 else 64), cfg.name
+    want = (4, 32) if t <= 32 else (4, 64) if t <= 64 else (5, 128)
+    assert (cfg["PATH"], cfg["BLOCK_T"]) == want, cfg.name
     a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=t + 5)
     assert fe._gluon_ok(a, w)
     assert_dispatch_is(cfg.name, a, sa, w, sw, sa_f, sw_f, recipe)

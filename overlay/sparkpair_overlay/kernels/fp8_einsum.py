@@ -71,8 +71,8 @@ Four paths in one jitted kernel (constexpr ``PATH``), and a fifth in Gluon:
   resident and waiting when the partials land) adds ``0 + p0 + p1 + ...`` in split order and
   writes bf16 ``out``.
 * 3, persistent TMA loop (compute capability 9.x only: prefill with block weight scales from T =
-  1024, with per-row weight scales from T = 2048; UE8M0 scales at T = 65 ... 128, and 33 ... 64
-  where PATH 4 cannot run): a persistent
+  1024, with per-row weight scales from T = 2048; UE8M0 scales at T = 33 ... 128 where paths 4
+  and 5 cannot run): a persistent
   grid (``PERSIST_CTAS_PER_SM`` CTAs per SM) walking each group's work items, (K split, T tile, D
   tile) with the tiles in PATH 0's grouped order, operands loaded by TMA through device-side
   tensor descriptors (``a`` must be group-major, ``w`` contiguous), the same promotion as PATH 0.
@@ -84,11 +84,14 @@ Four paths in one jitted kernel (constexpr ``PATH``), and a fifth in Gluon:
 * 4, in its own module (``fp8_einsum_gluon``, Gluon, compute capability 9.x only, T = 17 ... 64,
   every scale encoding): split decode tiles with every scale staged in shared memory and each K
   block's wgmma in flight across the previous block's promotion; PATH 2 sums the splits.
+* 5, in the same module (T = 65 ... 128): the whole K per program with tokens on wgmma's M side,
+  128 tokens by 32 weight rows, the same staging and overlap; no split, no sum.
 
 Every path adds in a fixed order: bitwise deterministic run to run.
 
 Public API: :func:`fp8_einsum`; torch custom op ``torch.ops.sparkpair.fp8_einsum`` (mutates
 ``out``; fake implementation registered); :data:`FP8_EINSUM_CONFIGS` (paths 0, 1 and 3),
+:data:`FP8_EINSUM_GLUON_CONFIGS` (paths 4 and 5),
 :data:`FP8_EINSUM_SUM_CONFIGS` (path 2, for the AOT build); :data:`FP8_EINSUM_TMA_CONFIGS` (path 3);
 :func:`fp8_einsum_with_config`.
 """
@@ -105,7 +108,7 @@ from .fp8_einsum_gluon import HAS_GLUON
 from .fp8_einsum_gluon import tensor_descriptor as gluon_tensor_descriptor
 
 if HAS_GLUON:
-    from .fp8_einsum_gluon import _fp8_einsum_gluon_kernel
+    from .fp8_einsum_gluon import _fp8_einsum_gluon_kernel, _fp8_einsum_gluon_tm_kernel
 
 __all__ = [
     "FP8_EINSUM_CONFIGS",
@@ -1115,13 +1118,13 @@ FP8_EINSUM_TMA_CONFIGS: tuple[KernelConfig, ...] = (
 FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_TMA_CONFIGS
 
 
-def _gcfg(name: str, bt: int, bd: int, split_r: int, stages: int, warps: int) -> KernelConfig:
+def _gcfg(name: str, bt: int, bd: int, split_r: int, stages: int, warps: int, path: int = 4) -> KernelConfig:
     """A PATH 4 config (``fp8_einsum_gluon``): BLOCK_D x BLOCK_T tiles, K in ``split_r`` ranges
     of 32 / split_r K blocks (R = 4096) through a ``stages``-deep TMA ring, launched with PDL;
-    PATH 2 sums the ranges."""
+    PATH 2 sums the ranges. ``path`` 5: the token-row tile, the whole K (``split_r`` 1), no sum."""
     return make_config(
         name,
-        "_fp8_einsum_gluon_kernel",
+        "_fp8_einsum_gluon_kernel" if path == 4 else "_fp8_einsum_gluon_tm_kernel",
         warps,
         stages,
         BLOCK_T=bt,
@@ -1129,21 +1132,25 @@ def _gcfg(name: str, bt: int, bd: int, split_r: int, stages: int, warps: int) ->
         BLOCK_R=SCALE_BLOCK,
         SPLIT_R=split_r,
         STAGES=stages,
-        PATH=4,
+        PATH=path,
         USE_PDL=True,
     )
 
 
-#: PATH 4 configs (Gluon, wgmma: compute capability 9.x with Gluon's Hopper API, see
+#: PATH 4 and 5 configs (Gluon, wgmma: compute capability 9.x with Gluon's Hopper API, see
 #: fp8_einsum_gluon.HAS_GLUON; the dispatcher never picks them elsewhere, and the AOT gate, which
 #: builds for sm_121a, does not compile them). Name: gl_t<BLOCK_T>_d<BLOCK_D>_sk<K splits>_s<stages>
-#: _w<warps>. sm_90a build (Triton 3.6): 100,400 B of shared memory (block weight scales) / 102,448 B
-#: (per-row), 154-167 registers, no spill; grid on the served TP=2 shape at T <= 64:
-#: (1024/64, 4, 4) = 256 CTAs, 2 per H200 SM. gl_t32_d64_sk4_s8_w4: 99,392 B / 101,440 B,
-#: 82-90 registers, the same grid at T <= 32.
+#: _w<warps> (PATH 4), gltm_t<BLOCK_T>_d<BLOCK_D>_s<stages>_w<warps> (PATH 5). sm_90a builds
+#: (Triton 3.6; benchmarks/results/explore-2026-12-04-k17k/compile-gluon.log), block weight scales /
+#: per-row ones, on the served TP=2 shape: gl_t32_d64_sk2_s8_w4 100,416 / 104,512 B of shared
+#: memory, 111-122 registers, grid (1024/64, 4, 2) = 128 CTAs at T <= 32; gl_t64_d64_sk2_s8_w4
+#: 135,232 / 139,328 B, 178-187 registers, 128 CTAs at T <= 64; gltm_t128_d32_s6_w8 139,312 /
+#: 143,408 B, 118-128 registers, 256 threads, grid (1024/32, 4) = 128 CTAs at T <= 128, the whole
+#: K each. No spills; one CTA per H200 SM.
 FP8_EINSUM_GLUON_CONFIGS: tuple[KernelConfig, ...] = (
-    _gcfg("gl_t32_d64_sk4_s8_w4", 32, 64, 4, 8, 4),
-    _gcfg("gl_t64_d64_sk4_s6_w4", 64, 64, 4, 6, 4),
+    _gcfg("gl_t32_d64_sk2_s8_w4", 32, 64, 2, 8, 4),
+    _gcfg("gl_t64_d64_sk2_s8_w4", 64, 64, 2, 8, 4),
+    _gcfg("gltm_t128_d32_s6_w8", 128, 32, 1, 6, 8, path=5),
 )
 
 #: Elements of D per program of the split sum (PATH 2): 4 warps, 2 outputs per thread; grid
@@ -1240,8 +1247,8 @@ FP8_EINSUM_PLAN = FP8_EINSUM_PLAN_UE8M0  # the served recipe on GB10
 #: benchmarks/results/explore-2026-12-03-k17h/final-2aff14d/ (int32-bcast, p50 us cold / warm,
 #: the plain launch in brackets), T = 65 / 96 / 128: 13.12 / 13.06 (14.34 / 13.81), 13.63 / 13.24
 #: (14.53 / 13.87), 14.36 / 13.91 (15.15 / 14.36); int32 alike; the same bits (e0d50ad's config
-#: at T = 128: 19.58 / 18.72). T = 33 .. 64, which PATH 4 takes wherever Gluon runs, keep the
-#: plain launch.
+#: at T = 128: 19.58 / 18.72). T = 33 .. 64 keep the plain launch. Wherever Gluon runs, paths 4
+#: and 5 take T = 33 .. 128 instead (FP8_EINSUM_GLUON_PLAN): this plan is for sm_90 without Gluon.
 FP8_EINSUM_TMA_MID_MIN_T = 33
 FP8_EINSUM_TMA_MID_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
     (64, "tma_t64_d128_s4_sk4_nosc"),
@@ -1287,21 +1294,30 @@ FP8_EINSUM_TMA_ROW_MIN_T = 2048
 FP8_EINSUM_TMA_ROW_PLAN_CONFIG = "tma_t64_d128_s3_r168_nosc"
 
 
-#: Where PATH 4 can run (compute capability 9.x with Gluon; the operands as PATH 3 wants them),
-#: T = FP8_EINSUM_GLUON_MIN_T .. FP8_EINSUM_GLUON_MAX_T takes FP8_EINSUM_GLUON_PLAN's config for
-#: every scale encoding. T = 33 .. 64, run 6 of benchmarks/results/explore-2026-12-02-k17e/ (p50 us,
-#: cold / warm; the plan then in brackets), T = 36 / 64: fp32 11.02 / 9.53 (13.14 / 9.70), 10.61 /
-#: 8.78 (14.82 / 11.08); int32-bcast 11.26 / 10.28 (12.76 / 10.85), 10.97 / 9.82 (13.15 / 11.23);
-#: int32 11.17 / 9.89 (12.81 / 10.98), 11.04 / 9.84 (13.23 / 11.46). At T = 128 it lost (18.0
-#: against 15.7 cold). T = 17 .. 32, the 32-token tile: runs 1 and 2 of
-#: benchmarks/results/explore-2026-12-03-k17f/ (T = 32, cold / warm, `auto` = dec_t32_d128_k4_w8
-#: in brackets): fp32 9.46 / 7.51 (10.05 / 8.13) and 9.66 / 7.64 (10.20 / 8.07); int32-bcast 9.23 /
-#: 7.55 (10.57 / 8.65) and 9.40 / 7.41 (10.64 / 8.78). At T = 16 the 16-token tile lost cold (8.36
-#: -8.53 against 7.68-7.82), so T <= 16 keeps the decode plan.
+#: Where PATH 4 and 5 can run (compute capability 9.x with Gluon; the operands as PATH 3 wants
+#: them), T = FP8_EINSUM_GLUON_MIN_T .. FP8_EINSUM_GLUON_MAX_T takes FP8_EINSUM_GLUON_PLAN's config
+#: for every scale encoding. From benchmarks/results/explore-2026-12-04-k17k/ (H200, CUDA-graph
+#: replay p50 us, cold = 8 rotating operand sets / warm; the plan at ab63c02 in brackets, whose
+#: PATH 4 tiles staged their scales a K block at a time):
+#: T = 17 .. 32, the 32-token tile with K in two ranges: run 3, T = 17 / 24 / 32, fp32 cold 6.98 /
+#: 6.99 / 7.21 (8.25 / 8.26 / 8.59), warm 5.41 / 5.48 / 5.66 (5.99 / 6.11 / 6.36); per-row UE8M0
+#: scales (int32-bcast read row by row) cold 7.50 / 7.45 / 7.40 (7.93 / 7.93 / 8.05), warm 6.29 /
+#: 6.22 / 6.28 (5.92 / 6.05 / 6.20).
+#: T = 33 .. 64, the 64-token tile with K in two ranges: run 4, T = 33 / 48 / 64, fp32 cold 7.55 /
+#: 7.48 / 7.75 (8.76 / 9.33 / 9.74), warm 6.37 / 6.49 / 6.93 (6.89 / 7.36 / 7.86); per-row UE8M0
+#: cold 8.59 / 8.36 / 8.55 (8.42 / 8.72 / 9.22).
+#: T = 65 .. 128, PATH 5 (the whole K, 128 tokens by 32 weight rows, a 6-stage ring): run 4, T = 65 /
+#: 80 / 96 / 112 / 128, fp32 cold 12.06 / 10.66 / 10.35 / 10.38 / 10.27 (18.59 / 18.64 / 18.76 /
+#: 18.71 / 18.57), warm 11.99 / 10.49 / 9.64 / 9.74 / 9.62 (12.29 ... 12.53); int32-bcast (block
+#: view) cold 12.04 / 11.03 / 10.70 / 10.76 / 10.67 (12.16 / 12.46 / 12.89 / 13.33 / 13.70), warm
+#: 11.24 / 10.93 / 10.10 / 10.05 / 9.95 (12.40 ... 12.96); int32 with rows that differ cold 12.90 /
+#: 12.14 / 12.14 / 12.30 / 12.42 (13.20 / 13.54 / 13.93 / 14.30 / 14.69). At T <= 16 the split
+#: tiles lost cold to the decode plan (run 2, T = 16: 7.24 / 6.81 against 6.90 / 6.41).
 FP8_EINSUM_GLUON_MIN_T = 17
 FP8_EINSUM_GLUON_PLAN: tuple[tuple[int, str], ...] = (
-    (32, "gl_t32_d64_sk4_s8_w4"),
-    (64, "gl_t64_d64_sk4_s6_w4"),
+    (32, "gl_t32_d64_sk2_s8_w4"),
+    (64, "gl_t64_d64_sk2_s8_w4"),
+    (128, "gltm_t128_d32_s6_w8"),
 )
 FP8_EINSUM_GLUON_MAX_T = FP8_EINSUM_GLUON_PLAN[-1][0]
 
@@ -1513,7 +1529,7 @@ def fp8_einsum_with_config(
             f"scales BLOCK_D must divide {SCALE_BLOCK} (one scale per tile and K block)"
         )
     n_tiles = cdiv(t, meta["BLOCK_T"]) * cdiv(d, meta["BLOCK_D"])
-    if meta.get("PATH", 0) == 4:
+    if meta.get("PATH", 0) in (4, 5):
         _launch_gluon(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
         return
     if meta.get("PATH", 0) == 3:
@@ -1724,31 +1740,40 @@ def _gluon_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
 
 
 def _launch_gluon(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
-    """PATH 4 (``fp8_einsum_gluon``) and its PATH 2 split sum.
+    """PATH 4 (``fp8_einsum_gluon``) and its PATH 2 split sum, or PATH 5 (no split).
 
     Raises:
         ValueError: Gluon's Hopper API is missing, or the operands or the device do not allow it
             (those of PATH 3, see :func:`_tma_ok`), or R is not 128 x SPLIT_R x a multiple of the
-            config's stages.
+            config's stages (PATH 5: SPLIT_R 1).
     """
     t, g, r = x.shape
     d = w.shape[1]
     kb = r // SCALE_BLOCK
-    split, stages = meta["SPLIT_R"], meta["STAGES"]
+    path, split, stages = meta["PATH"], meta["SPLIT_R"], meta["STAGES"]
     if not _gluon_ok(x, w):
         raise ValueError(
-            f"fp8_einsum: config {cfg.name} (PATH 4) needs Triton's Gluon (Hopper API), a compute "
+            f"fp8_einsum: config {cfg.name} (PATH {path}) needs Triton's Gluon (Hopper API), a compute "
             f"capability 9.x GPU, compiled kernels, a group-major with packed rows (strides (R, T*R, 1)) "
             f"and w contiguous, both 16-byte aligned; got Gluon={HAS_GLUON}, a strides {x.stride()}, "
             f"w strides {w.stride()} on {x.device}"
         )
-    if split < 2 or kb % split != 0 or kb // split < stages:
+    if split < (2 if path == 4 else 1) or kb % split != 0 or kb // split < stages:
         raise ValueError(
-            f"fp8_einsum: config {cfg.name} (PATH 4) needs R = 128 x {split} x k, k >= {stages}; got R={r}"
+            f"fp8_einsum: config {cfg.name} (PATH {path}) needs R = 128 x {split} x k, k >= {stages}; "
+            f"got R={r}"
         )
     x2 = x.transpose(0, 1).reshape(g * t, r)  # group-major: a view, no copy
     w_desc = gluon_tensor_descriptor(w.view(g * d, r), [meta["BLOCK_D"], SCALE_BLOCK])
     a_desc = gluon_tensor_descriptor(x2, [meta["BLOCK_T"], SCALE_BLOCK])
+    if path == 5:
+        _fp8_einsum_gluon_tm_kernel[(n_tiles, g)](
+            out, w_desc, a_desc, sa, sw, t, d, out.stride(0), out.stride(1), out.stride(2),
+            sa.stride(0), sa.stride(1), sa.stride(2), sw.stride(0), sw.stride(1), sw.stride(2),
+            SA_KIND=sa_kind, SW_KIND=sw_kind, SW_PER_ROW=per_row, BLOCK_T=meta["BLOCK_T"],
+            BLOCK_D=meta["BLOCK_D"], KB=kb, STAGES=stages, num_warps=cfg.num_warps, launch_pdl=True,
+        )  # fmt: skip
+        return
     ws, sem = _split_workspace(split, t, g, d, out)
     _fp8_einsum_gluon_kernel[(n_tiles, g, split)](
         ws, w_desc, a_desc, sa, sw, t, d,

@@ -1,24 +1,33 @@
-"""fp8_einsum's split decode tile for compute capability 9.x, written in Gluon (``PATH`` 4).
+"""fp8_einsum's decode and mid-T tiles for compute capability 9.x, written in Gluon (``PATH`` 4 and 5).
 
-One program = (D tile of BLOCK_D weight rows and T tile of BLOCK_T tokens) x group x one of
-SPLIT_R K ranges of KB_PER 128-wide K blocks. Weight rows are wgmma's M side (64 rows per
-warpgroup), tokens its N side. What it does that Triton's ``tl.dot`` form (``PATH`` 1 / 3) cannot:
+``PATH`` 4, the split tile: one program = (D tile of BLOCK_D weight rows and T tile of BLOCK_T
+tokens) x group x one of SPLIT_R K ranges of KB_PER 128-wide K blocks. Weight rows are wgmma's M
+side (64 rows per warpgroup), tokens its N side. Each K range stores an fp32 partial
+``ws[s, t, g, d]``; ``PATH`` 2 of ``_fp8_einsum_kernel`` sums them in split order (deterministic).
+
+``PATH`` 5, the token-row tile: one program = (BLOCK_D weight rows, BLOCK_T tokens) x group with
+the whole K. Tokens are wgmma's M side (64 rows per warpgroup; 8 warps = 128 tokens), weight rows
+its N side, so a program can own as few as 32 weight rows: the served shape's 4,096 rows give 128
+programs with no K split and no split sum; it stores bf16 ``out`` itself.
+
+What both do that Triton's ``tl.dot`` form (``PATH`` 1 / 3) cannot:
 
 * every scale of the program's K range (per-token activation scales; the weight's 128x128 block
-  scale or per-row scales) is decoded once into shared memory before the K loop, so the step
-  after each TMA wait is the wgmma and the promotion only (no global load on that chain);
+  scale or per-row scales) is decoded into shared memory before the K loop with one 2-D load (all
+  in flight at once; staged a K block at a time, the loads ran in series, one global load's
+  latency per K block), so the step after each TMA wait is the wgmma and the promotion only;
 * the wgmma of K block i is issued before block i-1's is waited for and promoted
   (``warpgroup_mma_wait(num_outstanding=1)``), so the tensor cores work during the promotion;
 * weight and activation tiles arrive by TMA in a STAGES-deep ring (one mbarrier per stage), the
   weight's first STAGES tiles issued before the PDL wait (no earlier kernel writes it).
 
-Each K range stores an fp32 partial ``ws[s, t, g, d]``; ``PATH`` 2 of ``_fp8_einsum_kernel``
-sums them in split order (deterministic). Per K block: ``total += p * (s_w * s_a)`` with ``p`` the
-block's fp32 wgmma product, the same order as ``PATH`` 1. Measured and chosen in
-``benchmarks/results/explore-2026-12-02-k17e/README.md`` (run 6).
+Per K block: ``total += p * (s_w * s_a)`` with ``p`` the block's fp32 wgmma product, the same
+order as ``PATH`` 1. Measured and chosen in ``benchmarks/results/explore-2026-12-02-k17e/README.md``
+(run 6: PATH 4) and ``benchmarks/results/explore-2026-12-04-k17k/README.md`` (the batched staging,
+PATH 5).
 
 Gluon (``triton.experimental.gluon``, Triton 3.6) and wgmma: sm_90a only; :data:`HAS_GLUON` is
-False where either import fails, and the dispatcher never picks ``PATH`` 4 then.
+False where either import fails, and the dispatcher never picks ``PATH`` 4 or 5 then.
 """
 
 from __future__ import annotations
@@ -54,8 +63,9 @@ if HAS_GLUON:
 
     @gluon.jit
     def _promote(total, p, sa_smem, sw_smem, i: gl.constexpr, SW_PER_ROW: gl.constexpr, d_lay, t_lay):
-        """``total + p * (s_w * s_a)`` for K block ``i`` of the program's range, scales from
-        shared memory (block weight scales: the product was staged)."""
+        """``total + p * (s_w * s_a)`` for K block ``i`` of the program's range (``p``, ``total``:
+        [BLOCK_D, BLOCK_T], PATH 4), scales from shared memory (block weight scales: the product
+        was staged)."""
         if SW_PER_ROW:
             s_w = sw_smem.index(i).load(d_lay)
             s_a = sa_smem.index(i).load(t_lay)
@@ -63,6 +73,74 @@ if HAS_GLUON:
         else:
             f = sa_smem.index(i).load(t_lay)
             return total + p * f[None, :]
+
+    @gluon.jit
+    def _promote_tm(total, p, sa_smem, sw_smem, i: gl.constexpr, SW_PER_ROW: gl.constexpr, t_lay, d_lay):
+        """:func:`_promote` for PATH 5's [BLOCK_T, BLOCK_D] products (tokens on rows)."""
+        if SW_PER_ROW:
+            s_w = sw_smem.index(i).load(d_lay)
+            s_a = sa_smem.index(i).load(t_lay)
+            return total + p * (s_a[:, None] * s_w[None, :])
+        else:
+            f = sa_smem.index(i).load(t_lay)
+            return total + p * f[:, None]
+
+    @gluon.jit
+    def _stage_scales(
+        sa_ptr, sw_ptr, g, pid_t, pid_d, kb0, T, D,
+        stride_sat, stride_sag, stride_sak, stride_swg, stride_swd, stride_swk,
+        SA_KIND: gl.constexpr, SW_KIND: gl.constexpr, SW_PER_ROW: gl.constexpr,
+        BLOCK_T: gl.constexpr, BLOCK_D: gl.constexpr, KB_PER: gl.constexpr, num_warps: gl.constexpr,
+    ):  # fmt: skip
+        """Every scale of the K range ``kb0 .. kb0 + KB_PER`` decoded into shared memory with one
+        2-D load (all in flight at once) and one store: ``(sa_smem, sw_smem)``, each
+        ``[KB_PER, n]`` fp32 read a K block's row at a time. Block weight scales: ``sa_smem`` holds
+        ``s_w * s_a`` and ``sw_smem`` is the same buffer."""
+        sl2: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])  # row-major, written 2-D
+        sl1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])  # the same bytes, by row
+        s2: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [1, num_warps], [1, 0])
+        kbs = kb0 + gl.arange(0, KB_PER, layout=gl.SliceLayout(1, s2))
+        if SA_KIND == 1:
+            ka = kbs // 4
+        else:
+            ka = kbs
+        if SW_KIND == 1:
+            kw = kbs // 4
+        else:
+            kw = kbs
+        rt = pid_t * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, s2))
+        s_a = load_block_scale(
+            sa_ptr,
+            (rt * stride_sat + g * stride_sag)[None, :] + (ka * stride_sak)[:, None],
+            kbs[:, None],
+            (rt < T)[None, :],
+            SA_KIND,
+        )
+        sa_buf = gl.allocate_shared_memory(gl.float32, [KB_PER, BLOCK_T], sl2)
+        if SW_PER_ROW:
+            rd = pid_d * BLOCK_D + gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, s2))
+            s_w = load_block_scale(
+                sw_ptr,
+                (g * stride_swg + rd * stride_swd)[None, :] + (kw * stride_swk)[:, None],
+                kbs[:, None],
+                (rd < D)[None, :],
+                SW_KIND,
+            )
+            sw_buf = gl.allocate_shared_memory(gl.float32, [KB_PER, BLOCK_D], sl2)
+            sw_buf.store(s_w)
+            sa_buf.store(s_a)
+            gl.thread_barrier()
+            return sa_buf._reinterpret(gl.float32, [KB_PER, BLOCK_T], sl1), sw_buf._reinterpret(
+                gl.float32, [KB_PER, BLOCK_D], sl1
+            )
+        else:
+            gl.static_assert(128 % BLOCK_D == 0, "block weight scales need BLOCK_D to divide 128")
+            sw_blk = g * stride_swg + ((pid_d * BLOCK_D) // 128) * stride_swd
+            s_w = load_block_scale(sw_ptr, sw_blk + kw * stride_swk, kbs, pid_d * BLOCK_D < D, SW_KIND)
+            sa_buf.store(s_w[:, None] * s_a)
+            gl.thread_barrier()
+            sa_smem = sa_buf._reinterpret(gl.float32, [KB_PER, BLOCK_T], sl1)
+            return sa_smem, sa_smem
 
     @gluon.jit
     def _fp8_einsum_gluon_kernel(
@@ -123,40 +201,11 @@ if HAS_GLUON:
         for i in gl.static_range(STAGES):
             tma.async_copy_global_to_shared(a_desc, [row_a, (kb0 + i) * 128], bars.index(i), a_smem.index(i))
 
-        # Every scale of the K range, decoded into shared memory: one rank-1 buffer a K block.
-        sl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
-        v1: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-        rt = pid_t * BLOCK_T + gl.arange(0, BLOCK_T, layout=v1)
-        sa_base = rt * stride_sat + g * stride_sag
-        sa_smem = gl.allocate_shared_memory(gl.float32, [KB_PER, BLOCK_T], sl)
-        if SW_PER_ROW:
-            rd = pid_d * BLOCK_D + gl.arange(0, BLOCK_D, layout=v1)
-            sw_base = g * stride_swg + rd * stride_swd
-            sw_smem = gl.allocate_shared_memory(gl.float32, [KB_PER, BLOCK_D], sl)
-        else:
-            gl.static_assert(128 % BLOCK_D == 0, "block weight scales need BLOCK_D to divide 128")
-            sw_blk = g * stride_swg + ((pid_d * BLOCK_D) // 128) * stride_swd
-            sw_smem = sa_smem
-        for i in gl.static_range(KB_PER):
-            kb = kb0 + i
-            if SA_KIND == 1:
-                ka = kb // 4
-            else:
-                ka = kb
-            if SW_KIND == 1:
-                kw = kb // 4
-            else:
-                kw = kb
-            s_a = load_block_scale(sa_ptr, sa_base + ka * stride_sak, kb, rt < T, SA_KIND)
-            if SW_PER_ROW:
-                sw_smem.index(i).store(
-                    load_block_scale(sw_ptr, sw_base + kw * stride_swk, kb, rd < D, SW_KIND)
-                )
-                sa_smem.index(i).store(s_a)
-            else:
-                s_w = load_block_scale(sw_ptr, sw_blk + kw * stride_swk, kb, pid_d * BLOCK_D < D, SW_KIND)
-                sa_smem.index(i).store(s_w * s_a)
-        gl.thread_barrier()
+        sa_smem, sw_smem = _stage_scales(
+            sa_ptr, sw_ptr, g, pid_t, pid_d, kb0, T, D,
+            stride_sat, stride_sag, stride_sak, stride_swg, stride_swd, stride_swk,
+            SA_KIND, SW_KIND, SW_PER_ROW, BLOCK_T, BLOCK_D, KB_PER, num_warps,
+        )  # fmt: skip
 
         zero = gl.zeros([BLOCK_D, BLOCK_T], gl.float32, mma)
         total = gl.zeros([BLOCK_D, BLOCK_T], gl.float32, mma)
@@ -193,3 +242,100 @@ if HAS_GLUON:
         G = gl.num_programs(1)
         p_offs = pid_s * stride_wss + offs_t[None, :] * (G * D) + g * D + offs_d[:, None]
         gl.store(ws_ptr + p_offs, total, mask=td_mask)
+
+    @gluon.jit
+    def _fp8_einsum_gluon_tm_kernel(
+        out_ptr,  # bf16 out [T, G, D] (any strides)
+        w_desc,  # TMA descriptor over w viewed [G*D, R], block [BLOCK_D, 128]
+        a_desc,  # TMA descriptor over a viewed [G*T, R] (group-major), block [BLOCK_T, 128]
+        sa_ptr,
+        sw_ptr,
+        T,
+        D,
+        stride_ot,
+        stride_og,
+        stride_od,
+        stride_sat,
+        stride_sag,
+        stride_sak,
+        stride_swg,
+        stride_swd,
+        stride_swk,
+        SA_KIND: gl.constexpr,
+        SW_KIND: gl.constexpr,
+        SW_PER_ROW: gl.constexpr,
+        BLOCK_T: gl.constexpr,
+        BLOCK_D: gl.constexpr,
+        KB: gl.constexpr,
+        STAGES: gl.constexpr,
+        num_warps: gl.constexpr,
+    ):
+        """PATH 5: the whole K of (BLOCK_T tokens, BLOCK_D weight rows, group), tokens on wgmma's
+        M side; stores bf16 ``out``. Launched with PDL (the weight's first STAGES tiles load before
+        the wait). Activation rows past T in a tile belong to the next group (or are TMA's zero
+        fill); their results are never stored."""
+        gdc_launch_dependents()
+        pid = gl.program_id(0)
+        g = gl.program_id(1)
+        num_d = gl.cdiv(D, BLOCK_D)
+        pid_d = pid % num_d
+        pid_t = pid // num_d
+        mma: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_D, 32]
+        )
+        t_lay: gl.constexpr = gl.SliceLayout(1, mma)
+        d_lay: gl.constexpr = gl.SliceLayout(0, mma)
+        w_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_D, 128], w_desc.layout)
+        a_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_T, 128], a_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(bars.index(i), count=1)
+        nbytes: gl.constexpr = w_desc.block_type.nbytes + a_desc.block_type.nbytes
+        row_w = g * D + pid_d * BLOCK_D
+        row_a = g * T + pid_t * BLOCK_T
+        for i in gl.static_range(STAGES):
+            mbarrier.expect(bars.index(i), nbytes)
+            tma.async_copy_global_to_shared(w_desc, [row_w, i * 128], bars.index(i), w_smem.index(i))
+        gdc_wait()  # a and sa may be written by the kernel before this one
+        for i in gl.static_range(STAGES):
+            tma.async_copy_global_to_shared(a_desc, [row_a, i * 128], bars.index(i), a_smem.index(i))
+        sa_smem, sw_smem = _stage_scales(
+            sa_ptr, sw_ptr, g, pid_t, pid_d, 0, T, D,
+            stride_sat, stride_sag, stride_sak, stride_swg, stride_swd, stride_swk,
+            SA_KIND, SW_KIND, SW_PER_ROW, BLOCK_T, BLOCK_D, KB, num_warps,
+        )  # fmt: skip
+
+        zero = gl.zeros([BLOCK_T, BLOCK_D], gl.float32, mma)
+        total = gl.zeros([BLOCK_T, BLOCK_D], gl.float32, mma)
+        mbarrier.wait(bars.index(0), 0)
+        prev = warpgroup_mma(
+            a_smem.index(0), w_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True
+        )
+        for i in gl.static_range(1, KB):
+            mbarrier.wait(bars.index(i % STAGES), (i // STAGES) & 1)
+            cur = warpgroup_mma(
+                a_smem.index(i % STAGES),
+                w_smem.index(i % STAGES).permute((1, 0)),
+                zero,
+                use_acc=False,
+                is_async=True,
+            )
+            p = warpgroup_mma_wait(num_outstanding=1, deps=(prev,))
+            if i - 1 + STAGES < KB:  # block i-1's stage is free: refill it
+                sp = (i - 1) % STAGES
+                mbarrier.expect(bars.index(sp), nbytes)
+                kn = (i - 1 + STAGES) * 128
+                tma.async_copy_global_to_shared(w_desc, [row_w, kn], bars.index(sp), w_smem.index(sp))
+                tma.async_copy_global_to_shared(a_desc, [row_a, kn], bars.index(sp), a_smem.index(sp))
+            total = _promote_tm(total, p, sa_smem, sw_smem, i - 1, SW_PER_ROW, t_lay, d_lay)
+            prev = cur
+        p = warpgroup_mma_wait(num_outstanding=0, deps=(prev,))
+        total = _promote_tm(total, p, sa_smem, sw_smem, KB - 1, SW_PER_ROW, t_lay, d_lay)
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(i))
+
+        offs_t = pid_t * BLOCK_T + gl.arange(0, BLOCK_T, layout=t_lay)
+        offs_d = pid_d * BLOCK_D + gl.arange(0, BLOCK_D, layout=d_lay)
+        mask = (offs_t < T)[:, None] & (offs_d < D)[None, :]
+        o_offs = offs_t[:, None] * stride_ot + g * stride_og + offs_d[None, :] * stride_od
+        gl.store(out_ptr + o_offs, total.to(gl.bfloat16), mask=mask)

@@ -318,14 +318,15 @@ def test_plans_name_existing_configs_in_increasing_t() -> None:
 
 
 def test_gluon_decode_tile_is_planned_for_mid_t_only_where_it_can_run() -> None:
-    """PATH 4 (fp8_einsum_gluon) for T = FP8_EINSUM_GLUON_MIN_T .. FP8_EINSUM_GLUON_MAX_T, every
-    scale encoding, the 32-token tile up to T = 32 and the 64-token one beyond, only where PATH 3
-    could run and Gluon exists; one T outside keeps the plans."""
+    """Paths 4 and 5 (fp8_einsum_gluon) for T = FP8_EINSUM_GLUON_MIN_T .. FP8_EINSUM_GLUON_MAX_T,
+    every scale encoding: PATH 4's 32-token tile up to T = 32, its 64-token one to T = 64, PATH 5's
+    128-token tile beyond, only where PATH 3 could run and Gluon exists; one T outside keeps the
+    plans."""
     lo, hi = fe.FP8_EINSUM_GLUON_MIN_T, fe.FP8_EINSUM_GLUON_MAX_T
     names = {name for _, name in fe.FP8_EINSUM_GLUON_PLAN}
-    assert all(fe._CONFIGS_BY_NAME[n]["PATH"] == 4 for n in names)
+    assert {fe._CONFIGS_BY_NAME[n]["PATH"] for n in names} == {4, 5}
     assert not names & {c.name for c in fe.FP8_EINSUM_CONFIGS}  # the sm_121a AOT set
-    for t, bt in ((lo, 32), (24, 32), (32, 32), (33, 64), (36, 64), (hi, 64)):
+    for t, bt in ((lo, 32), (24, 32), (32, 32), (33, 64), (36, 64), (64, 64), (65, 128), (hi, 128)):
         for fp32, per_row in ((True, False), (False, True), (False, False)):
             cfg = fe.select_fp8_einsum_config(t, fp32, True, per_row, gluon=True)
             assert cfg.name in names and cfg["BLOCK_T"] == bt >= t, (t, cfg.name)
@@ -340,9 +341,10 @@ def test_gluon_decode_tile_is_planned_for_mid_t_only_where_it_can_run() -> None:
 
 
 def test_gluon_config_on_operands_it_cannot_run_is_refused_by_name(monkeypatch) -> None:
-    """An explicit PATH 4 call where it cannot run (here: CPU tensors under Triton's interpreter)
-    names the config and what it needs, before any launch."""
+    """An explicit PATH 4 or 5 call where it cannot run (here: CPU tensors under Triton's
+    interpreter) names the config and what it needs, before any launch."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     a, sa, w, sw, out = _ops(t=36)
-    with pytest.raises(ValueError, match=r"gl_t64_d64_sk4_s6_w4 \(PATH 4\) needs .*group-major"):
-        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 1, 128), "gl_t64_d64_sk4_s6_w4")
+    for name, path in (("gl_t64_d64_sk2_s8_w4", 4), ("gltm_t128_d32_s6_w8", 5)):
+        with pytest.raises(ValueError, match=rf"{name} \(PATH {path}\) needs .*group-major"):
+            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 1, 128), name)
