@@ -100,6 +100,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from typing import Any
 
 import torch
 
@@ -1763,28 +1764,52 @@ def _launch_gluon(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_r
             f"fp8_einsum: config {cfg.name} (PATH {path}) needs R = 128 x {split} x k, k >= {stages}; "
             f"got R={r}"
         )
+    kernel, grid, args, kwargs = gluon_launch(cfg, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
+    kernel[grid](*args, **kwargs, launch_pdl=True)
+    if path == 4:
+        ws, sem = args[0], args[0].view(torch.int32)  # as _split_workspace gives them
+        kinds = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row}
+        sum_args = _kernel_args(x, sa, w, sw, out)
+        _launch_split_sum(cfg, t, g, d, out, ws, sem, sum_args, kinds, {"launch_pdl": True})
+
+
+def gluon_launch(
+    cfg: KernelConfig,
+    x: torch.Tensor,
+    sa: torch.Tensor,
+    w: torch.Tensor,
+    sw: torch.Tensor,
+    out: torch.Tensor,
+    sa_kind: int,
+    sw_kind: int,
+    per_row: bool,
+) -> tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]:
+    """``(kernel, grid, args, kwargs)`` of a PATH 4 or 5 config's Gluon launch on these operands
+    (scales as :func:`_prepare` returns them), without launching: the launcher calls it, and the
+    AOT tier compiles it for sm_90a with the served operands. PATH 4's first argument is its fresh
+    fp32 workspace ``[SPLIT_R, T, G, D]`` (PATH 2 sums it). No checks: see :func:`_launch_gluon`."""
+    meta = cfg.constexprs()
+    t, g, r = x.shape
+    d = w.shape[1]
+    kb = r // SCALE_BLOCK
+    n_tiles = cdiv(t, meta["BLOCK_T"]) * cdiv(d, meta["BLOCK_D"])
     x2 = x.transpose(0, 1).reshape(g * t, r)  # group-major: a view, no copy
     w_desc = gluon_tensor_descriptor(w.view(g * d, r), [meta["BLOCK_D"], SCALE_BLOCK])
     a_desc = gluon_tensor_descriptor(x2, [meta["BLOCK_T"], SCALE_BLOCK])
-    if path == 5:
-        _fp8_einsum_gluon_tm_kernel[(n_tiles, g)](
-            out, w_desc, a_desc, sa, sw, t, d, out.stride(0), out.stride(1), out.stride(2),
-            sa.stride(0), sa.stride(1), sa.stride(2), sw.stride(0), sw.stride(1), sw.stride(2),
-            SA_KIND=sa_kind, SW_KIND=sw_kind, SW_PER_ROW=per_row, BLOCK_T=meta["BLOCK_T"],
-            BLOCK_D=meta["BLOCK_D"], KB=kb, STAGES=stages, num_warps=cfg.num_warps, launch_pdl=True,
-        )  # fmt: skip
-        return
-    ws, sem = _split_workspace(split, t, g, d, out)
-    _fp8_einsum_gluon_kernel[(n_tiles, g, split)](
-        ws, w_desc, a_desc, sa, sw, t, d,
-        sa.stride(0), sa.stride(1), sa.stride(2), sw.stride(0), sw.stride(1), sw.stride(2), t * g * d,
-        SA_KIND=sa_kind, SW_KIND=sw_kind, SW_PER_ROW=per_row, BLOCK_T=meta["BLOCK_T"],
-        BLOCK_D=meta["BLOCK_D"], KB_PER=kb // split, STAGES=stages, USE_PDL=True,
-        num_warps=cfg.num_warps, launch_pdl=True,
-    )  # fmt: skip
-    args = _kernel_args(x, sa, w, sw, out)
-    kinds = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row}
-    _launch_split_sum(cfg, t, g, d, out, ws, sem, args, kinds, {"launch_pdl": True})
+    scales = (sa.stride(0), sa.stride(1), sa.stride(2), sw.stride(0), sw.stride(1), sw.stride(2))
+    kwargs: dict[str, Any] = {
+        "SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row, "BLOCK_T": meta["BLOCK_T"],
+        "BLOCK_D": meta["BLOCK_D"], "STAGES": meta["STAGES"], "num_warps": cfg.num_warps,
+    }  # fmt: skip
+    if meta["PATH"] == 5:
+        kwargs["KB"] = kb
+        args = (out, w_desc, a_desc, sa, sw, t, d, *out.stride(), *scales)
+        return _fp8_einsum_gluon_tm_kernel, (n_tiles, g), args, kwargs
+    split = meta["SPLIT_R"]
+    ws, _ = _split_workspace(split, t, g, d, out)
+    kwargs.update(KB_PER=kb // split, USE_PDL=True)
+    args = (ws, w_desc, a_desc, sa, sw, t, d, *scales, t * g * d)
+    return _fp8_einsum_gluon_kernel, (n_tiles, g, split), args, kwargs
 
 
 def _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:

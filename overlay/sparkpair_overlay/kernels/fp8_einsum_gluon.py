@@ -273,10 +273,15 @@ if HAS_GLUON:
         """PATH 5: the whole K of (BLOCK_T tokens, BLOCK_D weight rows, group), tokens on wgmma's
         M side; stores bf16 ``out``. Launched with PDL (the weight's first STAGES tiles load before
         the wait). Activation rows past T in a tile belong to the next group (or are TMA's zero
-        fill); their results are never stored."""
+        fill); their results are never stored. The K coordinates are run-time values (``kb0``, 0):
+        as compile-time constants, the sm_90a build for fp32 scales and the served strides took
+        255 registers and spilled 232 B (245 and none this way), and ran 15.3 against 9.5 us warm
+        at T = 128 on the H200 (run 5 of
+        benchmarks/results/explore-2026-12-04-k17k/README.md)."""
         gdc_launch_dependents()
         pid = gl.program_id(0)
         g = gl.program_id(1)
+        kb0 = gl.program_id(2) * KB  # 0 (one program along K), kept a run-time value: see above
         num_d = gl.cdiv(D, BLOCK_D)
         pid_d = pid % num_d
         pid_t = pid // num_d
@@ -295,12 +300,12 @@ if HAS_GLUON:
         row_a = g * T + pid_t * BLOCK_T
         for i in gl.static_range(STAGES):
             mbarrier.expect(bars.index(i), nbytes)
-            tma.async_copy_global_to_shared(w_desc, [row_w, i * 128], bars.index(i), w_smem.index(i))
+            tma.async_copy_global_to_shared(w_desc, [row_w, (kb0 + i) * 128], bars.index(i), w_smem.index(i))
         gdc_wait()  # a and sa may be written by the kernel before this one
         for i in gl.static_range(STAGES):
-            tma.async_copy_global_to_shared(a_desc, [row_a, i * 128], bars.index(i), a_smem.index(i))
+            tma.async_copy_global_to_shared(a_desc, [row_a, (kb0 + i) * 128], bars.index(i), a_smem.index(i))
         sa_smem, sw_smem = _stage_scales(
-            sa_ptr, sw_ptr, g, pid_t, pid_d, 0, T, D,
+            sa_ptr, sw_ptr, g, pid_t, pid_d, kb0, T, D,
             stride_sat, stride_sag, stride_sak, stride_swg, stride_swd, stride_swk,
             SA_KIND, SW_KIND, SW_PER_ROW, BLOCK_T, BLOCK_D, KB, num_warps,
         )  # fmt: skip
@@ -324,7 +329,7 @@ if HAS_GLUON:
             if i - 1 + STAGES < KB:  # block i-1's stage is free: refill it
                 sp = (i - 1) % STAGES
                 mbarrier.expect(bars.index(sp), nbytes)
-                kn = (i - 1 + STAGES) * 128
+                kn = (kb0 + i - 1 + STAGES) * 128
                 tma.async_copy_global_to_shared(w_desc, [row_w, kn], bars.index(sp), w_smem.index(sp))
                 tma.async_copy_global_to_shared(a_desc, [row_a, kn], bars.index(sp), a_smem.index(sp))
             total = _promote_tm(total, p, sa_smem, sw_smem, i - 1, SW_PER_ROW, t_lay, d_lay)
