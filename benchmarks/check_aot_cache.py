@@ -70,7 +70,8 @@ for recipe, enc, plan, mid in (
     for t in sorted(set(plan_sizes(plan, 2048) + plan_sizes(mid, 2048) + edges)):
         a, sa, w8, sw, _, _ = make_fp8_operands(t, 4, 1024, 4096, recipe, enc)
         out = torch.empty((t, 4, 1024), dtype=torch.bfloat16, device="cuda")
-        # Paths 4 and 5 (Gluon, T = 17 ... 128 here) are not in the AOT set: compiled on first use
+        # Paths 4 and 5 (Gluon, T = 17 ... 128 here) and PATH 4's two-range split sum are not in the
+        # AOT set (sm_121a has no wgmma): compiled on first use
         # (a MISS below by design, named by its config).
         per_row = recipe[1] == 1 and enc != "int32-bcast"
         name = fe.select_fp8_einsum_config(t, enc == "fp32", tma, per_row, fe._gluon_ok(a, w8)).name

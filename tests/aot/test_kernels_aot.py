@@ -204,13 +204,15 @@ def test_gluon_decode_configs_build_for_sm90a_and_fit_one_h200_block(kinds, tmp_
         assert deep.metadata.shared > H200_SHARED_MEMORY_PER_BLOCK, (cfg.name, deep.metadata.shared)
 
 
-@pytest.mark.parametrize("enc", ("fp32", "int32", "int32-bcast"))
+@pytest.mark.parametrize("enc", ("fp32", "int32", "int32-bcast", "e8m0"))
 def test_gluon_kernels_as_dispatched_build_for_sm90a_without_spills(enc, tmp_path) -> None:
-    """What the dispatcher launches on compute capability 9.x at T = 32, 64 and 128 (paths 4 and
-    5), built for sm_90a from the served operands (their strides and sizes: Triton specialises
-    on them, so the generic build above can differ), spills no register. A PATH 5 form with
-    compile-time K coordinates spilled 232 B on fp32 scales here and ran 1.6x slower on the
-    H200 (run 5 of benchmarks/results/explore-2026-12-04-k17k/README.md)."""
+    """What the dispatcher launches on compute capability 9.x at T = 17 … 128 (paths 4 and 5),
+    built for sm_90a from the served operands (their strides and sizes: Triton specialises on
+    what is not ``do_not_specialize``, so the generic build above can differ), spills no
+    register, and one build per config serves every T. A PATH 5 form with compile-time K
+    coordinates spilled 232 B on fp32 scales and ran 1.6x slower on the H200 (run 5 of
+    benchmarks/results/explore-2026-12-04-k17k/README.md); R = 3072 (24 K blocks, not a power
+    of 2) must build too."""
     import torch
     from sparkpair_overlay.kernels import fp8_einsum as fe
     from sparkpair_overlay.kernels import fp8_einsum_gluon as fg
@@ -219,18 +221,24 @@ def test_gluon_kernels_as_dispatched_build_for_sm90a_without_spills(enc, tmp_pat
     if not fg.HAS_GLUON:
         pytest.skip("this Triton has no Gluon Hopper API")
     recipe = (1, 128, 128) if enc == "fp32" else (1, 1, 128)
-    for t in (32, 64, 128):
-        a, sa, w, sw, _, _ = make_fp8_operands(t, 4, 1024, 4096, recipe, enc, device="cpu")
+    builds: dict[str, set[str]] = {}
+    shapes = [(t, 4096) for t in (17, 32, 33, 64, 65, 128)] + [(36, 3072), (100, 3072)]
+    for t, r in shapes:
+        a, sa, w, sw, _, _ = make_fp8_operands(t, 4, 1024, r, recipe, enc, device="cpu")
         out = torch.empty((t, 4, 1024), dtype=torch.bfloat16)
         sa_kind, sa, sw_kind, sw, per_row = fe._prepare(fe.SUPPORTED_EQUATION, a, sa, w, sw, out, recipe)
         view = fe.block_scales_view(sw) if per_row else None
         if view is not None:  # int32-bcast: the dispatcher's block view (answered at once on the CPU)
             sw, per_row = view, False
-        assert per_row == (enc == "int32")
+        assert per_row == (enc in ("int32", "e8m0"))
         cfg = fe.select_fp8_einsum_config(t, enc == "fp32", tma=True, per_row=per_row, gluon=True)
-        kernel, grid, args, kwargs = fe.gluon_launch(cfg, a, sa, w, sw, out, sa_kind, sw_kind, per_row)
+        assert fe._gluon_fits(cfg, r), (cfg.name, r)
+        kernel, grid, args, kwargs = fe._gluon_launch(cfg, a, sa, w, sw, out, sa_kind, sw_kind, per_row)
         with aot._target_driver("sm_90a", str(tmp_path)):
             k = kernel.warmup(*args, grid=grid, **kwargs)
             k = k.result() if hasattr(k, "result") else k
         n_regs, spills = aot._resource_usage(k.asm["cubin"])
-        assert spills == 0, (cfg.name, enc, t, n_regs, spills)
+        if r == 4096:  # the served shape
+            assert spills == 0, (cfg.name, enc, t, n_regs, spills)
+            builds.setdefault(cfg.name, set()).add(k.hash)
+    assert all(len(h) == 1 for h in builds.values()), builds  # no build per T

@@ -47,8 +47,8 @@ def test_every_config(t) -> None:
 
 @pytest.mark.parametrize("t", (1, 31, 129))
 def test_every_gluon_config(t) -> None:
-    """Every PATH 4 / 5 config, explicitly, at T off its plan's range (T = 1: one token in a
-    32- or 128-token tile; T = 129: a second T tile of one token), on every scale encoding: no
+    """Every PATH 4 / 5 config, explicitly, at T off its plan's range (T = 1: one token in a 32-,
+    64- or 128-token tile; T = 129: a second T tile of one token), on every scale encoding: no
     output left unwritten, fp64-close, the same bits on a second call."""
     if torch.cuda.get_device_capability()[0] != 9 or not fe.HAS_GLUON:
         pytest.skip("paths 4 and 5 run on compute capability 9.x with Gluon only")
@@ -58,6 +58,31 @@ def test_every_gluon_config(t) -> None:
             out = call_fp8_einsum(a, sa, w, sw, recipe, cfg)
             assert not out.isnan().any(), (cfg.name, enc)
             assert rel_fro(out, fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL, (cfg.name, recipe, enc)
+            assert torch.equal(out, call_fp8_einsum(a, sa, w, sw, recipe, cfg)), (cfg.name, enc)
+
+
+@pytest.mark.parametrize(
+    "t,g,d,r",
+    ((36, 4, 1024, 3072), (100, 4, 1024, 3072), (36, 4, 1000, 4096), (100, 4, 1000, 4096),
+     (100, 4, 1024, 512), (36, 8, 1024, 4096), (100, 8, 1024, 4096)),
+)  # fmt: skip
+def test_gluon_plan_on_other_shapes(t, g, d, r) -> None:
+    """Shapes other than the served TP=2 one through the public dispatch on compute capability
+    9.x: K block counts that are not a power of 2 (R = 3072: 24 blocks), a D tail (D = 1000),
+    TP=1's eight groups, and an R too short for the Gluon rings (R = 512: the dispatcher takes
+    another plan); every scale encoding fp64-close, the same bits twice, and where the Gluon
+    config fits, its explicit call's bits."""
+    if torch.cuda.get_device_capability()[0] != 9 or not fe.HAS_GLUON:
+        pytest.skip("paths 4 and 5 are dispatched on compute capability 9.x with Gluon only")
+    for recipe, enc in CASES:
+        a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, g, d, r, recipe, enc, seed=t + r)
+        cfg = fe.select_fp8_einsum_config(t, enc == "fp32", tma=True, per_row=recipe[1] == 1, gluon=True)
+        assert fe._gluon_fits(cfg, r) == (r != 512), (cfg.name, r)
+        out = call_fp8_einsum(a, sa, w, sw, recipe)
+        assert not out.isnan().any(), (enc, t, g, d, r)
+        assert rel_fro(out, fp8_einsum_reference(a, sa_f, w, sw_f)) <= TOL, (enc, t, g, d, r)
+        assert torch.equal(out, call_fp8_einsum(a, sa, w, sw, recipe)), (enc, t, g, d, r)
+        if r != 512:
             assert torch.equal(out, call_fp8_einsum(a, sa, w, sw, recipe, cfg)), (cfg.name, enc)
 
 
@@ -132,11 +157,17 @@ def test_deterministic_bitwise() -> None:
 
 
 def _n_compiled() -> int:
-    return sum(len(c[0]) for c in fe._fp8_einsum_kernel.device_caches.values())
+    kernels = [fe._fp8_einsum_kernel]
+    if fe.HAS_GLUON:  # paths 4 and 5 (T = 17 .. 128 on compute capability 9.x)
+        from sparkpair_overlay.kernels import fp8_einsum_gluon as fg
+
+        kernels += [fg._fp8_einsum_gluon_kernel, fg._fp8_einsum_gluon_tm_kernel]
+    return sum(len(c[0]) for k in kernels for c in k.device_caches.values())
 
 
 def test_no_recompile_across_t() -> None:
     ops = {t: make_fp8_operands(t, G, D, R, (1, 1, 128), "int32", seed=t) for t in range(1, 70)}
+    ops |= {t: make_fp8_operands(t, G, D, R, (1, 1, 128), "int32", seed=t) for t in (100, 127, 128)}
     for t in (1, 16, 17, 32, 33, 64, 65, 66):  # warm each plan config
         a, sa, w, sw, _, _ = ops[t]
         fe.fp8_einsum(
@@ -336,7 +367,9 @@ def test_mid_t_takes_path3_with_k_splits_on_sm90(t, recipe, enc, monkeypatch) ->
 
 @pytest.mark.parametrize("t", (17, 24, 32, 33, 36, 50, 64, 65, 100, 128))
 @pytest.mark.parametrize(
-    "recipe,enc", (CASES[0], CASES[1], CASES[4]), ids=("fp32", "r1-int32", "r1-int32-bcast")
+    "recipe,enc",
+    (CASES[0], CASES[1], CASES[2], CASES[4]),
+    ids=("fp32", "r1-int32", "r1-e8m0", "r1-int32-bcast"),
 )
 def test_mid_t_takes_the_gluon_tile_on_sm90(t, recipe, enc) -> None:
     """T in FP8_EINSUM_GLUON_MIN_T .. FP8_EINSUM_GLUON_MAX_T on a compute capability 9.x GPU with

@@ -1,5 +1,5 @@
 """Block-scale decoding shared by fp8_einsum's Triton kernel (``PATH`` 0-3) and its Gluon tile
-(``PATH`` 4, which calls these Triton-language functions from Gluon): one definition of what a
+(``PATH`` 4 and 5, which call these Triton-language functions from Gluon): one definition of what a
 scale encoding means.
 
 Encodings (``KIND``): 0 fp32 scales; 1 packed UE8M0, byte ``kb % 4`` of an int32 word holds K

@@ -55,7 +55,7 @@ The operand strides stay specialised: they are T-independent, or (``a``'s group 
 group-major layout) always a multiple of 16, so their specialisation never changes with T and
 keeps the 16-byte vector loads. Total elements per operand must stay below 2**31 (int32 offsets).
 
-Four paths in one jitted kernel (constexpr ``PATH``), and a fifth in Gluon:
+Four paths in one jitted kernel (constexpr ``PATH``), and two more in Gluon:
 
 * 0, the tile loop (prefill and mid T): a (T tile, D tile, K split) per CTA, a software-pipelined
   loop over 128-wide K blocks; split configs sum their partials in the last CTA of each tile.
@@ -67,7 +67,7 @@ Four paths in one jitted kernel (constexpr ``PATH``), and a fifth in Gluon:
   on the stream finishes; ``a``, ``sa``, the workspace and ``out`` are touched only after it.
   Caller contract (as the router's): no kernel right before this one writes ``w`` or ``sw``
   (model parameters).
-* 2, the split sum of paths 1 and 3: a second launch (with PDL when the first has it, so it is
+* 2, the split sum of paths 1, 3 and 4: a second launch (with PDL when the first has it, so it is
   resident and waiting when the partials land) adds ``0 + p0 + p1 + ...`` in split order and
   writes bf16 ``out``.
 * 3, persistent TMA loop (compute capability 9.x only: prefill with block weight scales from T =
@@ -114,6 +114,7 @@ if HAS_GLUON:
 __all__ = [
     "FP8_EINSUM_CONFIGS",
     "FP8_EINSUM_DECODE_CONFIGS",
+    "FP8_EINSUM_GLUON_CONFIGS",
     "FP8_EINSUM_PLAN",
     "FP8_EINSUM_SUM_CONFIGS",
     "FP8_EINSUM_TMA_CONFIGS",
@@ -1146,7 +1147,7 @@ def _gcfg(name: str, bt: int, bd: int, split_r: int, stages: int, warps: int, pa
 #: per-row ones, on the served TP=2 shape: gl_t32_d64_sk2_s8_w4 100,416 / 104,512 B of shared
 #: memory, 111-122 registers, grid (1024/64, 4, 2) = 128 CTAs at T <= 32; gl_t64_d64_sk2_s8_w4
 #: 135,232 / 139,328 B, 178-187 registers, 128 CTAs at T <= 64; gltm_t128_d32_s6_w8 139,312 /
-#: 143,408 B, 118-128 registers, 256 threads, grid (1024/32, 4) = 128 CTAs at T <= 128, the whole
+#: 143,408 B, 128-148 registers, 256 threads, grid (1024/32, 4) = 128 CTAs at T <= 128, the whole
 #: K each. No spills; one CTA per H200 SM.
 FP8_EINSUM_GLUON_CONFIGS: tuple[KernelConfig, ...] = (
     _gcfg("gl_t32_d64_sk2_s8_w4", 32, 64, 2, 8, 4),
@@ -1313,7 +1314,9 @@ FP8_EINSUM_TMA_ROW_PLAN_CONFIG = "tma_t64_d128_s3_r168_nosc"
 #: view) cold 12.04 / 11.03 / 10.70 / 10.76 / 10.67 (12.16 / 12.46 / 12.89 / 13.33 / 13.70), warm
 #: 11.24 / 10.93 / 10.10 / 10.05 / 9.95 (12.40 ... 12.96); int32 with rows that differ cold 12.90 /
 #: 12.14 / 12.14 / 12.30 / 12.42 (13.20 / 13.54 / 13.93 / 14.30 / 14.69). At T <= 16 the split
-#: tiles lost cold to the decode plan (run 2, T = 16: 7.24 / 6.81 against 6.90 / 6.41).
+#: tiles lost cold to the decode plan (run 2, T = 16: 7.24 / 6.81 against 6.90 / 6.41). Accepted:
+#: per-row scales read row by row (int32 with rows that differ; int32-bcast before its block view
+#: answers) are 0.1-0.4 us slower warm than the ab63c02 plan at T = 17 .. 32 and 0.2 cold at T = 33.
 FP8_EINSUM_GLUON_MIN_T = 17
 FP8_EINSUM_GLUON_PLAN: tuple[tuple[int, str], ...] = (
     (32, "gl_t32_d64_sk2_s8_w4"),
@@ -1336,7 +1339,8 @@ def select_fp8_einsum_config(
     """The config :func:`fp8_einsum` uses for ``t`` tokens. ``fp32_scales``: both scales fp32;
     ``tma``: the device and the operands allow PATH 3 (:func:`_tma_ok`); ``per_row``: the weight
     scales are per row (recipe (1,1,128) or a per-row ``sw``), not 128x128 blocks; ``gluon``:
-    PATH 4 can run too (:func:`_gluon_ok`). See
+    paths 4 and 5 can run too (:func:`_gluon_ok`; the dispatcher also checks that R splits as the
+    config needs, :func:`_gluon_fits`). See
     :data:`FP8_EINSUM_GLUON_MIN_T`, :data:`FP8_EINSUM_TMA_MID_MIN_T`, :data:`FP8_EINSUM_TMA_MIN_T`
     and :data:`FP8_EINSUM_TMA_ROW_MIN_T`."""
     if tma and gluon and FP8_EINSUM_GLUON_MIN_T <= t <= FP8_EINSUM_GLUON_MAX_T:
@@ -1517,6 +1521,8 @@ def fp8_einsum_with_config(
             if blocks is not None:  # rows repeat 128-row blocks: the block-scale plan, same bits
                 sw, per_row = blocks, False
         cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row, tma and _gluon_ok(x, w))
+        if _path(cfg) in (4, 5) and not _gluon_fits(cfg, r):  # R this config cannot split
+            cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row, False)
     else:
         cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
     meta = cfg.constexprs()
@@ -1531,7 +1537,7 @@ def fp8_einsum_with_config(
         )
     n_tiles = cdiv(t, meta["BLOCK_T"]) * cdiv(d, meta["BLOCK_D"])
     if meta.get("PATH", 0) in (4, 5):
-        _launch_gluon(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
+        _launch_gluon(cfg, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
         return
     if meta.get("PATH", 0) == 3:
         _launch_persistent(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
@@ -1731,7 +1737,7 @@ def block_scales_view(sw: torch.Tensor) -> torch.Tensor | None:
 
 
 def _gluon_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether PATH 4 can run these operands here: those of PATH 3 (:func:`_tma_ok`), Gluon's
+    """Whether paths 4 and 5 can run these operands here: those of PATH 3 (:func:`_tma_ok`), Gluon's
     Hopper API, and both operands viewable as row-major 2-D TMA sources with no copy: ``a`` as
     ``[G*T, R]`` (group-major, rows packed), ``w`` as ``[G*D, R]`` (contiguous), 16-byte aligned."""
     if not (HAS_GLUON and _tma_ok(x, w)):
@@ -1740,18 +1746,24 @@ def _gluon_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
     return x.stride(0) == r and w.is_contiguous() and x.data_ptr() % 16 == 0 and w.data_ptr() % 16 == 0
 
 
-def _launch_gluon(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
+def _gluon_fits(cfg: KernelConfig, r: int) -> bool:
+    """Whether config ``cfg`` (PATH 4 or 5) can split this R: ``R / 128`` K blocks in SPLIT_R
+    equal ranges (PATH 4: at least two) of at least STAGES blocks each."""
+    kb, split, stages = r // SCALE_BLOCK, cfg["SPLIT_R"], cfg["STAGES"]
+    return split >= (2 if _path(cfg) == 4 else 1) and kb % split == 0 and kb // split >= stages
+
+
+def _launch_gluon(cfg, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
     """PATH 4 (``fp8_einsum_gluon``) and its PATH 2 split sum, or PATH 5 (no split).
 
     Raises:
         ValueError: Gluon's Hopper API is missing, or the operands or the device do not allow it
-            (those of PATH 3, see :func:`_tma_ok`), or R is not 128 x SPLIT_R x a multiple of the
-            config's stages (PATH 5: SPLIT_R 1).
+            (those of PATH 3, see :func:`_tma_ok`), or R does not split as the config needs
+            (:func:`_gluon_fits`; the dispatcher then picks another plan).
     """
     t, g, r = x.shape
     d = w.shape[1]
-    kb = r // SCALE_BLOCK
-    path, split, stages = meta["PATH"], meta["SPLIT_R"], meta["STAGES"]
+    path, split, stages = cfg["PATH"], cfg["SPLIT_R"], cfg["STAGES"]
     if not _gluon_ok(x, w):
         raise ValueError(
             f"fp8_einsum: config {cfg.name} (PATH {path}) needs Triton's Gluon (Hopper API), a compute "
@@ -1759,12 +1771,12 @@ def _launch_gluon(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_r
             f"and w contiguous, both 16-byte aligned; got Gluon={HAS_GLUON}, a strides {x.stride()}, "
             f"w strides {w.stride()} on {x.device}"
         )
-    if split < (2 if path == 4 else 1) or kb % split != 0 or kb // split < stages:
+    if not _gluon_fits(cfg, r):
         raise ValueError(
             f"fp8_einsum: config {cfg.name} (PATH {path}) needs R = 128 x {split} x k, k >= {stages}; "
             f"got R={r}"
         )
-    kernel, grid, args, kwargs = gluon_launch(cfg, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
+    kernel, grid, args, kwargs = _gluon_launch(cfg, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
     kernel[grid](*args, **kwargs, launch_pdl=True)
     if path == 4:
         ws, sem = args[0], args[0].view(torch.int32)  # as _split_workspace gives them
@@ -1773,7 +1785,7 @@ def _launch_gluon(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_r
         _launch_split_sum(cfg, t, g, d, out, ws, sem, sum_args, kinds, {"launch_pdl": True})
 
 
-def gluon_launch(
+def _gluon_launch(
     cfg: KernelConfig,
     x: torch.Tensor,
     sa: torch.Tensor,
@@ -1856,7 +1868,7 @@ def _split_workspace(
 
 
 def _launch_split_sum(cfg, t, g, d, out, ws, sem, args, kinds, pdl) -> None:
-    """PATH 2 after a PATH 1 or PATH 3 launch that stored ``cfg["SPLIT_R"]`` fp32 partials."""
+    """PATH 2 after a PATH 1, 3 or 4 launch that stored ``cfg["SPLIT_R"]`` fp32 partials."""
     scfg = split_sum_config(cfg)
     _fp8_einsum_kernel[(cdiv(d, SUM_BLOCK), g, t)](
         out,

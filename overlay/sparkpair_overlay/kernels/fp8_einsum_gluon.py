@@ -58,6 +58,17 @@ def tensor_descriptor(t: Any, block: list[int]) -> Any:
 
 if HAS_GLUON:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    from triton.runtime.jit import constexpr_function
+
+    @constexpr_function
+    def _next_power_of_2(n: int) -> int:
+        """The smallest power of 2 >= ``n`` (a compile-time value: ``gl.arange`` needs one)."""
+        return 1 << (int(n) - 1).bit_length()
+
+    @constexpr_function
+    def _warps_along(n: int, num_warps: int) -> int:
+        """Warps a row of ``n`` elements takes at 32 lanes a warp (1 .. num_warps)."""
+        return max(1, min(int(num_warps), int(n) // 32))
 
     from ._scale_decode import load_block_scale
 
@@ -94,55 +105,72 @@ if HAS_GLUON:
     ):  # fmt: skip
         """Every scale of the K range ``kb0 .. kb0 + KB_PER`` decoded into shared memory with one
         2-D load (all in flight at once) and one store: ``(sa_smem, sw_smem)``, each
-        ``[KB_PER, n]`` fp32 read a K block's row at a time. Block weight scales: ``sa_smem`` holds
-        ``s_w * s_a`` and ``sw_smem`` is the same buffer."""
+        ``[KB_ROWS, n]`` fp32 (KB_ROWS: KB_PER up to a power of 2; rows past KB_PER hold 1.0, never
+        read) read a K block's row at a time. Block weight scales: ``sa_smem`` holds ``s_w * s_a``
+        and ``sw_smem`` is the same buffer."""
+        KB_ROWS: gl.constexpr = _next_power_of_2(KB_PER)
         sl2: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])  # row-major, written 2-D
         sl1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])  # the same bytes, by row
-        s2: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [1, num_warps], [1, 0])
-        kbs = kb0 + gl.arange(0, KB_PER, layout=gl.SliceLayout(1, s2))
+        # lanes along the row (tokens), warps along it as far as it reaches, the rest over K blocks:
+        # each element held once (a warps-along-the-row layout wider than the row replicates it
+        # and, for fp32 scales, pushed PATH 5's build past 255 registers)
+        WT: gl.constexpr = _warps_along(BLOCK_T, num_warps)
+        s2: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [num_warps // WT, WT], [1, 0])
+        kbs = kb0 + gl.arange(0, KB_ROWS, layout=gl.SliceLayout(1, s2))
+        in_k = kbs < kb0 + KB_PER
         if SA_KIND == 1:
             ka = kbs // 4
         else:
             ka = kbs
-        if SW_KIND == 1:
-            kw = kbs // 4
-        else:
-            kw = kbs
         rt = pid_t * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, s2))
         s_a = load_block_scale(
             sa_ptr,
             (rt * stride_sat + g * stride_sag)[None, :] + (ka * stride_sak)[:, None],
             kbs[:, None],
-            (rt < T)[None, :],
+            in_k[:, None] & (rt < T)[None, :],
             SA_KIND,
         )
-        sa_buf = gl.allocate_shared_memory(gl.float32, [KB_PER, BLOCK_T], sl2)
+        sa_buf = gl.allocate_shared_memory(gl.float32, [KB_ROWS, BLOCK_T], sl2)
         if SW_PER_ROW:
-            rd = pid_d * BLOCK_D + gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, s2))
+            WD: gl.constexpr = _warps_along(BLOCK_D, num_warps)
+            sd: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [num_warps // WD, WD], [1, 0])
+            kbd = kb0 + gl.arange(0, KB_ROWS, layout=gl.SliceLayout(1, sd))
+            if SW_KIND == 1:
+                kwd = kbd // 4
+            else:
+                kwd = kbd
+            rd = pid_d * BLOCK_D + gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, sd))
             s_w = load_block_scale(
                 sw_ptr,
-                (g * stride_swg + rd * stride_swd)[None, :] + (kw * stride_swk)[:, None],
-                kbs[:, None],
-                (rd < D)[None, :],
+                (g * stride_swg + rd * stride_swd)[None, :] + (kwd * stride_swk)[:, None],
+                kbd[:, None],
+                (kbd < kb0 + KB_PER)[:, None] & (rd < D)[None, :],
                 SW_KIND,
             )
-            sw_buf = gl.allocate_shared_memory(gl.float32, [KB_PER, BLOCK_D], sl2)
+            sw_buf = gl.allocate_shared_memory(gl.float32, [KB_ROWS, BLOCK_D], sl2)
             sw_buf.store(s_w)
             sa_buf.store(s_a)
             gl.thread_barrier()
-            return sa_buf._reinterpret(gl.float32, [KB_PER, BLOCK_T], sl1), sw_buf._reinterpret(
-                gl.float32, [KB_PER, BLOCK_D], sl1
+            return sa_buf._reinterpret(gl.float32, [KB_ROWS, BLOCK_T], sl1), sw_buf._reinterpret(
+                gl.float32, [KB_ROWS, BLOCK_D], sl1
             )
         else:
             gl.static_assert(128 % BLOCK_D == 0, "block weight scales need BLOCK_D to divide 128")
             sw_blk = g * stride_swg + ((pid_d * BLOCK_D) // 128) * stride_swd
-            s_w = load_block_scale(sw_ptr, sw_blk + kw * stride_swk, kbs, pid_d * BLOCK_D < D, SW_KIND)
+            if SW_KIND == 1:
+                kw = kbs // 4
+            else:
+                kw = kbs
+            sw_mask = in_k & (pid_d * BLOCK_D < D)
+            s_w = load_block_scale(sw_ptr, sw_blk + kw * stride_swk, kbs, sw_mask, SW_KIND)
             sa_buf.store(s_w[:, None] * s_a)
             gl.thread_barrier()
-            sa_smem = sa_buf._reinterpret(gl.float32, [KB_PER, BLOCK_T], sl1)
+            sa_smem = sa_buf._reinterpret(gl.float32, [KB_ROWS, BLOCK_T], sl1)
             return sa_smem, sa_smem
 
-    @gluon.jit
+    # T and the scale strides (which follow T through the TMA padding of ``sa``) are not
+    # specialised: one build per config serves every T (as ``_fp8_einsum_kernel``).
+    @gluon.jit(do_not_specialize=["T", "stride_sat", "stride_sag", "stride_sak", "stride_wss"])
     def _fp8_einsum_gluon_kernel(
         ws_ptr,  # fp32 partials [SPLIT_R, T, G, D] contiguous
         w_desc,  # TMA descriptor over w viewed [G*D, R], block [BLOCK_D, 128]
@@ -243,7 +271,7 @@ if HAS_GLUON:
         p_offs = pid_s * stride_wss + offs_t[None, :] * (G * D) + g * D + offs_d[:, None]
         gl.store(ws_ptr + p_offs, total, mask=td_mask)
 
-    @gluon.jit
+    @gluon.jit(do_not_specialize=["T", "stride_sat", "stride_sag", "stride_sak"])
     def _fp8_einsum_gluon_tm_kernel(
         out_ptr,  # bf16 out [T, G, D] (any strides)
         w_desc,  # TMA descriptor over w viewed [G*D, R], block [BLOCK_D, 128]

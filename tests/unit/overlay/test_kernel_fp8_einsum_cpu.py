@@ -11,6 +11,7 @@ import textwrap
 import pytest
 import torch
 from sparkpair_overlay.kernels import fp8_einsum as fe
+from sparkpair_overlay.numerics import make_fp8_operands
 
 E8M0 = getattr(torch, "float8_e8m0fnu", None)
 
@@ -325,6 +326,8 @@ def test_gluon_decode_tile_is_planned_for_mid_t_only_where_it_can_run() -> None:
     lo, hi = fe.FP8_EINSUM_GLUON_MIN_T, fe.FP8_EINSUM_GLUON_MAX_T
     names = {name for _, name in fe.FP8_EINSUM_GLUON_PLAN}
     assert {fe._CONFIGS_BY_NAME[n]["PATH"] for n in names} == {4, 5}
+    ts = [t for t, _ in fe.FP8_EINSUM_GLUON_PLAN]
+    assert ts == sorted(ts) and ts[-1] == hi
     assert not names & {c.name for c in fe.FP8_EINSUM_CONFIGS}  # the sm_121a AOT set
     for t, bt in ((lo, 32), (24, 32), (32, 32), (33, 64), (36, 64), (64, 64), (65, 128), (hi, 128)):
         for fp32, per_row in ((True, False), (False, True), (False, False)):
@@ -348,3 +351,23 @@ def test_gluon_config_on_operands_it_cannot_run_is_refused_by_name(monkeypatch) 
     for name, path in (("gl_t64_d64_sk2_s8_w4", 4), ("gltm_t128_d32_s6_w8", 5)):
         with pytest.raises(ValueError, match=rf"{name} \(PATH {path}\) needs .*group-major"):
             fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 1, 128), name)
+
+
+@pytest.mark.parametrize("r,gluon", ((4096, True), (3072, True), (512, False)))
+def test_dispatcher_takes_gluon_configs_only_where_r_fills_their_rings(r, gluon, monkeypatch) -> None:
+    """Where the Gluon tiles could run, R = 512 (4 K blocks, fewer than PATH 4's and 5's rings
+    hold) takes the plan without them instead of failing in the launch; R = 4096 and 3072 (24
+    blocks, not a power of 2) keep them. The launchers are stubbed: this is the choice only."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(fe, "_tma_ok", lambda x, w: True)
+    monkeypatch.setattr(fe, "_gluon_ok", lambda x, w: True)
+    seen: list[tuple[int, str]] = []
+    monkeypatch.setattr(fe, "_launch_gluon", lambda cfg, *a: seen.append((cfg["PATH"], cfg.name)))
+    monkeypatch.setattr(fe, "_launch_persistent", lambda cfg, *a: seen.append((cfg["PATH"], cfg.name)))
+    for t in (36, 100):
+        a, sa, w, sw, _, _ = make_fp8_operands(t, 4, 1024, r, (1, 1, 128), "int32", device="cpu", seed=t)
+        out = torch.empty((t, 4, 1024), dtype=torch.bfloat16)
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 1, 128))
+    assert [path in (4, 5) for path, _ in seen] == [gluon, gluon], seen
+    if not gluon:
+        assert all(path == 3 for path, _ in seen), seen
