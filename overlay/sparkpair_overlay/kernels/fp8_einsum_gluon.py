@@ -303,7 +303,7 @@ if HAS_GLUON:
         the wait). Activation rows past T in a tile belong to the next group (or are TMA's zero
         fill); their results are never stored. The K coordinates are run-time values (``kb0``, 0):
         as compile-time constants, the sm_90a build for fp32 scales and the served strides took
-        255 registers and spilled 232 B (245 and none this way), and ran 15.3 against 9.5 us warm
+        255 registers and spilled 232 B (244 and none this way), and ran 15.3 against 9.5 us warm
         at T = 128 on the H200 (run 5 of
         benchmarks/results/explore-2026-12-04-k17k/README.md)."""
         gdc_launch_dependents()
