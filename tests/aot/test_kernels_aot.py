@@ -9,7 +9,11 @@ import pytest
 pytest.importorskip("triton")
 
 from sparkpair_overlay.kernels import aot  # noqa: E402
-from sparkpair_overlay.kernels._common import GB10_SHARED_MEMORY_BYTES, make_config  # noqa: E402
+from sparkpair_overlay.kernels._common import (  # noqa: E402
+    GB10_SHARED_MEMORY_BYTES,
+    SM90_SHARED_MEMORY_BYTES,
+    make_config,
+)
 
 pytestmark = [pytest.mark.aot, pytest.mark.slow]
 
@@ -146,7 +150,6 @@ def test_shipped_cache_has_the_keys_the_runtime_looks_up(tmp_path, monkeypatch) 
 
 #: The most dynamic shared memory one CTA may use on an H100/H200 (227 KB; NVIDIA's Hopper tuning
 #: guide, https://docs.nvidia.com/cuda/hopper-tuning-guide/).
-H200_SHARED_MEMORY_PER_BLOCK = 232_448
 
 
 @pytest.mark.parametrize("kinds", ((0, 0, False), (1, 1, True), (2, 2, True)), ids=("fp32", "int32", "u8"))
@@ -194,14 +197,14 @@ def test_gluon_decode_configs_build_for_sm90a_and_fit_one_h200_block(kinds, tmp_
     assert {c["PATH"] for c in fe.FP8_EINSUM_GLUON_CONFIGS} == {4, 5}
     for cfg in fe.FP8_EINSUM_GLUON_CONFIGS:
         k = build(cfg, cfg["STAGES"])
-        assert 0 < k.metadata.shared <= H200_SHARED_MEMORY_PER_BLOCK, (cfg.name, k.metadata.shared)
+        assert 0 < k.metadata.shared <= SM90_SHARED_MEMORY_BYTES, (cfg.name, k.metadata.shared)
         assert "wgmma.mma_async" in k.asm["ptx"] and "cp.async.bulk.tensor" in k.asm["ptx"], cfg.name
         n_regs, spills = aot._resource_usage(k.asm["cubin"])
         print(f"{cfg.name} kinds={kinds}: {k.metadata.shared} B shared, {n_regs} registers, {spills} B spill")
         assert spills == 0, (cfg.name, spills)
     for cfg in fe.FP8_EINSUM_GLUON_CONFIGS:
         deep = build(cfg, 3 * cfg["STAGES"])
-        assert deep.metadata.shared > H200_SHARED_MEMORY_PER_BLOCK, (cfg.name, deep.metadata.shared)
+        assert deep.metadata.shared > SM90_SHARED_MEMORY_BYTES, (cfg.name, deep.metadata.shared)
 
 
 @pytest.mark.parametrize("enc", ("fp32", "int32", "int32-bcast", "e8m0"))

@@ -21,13 +21,17 @@ except ImportError:  # pragma: no cover - exercised only without Triton
     HAS_TRITON = False
 
 __all__ = [
-    "GB10_SHARED_MEMORY_BYTES", "HAS_TRITON", "SEMAPHORES", "KernelConfig", "SemaphorePool", "cdiv",
-    "make_config", "require_triton", "tl", "triton",
+    "GB10_SHARED_MEMORY_BYTES", "SM90_SHARED_MEMORY_BYTES", "HAS_TRITON", "SEMAPHORES", "KernelConfig",
+    "SemaphorePool", "cdiv", "make_config", "require_triton", "tl", "triton",
 ]
 
 #: GB10 (sm_121) shared memory per block, in bytes: 99 KiB (DGX Spark / GB10 spec;
 #: ``cudaDevAttrMaxSharedMemoryPerBlockOptin`` = 101376 on sm_120/sm_121).
 GB10_SHARED_MEMORY_BYTES = 101_376
+#: Compute capability 9.0 (H100 / H200) shared memory per block with the opt-in, in bytes: 227 KiB
+#: (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability":
+#: https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#features-and-technical-specifications).
+SM90_SHARED_MEMORY_BYTES = 232_448
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,17 @@ from typing import Any
 
 import torch
 
-from ._common import HAS_TRITON, SEMAPHORES, KernelConfig, cdiv, make_config, require_triton, tl, triton
+from ._common import (
+    HAS_TRITON,
+    SEMAPHORES,
+    SM90_SHARED_MEMORY_BYTES,
+    KernelConfig,
+    cdiv,
+    make_config,
+    require_triton,
+    tl,
+    triton,
+)
 from .fp8_einsum_gluon import HAS_GLUON
 from .fp8_einsum_gluon import tensor_descriptor as gluon_tensor_descriptor
 
@@ -1748,9 +1758,16 @@ def _gluon_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
 
 def _gluon_fits(cfg: KernelConfig, r: int) -> bool:
     """Whether config ``cfg`` (PATH 4 or 5) can split this R: ``R / 128`` K blocks in SPLIT_R
-    equal ranges (PATH 4: at least two) of at least STAGES blocks each."""
+    equal ranges (PATH 4: at least two) of at least STAGES blocks each, with its shared memory
+    (the TMA ring, and the staged scales: a range's K blocks up to a power of 2, fp32, per token
+    and per weight row) within a compute capability 9.0 block's."""
     kb, split, stages = r // SCALE_BLOCK, cfg["SPLIT_R"], cfg["STAGES"]
-    return split >= (2 if _path(cfg) == 4 else 1) and kb % split == 0 and kb // split >= stages
+    if split < (2 if _path(cfg) == 4 else 1) or kb % split != 0 or kb // split < stages:
+        return False
+    bt, bd = cfg["BLOCK_T"], cfg["BLOCK_D"]
+    rows = 1 << (kb // split - 1).bit_length()
+    smem = stages * (bt + bd) * SCALE_BLOCK + rows * (bt + bd) * 4 + 8 * stages  # + mbarriers
+    return smem <= SM90_SHARED_MEMORY_BYTES
 
 
 def _launch_gluon(cfg, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
@@ -1773,7 +1790,8 @@ def _launch_gluon(cfg, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
         )
     if not _gluon_fits(cfg, r):
         raise ValueError(
-            f"fp8_einsum: config {cfg.name} (PATH {path}) needs R = 128 x {split} x k, k >= {stages}; "
+            f"fp8_einsum: config {cfg.name} (PATH {path}) needs R = 128 x {split} x k, k >= {stages}, "
+            f"with its ring and staged scales within {SM90_SHARED_MEMORY_BYTES} B of shared memory; "
             f"got R={r}"
         )
     kernel, grid, args, kwargs = _gluon_launch(cfg, x, sa, w, sw, out, sa_kind, sw_kind, per_row)

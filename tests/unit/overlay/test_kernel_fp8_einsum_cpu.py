@@ -371,3 +371,19 @@ def test_dispatcher_takes_gluon_configs_only_where_r_fills_their_rings(r, gluon,
     assert [path in (4, 5) for path, _ in seen] == [gluon, gluon], seen
     if not gluon:
         assert all(path == 3 for path, _ in seen), seen
+
+
+def test_gluon_configs_fit_r_by_ring_and_shared_memory() -> None:
+    """_gluon_fits: the served R and any R whose K blocks fill the config's ranges and ring (24,
+    not a power of 2) fit; fewer blocks than the ring, blocks that do not split evenly, or staged
+    scales that would take the block past a compute capability 9.0 block's shared memory do not.
+    The served configs' own footprint (the AOT tier's sm_90a builds: 100,416-143,408 B) stays
+    under the estimate's limit."""
+    names = ("gl_t32_d64_sk2_s8_w4", "gl_t64_d64_sk2_s8_w4", "gltm_t128_d32_s6_w8")
+    t32, t64, tm = (fe._CONFIGS_BY_NAME[n] for n in names)
+    for cfg in (t32, t64, tm):
+        assert fe._gluon_fits(cfg, 4096) and fe._gluon_fits(cfg, 3072), cfg.name
+        assert not fe._gluon_fits(cfg, 512), cfg.name
+    assert not fe._gluon_fits(t32, 128 * 33)  # 33 blocks: two ranges do not split it
+    assert fe._gluon_fits(tm, 128 * 33)  # one range: any count from the ring up
+    assert fe._gluon_fits(tm, 16384) and not fe._gluon_fits(tm, 32768)  # staged scales: 64 / 128 KiB
