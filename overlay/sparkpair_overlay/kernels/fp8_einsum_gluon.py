@@ -73,28 +73,99 @@ if HAS_GLUON:
     from ._scale_decode import load_block_scale
 
     @gluon.jit
-    def _promote(total, p, sa_smem, sw_smem, i: gl.constexpr, SW_PER_ROW: gl.constexpr, d_lay, t_lay):
-        """``total + p * (s_w * s_a)`` for K block ``i`` of the program's range (``p``, ``total``:
-        [BLOCK_D, BLOCK_T], PATH 4), scales from shared memory (block weight scales: the product
-        was staged)."""
-        if SW_PER_ROW:
-            s_w = sw_smem.index(i).load(d_lay)
-            s_a = sa_smem.index(i).load(t_lay)
-            return total + p * (s_w[:, None] * s_a[None, :])
+    def _promote(
+        total, p, sa_smem, sw_smem, i: gl.constexpr, SW_PER_ROW: gl.constexpr, TOKENS_M: gl.constexpr, mma
+    ):
+        """``total + p * (s_w * s_a)`` for K block ``i`` of the program's range, scales from
+        shared memory (block weight scales: the product was staged). ``p``, ``total``: [BLOCK_T,
+        BLOCK_D] with tokens on the rows (``TOKENS_M``, PATH 5), else [BLOCK_D, BLOCK_T] (PATH 4)."""
+        rows: gl.constexpr = gl.SliceLayout(1, mma)
+        cols: gl.constexpr = gl.SliceLayout(0, mma)
+        if TOKENS_M:
+            if SW_PER_ROW:
+                s_w = sw_smem.index(i).load(cols)
+                s_a = sa_smem.index(i).load(rows)
+                out = total + p * (s_a[:, None] * s_w[None, :])
+            else:
+                f = sa_smem.index(i).load(rows)
+                out = total + p * f[:, None]
         else:
-            f = sa_smem.index(i).load(t_lay)
-            return total + p * f[None, :]
+            if SW_PER_ROW:
+                s_w = sw_smem.index(i).load(rows)
+                s_a = sa_smem.index(i).load(cols)
+                out = total + p * (s_w[:, None] * s_a[None, :])
+            else:
+                f = sa_smem.index(i).load(cols)
+                out = total + p * f[None, :]
+        return out
 
     @gluon.jit
-    def _promote_tm(total, p, sa_smem, sw_smem, i: gl.constexpr, SW_PER_ROW: gl.constexpr, t_lay, d_lay):
-        """:func:`_promote` for PATH 5's [BLOCK_T, BLOCK_D] products (tokens on rows)."""
-        if SW_PER_ROW:
-            s_w = sw_smem.index(i).load(d_lay)
-            s_a = sa_smem.index(i).load(t_lay)
-            return total + p * (s_a[:, None] * s_w[None, :])
+    def _block_mma(w_smem, a_smem, s: gl.constexpr, zero, TOKENS_M: gl.constexpr):
+        """Stage ``s``'s wgmma, issued asynchronously: tokens x weight rows (``TOKENS_M``) or
+        weight rows x tokens; K-major operands both ways."""
+        if TOKENS_M:
+            lhs, rhs = a_smem.index(s), w_smem.index(s).permute((1, 0))
         else:
-            f = sa_smem.index(i).load(t_lay)
-            return total + p * f[:, None]
+            lhs, rhs = w_smem.index(s), a_smem.index(s).permute((1, 0))
+        return warpgroup_mma(lhs, rhs, zero, use_acc=False, is_async=True)
+
+    @gluon.jit
+    def _open_ring(
+        w_desc, a_desc, g, T, D, pid_t, pid_d, kb0,
+        BLOCK_T: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, USE_PDL: gl.constexpr,
+    ):  # fmt: skip
+        """The STAGES-deep TMA ring of tile (``pid_t``, ``pid_d``) of group ``g``, its first STAGES
+        K blocks in flight from K block ``kb0``: the weight's issued before the PDL wait (no earlier
+        kernel writes it), the activations' after it. Returns ``(w_smem, a_smem, bars, row_w,
+        row_a)``, the last two the tile's first rows in the 2-D views the descriptors are over."""
+        w_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_D, 128], w_desc.layout)
+        a_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_T, 128], a_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(bars.index(i), count=1)
+        nbytes: gl.constexpr = w_desc.block_type.nbytes + a_desc.block_type.nbytes
+        row_w = g * D + pid_d * BLOCK_D
+        row_a = g * T + pid_t * BLOCK_T
+        for i in gl.static_range(STAGES):
+            mbarrier.expect(bars.index(i), nbytes)
+            tma.async_copy_global_to_shared(w_desc, [row_w, (kb0 + i) * 128], bars.index(i), w_smem.index(i))
+        if USE_PDL:
+            gdc_wait()  # a and sa may be written by the kernel before this one
+        for i in gl.static_range(STAGES):
+            tma.async_copy_global_to_shared(a_desc, [row_a, (kb0 + i) * 128], bars.index(i), a_smem.index(i))
+        return w_smem, a_smem, bars, row_w, row_a
+
+    @gluon.jit
+    def _k_loop(
+        w_desc, a_desc, w_smem, a_smem, bars, row_w, row_a, kb0, sa_smem, sw_smem, zero,
+        KB: gl.constexpr, STAGES: gl.constexpr, SW_PER_ROW: gl.constexpr, TOKENS_M: gl.constexpr, mma,
+        total,
+    ):  # fmt: skip
+        """``total`` (zeros, laid out as ``zero``) plus the promoted products of K blocks ``kb0 ..
+        kb0 + KB`` through the ring: block i's wgmma is issued before block i-1's is waited for,
+        then block i-1's stage is refilled and its product promoted. The barriers are invalidated
+        at the end. (``total`` is passed in, not made here: the sm_90a builds are then byte for
+        byte those of the kernels measured in round 11.)"""
+        nbytes: gl.constexpr = w_desc.block_type.nbytes + a_desc.block_type.nbytes
+        mbarrier.wait(bars.index(0), 0)
+        prev = _block_mma(w_smem, a_smem, 0, zero, TOKENS_M)
+        for i in gl.static_range(1, KB):
+            mbarrier.wait(bars.index(i % STAGES), (i // STAGES) & 1)
+            cur = _block_mma(w_smem, a_smem, i % STAGES, zero, TOKENS_M)
+            p = warpgroup_mma_wait(num_outstanding=1, deps=(prev,))
+            if i - 1 + STAGES < KB:  # block i-1's stage is free: refill it
+                sp = (i - 1) % STAGES
+                mbarrier.expect(bars.index(sp), nbytes)
+                kn = (kb0 + i - 1 + STAGES) * 128
+                tma.async_copy_global_to_shared(w_desc, [row_w, kn], bars.index(sp), w_smem.index(sp))
+                tma.async_copy_global_to_shared(a_desc, [row_a, kn], bars.index(sp), a_smem.index(sp))
+            total = _promote(total, p, sa_smem, sw_smem, i - 1, SW_PER_ROW, TOKENS_M, mma)
+            prev = cur
+        p = warpgroup_mma_wait(num_outstanding=0, deps=(prev,))
+        total = _promote(total, p, sa_smem, sw_smem, KB - 1, SW_PER_ROW, TOKENS_M, mma)
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(i))
+        return total
 
     @gluon.jit
     def _stage_scales(
@@ -213,56 +284,20 @@ if HAS_GLUON:
         )
         d_lay: gl.constexpr = gl.SliceLayout(1, mma)
         t_lay: gl.constexpr = gl.SliceLayout(0, mma)
-        w_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_D, 128], w_desc.layout)
-        a_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_T, 128], a_desc.layout)
-        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(STAGES):
-            mbarrier.init(bars.index(i), count=1)
-        nbytes: gl.constexpr = w_desc.block_type.nbytes + a_desc.block_type.nbytes
-        row_w = g * D + pid_d * BLOCK_D
-        row_a = g * T + pid_t * BLOCK_T
-        for i in gl.static_range(STAGES):
-            mbarrier.expect(bars.index(i), nbytes)
-            tma.async_copy_global_to_shared(w_desc, [row_w, (kb0 + i) * 128], bars.index(i), w_smem.index(i))
-        if USE_PDL:
-            gdc_wait()  # a and sa may be written by the kernel before this one
-        for i in gl.static_range(STAGES):
-            tma.async_copy_global_to_shared(a_desc, [row_a, (kb0 + i) * 128], bars.index(i), a_smem.index(i))
-
+        w_smem, a_smem, bars, row_w, row_a = _open_ring(
+            w_desc, a_desc, g, T, D, pid_t, pid_d, kb0, BLOCK_T, BLOCK_D, STAGES, USE_PDL
+        )
         sa_smem, sw_smem = _stage_scales(
             sa_ptr, sw_ptr, g, pid_t, pid_d, kb0, T, D,
             stride_sat, stride_sag, stride_sak, stride_swg, stride_swd, stride_swk,
             SA_KIND, SW_KIND, SW_PER_ROW, BLOCK_T, BLOCK_D, KB_PER, num_warps,
         )  # fmt: skip
-
         zero = gl.zeros([BLOCK_D, BLOCK_T], gl.float32, mma)
         total = gl.zeros([BLOCK_D, BLOCK_T], gl.float32, mma)
-        mbarrier.wait(bars.index(0), 0)
-        prev = warpgroup_mma(
-            w_smem.index(0), a_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True
-        )
-        for i in gl.static_range(1, KB_PER):
-            mbarrier.wait(bars.index(i % STAGES), (i // STAGES) & 1)
-            cur = warpgroup_mma(
-                w_smem.index(i % STAGES),
-                a_smem.index(i % STAGES).permute((1, 0)),
-                zero,
-                use_acc=False,
-                is_async=True,
-            )
-            p = warpgroup_mma_wait(num_outstanding=1, deps=(prev,))
-            if i - 1 + STAGES < KB_PER:  # block i-1's stage is free: refill it
-                sp = (i - 1) % STAGES
-                mbarrier.expect(bars.index(sp), nbytes)
-                kn = (kb0 + i - 1 + STAGES) * 128
-                tma.async_copy_global_to_shared(w_desc, [row_w, kn], bars.index(sp), w_smem.index(sp))
-                tma.async_copy_global_to_shared(a_desc, [row_a, kn], bars.index(sp), a_smem.index(sp))
-            total = _promote(total, p, sa_smem, sw_smem, i - 1, SW_PER_ROW, d_lay, t_lay)
-            prev = cur
-        p = warpgroup_mma_wait(num_outstanding=0, deps=(prev,))
-        total = _promote(total, p, sa_smem, sw_smem, KB_PER - 1, SW_PER_ROW, d_lay, t_lay)
-        for i in gl.static_range(STAGES):
-            mbarrier.invalidate(bars.index(i))
+        total = _k_loop(
+            w_desc, a_desc, w_smem, a_smem, bars, row_w, row_a, kb0, sa_smem, sw_smem, zero,
+            KB_PER, STAGES, SW_PER_ROW, False, mma, total,
+        )  # fmt: skip
 
         offs_t = pid_t * BLOCK_T + gl.arange(0, BLOCK_T, layout=t_lay)
         offs_d = pid_d * BLOCK_D + gl.arange(0, BLOCK_D, layout=d_lay)
@@ -318,54 +353,20 @@ if HAS_GLUON:
         )
         t_lay: gl.constexpr = gl.SliceLayout(1, mma)
         d_lay: gl.constexpr = gl.SliceLayout(0, mma)
-        w_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_D, 128], w_desc.layout)
-        a_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_T, 128], a_desc.layout)
-        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(STAGES):
-            mbarrier.init(bars.index(i), count=1)
-        nbytes: gl.constexpr = w_desc.block_type.nbytes + a_desc.block_type.nbytes
-        row_w = g * D + pid_d * BLOCK_D
-        row_a = g * T + pid_t * BLOCK_T
-        for i in gl.static_range(STAGES):
-            mbarrier.expect(bars.index(i), nbytes)
-            tma.async_copy_global_to_shared(w_desc, [row_w, (kb0 + i) * 128], bars.index(i), w_smem.index(i))
-        gdc_wait()  # a and sa may be written by the kernel before this one
-        for i in gl.static_range(STAGES):
-            tma.async_copy_global_to_shared(a_desc, [row_a, (kb0 + i) * 128], bars.index(i), a_smem.index(i))
+        w_smem, a_smem, bars, row_w, row_a = _open_ring(
+            w_desc, a_desc, g, T, D, pid_t, pid_d, kb0, BLOCK_T, BLOCK_D, STAGES, True
+        )
         sa_smem, sw_smem = _stage_scales(
             sa_ptr, sw_ptr, g, pid_t, pid_d, kb0, T, D,
             stride_sat, stride_sag, stride_sak, stride_swg, stride_swd, stride_swk,
             SA_KIND, SW_KIND, SW_PER_ROW, BLOCK_T, BLOCK_D, KB, num_warps,
         )  # fmt: skip
-
         zero = gl.zeros([BLOCK_T, BLOCK_D], gl.float32, mma)
         total = gl.zeros([BLOCK_T, BLOCK_D], gl.float32, mma)
-        mbarrier.wait(bars.index(0), 0)
-        prev = warpgroup_mma(
-            a_smem.index(0), w_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True
-        )
-        for i in gl.static_range(1, KB):
-            mbarrier.wait(bars.index(i % STAGES), (i // STAGES) & 1)
-            cur = warpgroup_mma(
-                a_smem.index(i % STAGES),
-                w_smem.index(i % STAGES).permute((1, 0)),
-                zero,
-                use_acc=False,
-                is_async=True,
-            )
-            p = warpgroup_mma_wait(num_outstanding=1, deps=(prev,))
-            if i - 1 + STAGES < KB:  # block i-1's stage is free: refill it
-                sp = (i - 1) % STAGES
-                mbarrier.expect(bars.index(sp), nbytes)
-                kn = (kb0 + i - 1 + STAGES) * 128
-                tma.async_copy_global_to_shared(w_desc, [row_w, kn], bars.index(sp), w_smem.index(sp))
-                tma.async_copy_global_to_shared(a_desc, [row_a, kn], bars.index(sp), a_smem.index(sp))
-            total = _promote_tm(total, p, sa_smem, sw_smem, i - 1, SW_PER_ROW, t_lay, d_lay)
-            prev = cur
-        p = warpgroup_mma_wait(num_outstanding=0, deps=(prev,))
-        total = _promote_tm(total, p, sa_smem, sw_smem, KB - 1, SW_PER_ROW, t_lay, d_lay)
-        for i in gl.static_range(STAGES):
-            mbarrier.invalidate(bars.index(i))
+        total = _k_loop(
+            w_desc, a_desc, w_smem, a_smem, bars, row_w, row_a, kb0, sa_smem, sw_smem, zero,
+            KB, STAGES, SW_PER_ROW, True, mma, total,
+        )  # fmt: skip
 
         offs_t = pid_t * BLOCK_T + gl.arange(0, BLOCK_T, layout=t_lay)
         offs_d = pid_d * BLOCK_D + gl.arange(0, BLOCK_D, layout=d_lay)
