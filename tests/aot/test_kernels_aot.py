@@ -208,7 +208,7 @@ def test_gluon_decode_configs_build_for_sm90a_and_fit_one_h200_block(kinds, tmp_
 
 
 @pytest.mark.parametrize("enc", ("fp32", "int32", "int32-bcast", "e8m0"))
-def test_gluon_kernels_as_dispatched_build_for_sm90a_without_spills(enc, tmp_path) -> None:
+def test_gluon_kernels_as_dispatched_build_for_sm90a_without_spills(enc, tmp_path, monkeypatch) -> None:
     """What the dispatcher launches on compute capability 9.x at T = 17 … 128 (paths 4 and 5),
     built for sm_90a from the served operands (their strides and sizes: Triton specialises on
     what is not ``do_not_specialize``, so the generic build above can differ), spills no
@@ -224,18 +224,18 @@ def test_gluon_kernels_as_dispatched_build_for_sm90a_without_spills(enc, tmp_pat
     if not fg.HAS_GLUON:
         pytest.skip("this Triton has no Gluon Hopper API")
     recipe = (1, 128, 128) if enc == "fp32" else (1, 1, 128)
+    # the dispatcher's own plan, as on an sm_90 GPU with Gluon (these are CPU tensors)
+    monkeypatch.setattr(fe, "_tma_ok", lambda x, w: True)
+    monkeypatch.setattr(fe, "_gluon_ok", lambda x, w: True)
     builds: dict[str, set[str]] = {}
     shapes = [(t, 4096) for t in (17, 32, 33, 64, 65, 128)] + [(36, 3072), (100, 3072)]
     for t, r in shapes:
         a, sa, w, sw, _, _ = make_fp8_operands(t, 4, 1024, r, recipe, enc, device="cpu")
         out = torch.empty((t, 4, 1024), dtype=torch.bfloat16)
         sa_kind, sa, sw_kind, sw, per_row = fe._prepare(fe.SUPPORTED_EQUATION, a, sa, w, sw, out, recipe)
-        view = fe.block_scales_view(sw) if per_row else None
-        if view is not None:  # int32-bcast: the dispatcher's block view (answered at once on the CPU)
-            sw, per_row = view, False
+        cfg, sw, per_row = fe._plan(a, w, sw, sa_kind, sw_kind, per_row)  # int32-bcast: the block view
         assert per_row == (enc in ("int32", "e8m0"))
-        cfg = fe.select_fp8_einsum_config(t, enc == "fp32", tma=True, per_row=per_row, gluon=True)
-        assert fe._gluon_fits(cfg, r), (cfg.name, r)
+        assert cfg["PATH"] in (4, 5) and fe._gluon_fits(cfg, r), (cfg.name, r)
         kernel, grid, args, kwargs = fe._gluon_launch(cfg, a, sa, w, sw, out, sa_kind, sw_kind, per_row)
         with aot._target_driver("sm_90a", str(tmp_path)):
             k = kernel.warmup(*args, grid=grid, **kwargs)

@@ -1524,15 +1524,7 @@ def fp8_einsum_with_config(
     if t == 0:
         return
     if config is None:
-        fp32_scales = sa_kind == _SCALE_FP32 and sw_kind == _SCALE_FP32
-        tma = t >= min(FP8_EINSUM_GLUON_MIN_T, FP8_EINSUM_TMA_MID_MIN_T) and _tma_ok(x, w)
-        if per_row:
-            blocks = block_scales_view(sw)
-            if blocks is not None:  # rows repeat 128-row blocks: the block-scale plan, same bits
-                sw, per_row = blocks, False
-        cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row, tma and _gluon_ok(x, w))
-        if _path(cfg) in (4, 5) and not _gluon_fits(cfg, r):  # R this config cannot split
-            cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row, False)
+        cfg, sw, per_row = _plan(x, w, sw, sa_kind, sw_kind, per_row)
     else:
         cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
     meta = cfg.constexprs()
@@ -1744,6 +1736,25 @@ def block_scales_view(sw: torch.Tensor) -> torch.Tensor | None:
             return None
         entry.repeat = bool(entry.host)
     return sw[:, ::SCALE_BLOCK, :] if entry.repeat else None
+
+
+def _plan(
+    x: torch.Tensor, w: torch.Tensor, sw: torch.Tensor, sa_kind: int, sw_kind: int, per_row: bool
+) -> tuple[KernelConfig, torch.Tensor, bool]:
+    """The public dispatch's choice for operands as :func:`_prepare` returns them: ``(config, sw,
+    per_row)``, where per-row weight scales that repeat their 128-row block's value
+    (:func:`block_scales_view`) come back as the block view with ``per_row`` False (same bits)."""
+    t, r = x.shape[0], x.shape[2]
+    fp32_scales = sa_kind == _SCALE_FP32 and sw_kind == _SCALE_FP32
+    tma = t >= min(FP8_EINSUM_GLUON_MIN_T, FP8_EINSUM_TMA_MID_MIN_T) and _tma_ok(x, w)
+    if per_row:
+        blocks = block_scales_view(sw)
+        if blocks is not None:  # rows repeat 128-row blocks: the block-scale plan, same bits
+            sw, per_row = blocks, False
+    cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row, tma and _gluon_ok(x, w))
+    if _path(cfg) in (4, 5) and not _gluon_fits(cfg, r):  # R this config cannot split
+        cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row, False)
+    return cfg, sw, per_row
 
 
 def _gluon_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
