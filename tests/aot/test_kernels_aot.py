@@ -240,6 +240,7 @@ def test_gluon_kernels_as_dispatched_build_for_sm90a_without_spills(enc, tmp_pat
         with aot._target_driver("sm_90a", str(tmp_path)):
             k = kernel.warmup(*args, grid=grid, **kwargs)
             k = k.result() if hasattr(k, "result") else k
+        assert k.metadata.shared == fe._gluon_shared_bytes(cfg, r, per_row), (cfg.name, enc, t, r)
         n_regs, spills = aot._resource_usage(k.asm["cubin"])
         if r == 4096:  # the served shape
             assert spills == 0, (cfg.name, enc, t, n_regs, spills)

@@ -1775,10 +1775,17 @@ def _gluon_fits(cfg: KernelConfig, r: int) -> bool:
     kb, split, stages = r // SCALE_BLOCK, cfg["SPLIT_R"], cfg["STAGES"]
     if split < (2 if _path(cfg) == 4 else 1) or kb % split != 0 or kb // split < stages:
         return False
+    return _gluon_shared_bytes(cfg, r, per_row=True) <= SM90_SHARED_MEMORY_BYTES
+
+
+def _gluon_shared_bytes(cfg: KernelConfig, r: int, per_row: bool) -> int:
+    """Shared memory of a PATH 4 / 5 program, bytes: the TMA ring (STAGES weight and activation
+    tiles of 128 fp8 columns), the staged fp32 scales (a range's K blocks up to a power of 2, per
+    token, and per weight row for per-row weight scales) and one 8-byte mbarrier a stage."""
+    kb, split, stages = r // SCALE_BLOCK, cfg["SPLIT_R"], cfg["STAGES"]
     bt, bd = cfg["BLOCK_T"], cfg["BLOCK_D"]
     rows = 1 << (kb // split - 1).bit_length()
-    smem = stages * (bt + bd) * SCALE_BLOCK + rows * (bt + bd) * 4 + 8 * stages  # + mbarriers
-    return smem <= SM90_SHARED_MEMORY_BYTES
+    return stages * (bt + bd) * SCALE_BLOCK + rows * (bt + (bd if per_row else 0)) * 4 + 8 * stages
 
 
 def _launch_gluon(cfg, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
