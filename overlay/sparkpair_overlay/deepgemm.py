@@ -241,6 +241,23 @@ def locate_deepgemm(
     )
 
 
+def deepgemm_found(find_spec: Callable[[str], Any] = importlib.util.find_spec) -> tuple[str, str | None]:
+    """``(source, identity)`` of the DeepGEMM vLLM 0.33 tries first, found without importing it.
+
+    ``source``: ``external`` when a top-level ``deep_gemm`` package is installed (vLLM prefers it),
+    else ``vendored`` when ``vllm.third_party.deep_gemm`` is, else ``none``. ``identity``:
+    ``"<module> <version>"`` with the version read from its ``__init__.py`` text (``?`` when it has
+    none), or ``None``. For the plan and the construction check, which must not import a DeepGEMM
+    extension themselves (it may load CUDA libraries); :func:`locate_deepgemm` (the probe, the
+    preflight) also tells whether it imports.
+    """
+    for module, source in ((EXTERNAL_MODULE, "external"), (VENDORED_MODULE, "vendored")):
+        found, file, _ = _spec_origin(module, find_spec)
+        if found:
+            return source, f"{module} {_version_from_text(file) or '?'}"
+    return "none", None
+
+
 def exported_names(loc: DeepGemmLocation) -> frozenset[str]:
     """Public names the located DeepGEMM exports (``dir()`` when it imported, else the names its
     ``__init__.py`` imports or defines, read with ``ast``); empty when nothing was found."""

@@ -48,11 +48,21 @@ from typing import Any
 
 from .jsonio import Fields, PlanError, read_json_file
 from .probe_results import Capability, OProjProbe, ProbeResults, Recipe, RouterProbe
+from .serve_matrix import (
+    O_PROJ_BACKENDS,
+    O_PROJ_CANDIDATES,
+    RECIPE_SM90,
+    RECIPE_SM100,
+    Switches,
+    linear_outcome,
+    o_proj_verdict,
+    router_layout,
+)
 
 __all__ = [
-    "Capability", "KernelPlan", "OProjDecision", "OProjProbe", "PlanError", "ProbeResults", "Recipe",
-    "RouterDecision", "RouterProbe", "build_plan", "capability_family", "decide_o_proj", "decide_router",
-    "format_capability", "recipe_scales_tma_aligned", "upstream_recipe",
+    "DECISION_MARGIN", "Capability", "KernelPlan", "OProjDecision", "OProjProbe", "PlanError", "ProbeResults",
+    "Recipe", "RouterDecision", "RouterProbe", "Switches", "build_plan", "capability_family", "decide_o_proj",
+    "decide_router", "format_capability", "pick_stable", "recipe_scales_tma_aligned", "upstream_recipe",
 ]
 
 #: Schema tag of the plan JSON written to ``SPARKPAIR_PLAN_PATH``.
@@ -63,11 +73,50 @@ PLAN_SCHEMA = "sparkpair-kernel-plan/1"
 #: = 32`` (gate_linear.py:45 in 0.32.0); the probe replaces it with the measured crossover.
 DEFAULT_ROUTER_MAX_M = 32
 
-RECIPE_SM100: Recipe = (1, 1, 128)
-RECIPE_SM90: Recipe = (1, 128, 128)
-
 ROUTER_PATHS = ("triton-bf16-lowM", "triton-fp32-accurate", "upstream")
-O_PROJ_BACKENDS = ("deepgemm", "triton", "upstream")
+
+#: Fraction of the fastest total time within which a timed choice does not follow the clock:
+#: the previous decision is kept (the probe file holds it), else the candidate first in the fixed
+#: preference order wins. 5 %: above the spread of CUDA-graph replay p50 between runs of one
+#: kernel on one device (the H200 rows of benchmarks/results/o_proj_layouts.csv repeat the 3-D path
+#: twice in one run; docs/kernels.md "Probe"), so near-equal candidates neither flip from one start
+#: to the next nor split the two nodes of a pair.
+DECISION_MARGIN = 0.05
+
+
+def pick_stable(
+    scored: Sequence[tuple[float, str]],
+    preference: Sequence[str],
+    previous: str | None = None,
+    margin: float = DECISION_MARGIN,
+) -> tuple[str, str]:
+    """The stable choice among timed candidates: ``(name, why)``.
+
+    Args:
+        scored: ``(total µs, name)`` of every qualifying candidate (non-empty).
+        preference: every name in the fixed order that breaks near-ties.
+        previous: the name chosen last time (kept while within ``margin`` of the fastest).
+        margin: :data:`DECISION_MARGIN`.
+
+    Raises:
+        ValueError: ``scored`` is empty.
+    """
+    if not scored:
+        raise ValueError("pick_stable: no qualifying candidate")
+    best_t, best = min(scored)
+    limit = best_t * (1.0 + margin)
+    times = {n: t for t, n in scored}
+    if previous in times and times[previous] <= limit:
+        if previous == best:
+            return previous, "fastest, as last time"
+        return previous, (f"kept from the previous probe: {times[previous]:.1f} µs, within {margin:.0%} of the "
+                          f"fastest ({best} {best_t:.1f} µs)")
+    near = [n for n in preference if n in times and times[n] <= limit]
+    pick = near[0] if near else best
+    if pick == best:
+        return pick, "fastest"
+    return pick, (f"within {margin:.0%} of the fastest ({best} {best_t:.1f} µs) and first in the preference "
+                  "order")
 
 
 def capability_family(cap: Capability | None) -> int | None:
@@ -140,12 +189,20 @@ class OProjDecision:
         patch_recipe: True when ``recipe`` differs from upstream's, so
             ``compute_fp8_einsum_recipe`` must be patched.
         reason: why, in words.
+        weight_layout: the ``wo_a`` layout (:data:`sparkpair_overlay.serve_matrix.WEIGHT_LAYOUTS`) the
+            decision was made for, from the switches the plan saw; ``None`` when not family 120 or
+            the switches leave no servable ``wo_a``. The construction check compares it with the
+            layout the model really gets.
+        source: ``probe`` (timed rows on that layout), ``default`` (no usable rows), ``forced``
+            (``SPARKPAIR_O_PROJ``/``SPARKPAIR_O_PROJ_RECIPE``) or ``upstream``.
     """
 
     backend: str
     recipe: Recipe | None
     patch_recipe: bool
     reason: str
+    weight_layout: str | None = None
+    source: str = "default"
 
     @property
     def label(self) -> str:
@@ -166,6 +223,24 @@ def _probe_for(probe: ProbeResults | None, cap: Capability) -> tuple[ProbeResult
     return probe, "probe results"
 
 
+def probe_switch_mismatch(probe: ProbeResults, switches: Switches) -> str | None:
+    """Why ``probe``'s o_proj rows were taken under other vLLM switches than ``switches``, or ``None``.
+
+    Compared: ``VLLM_USE_DEEP_GEMM``, ``VLLM_USE_DEEP_GEMM_E8M0`` and the DeepGEMM source; the linear
+    backend is not (the probe measures the o_proj on every layout its linear candidates make, and
+    each row names its layout).
+    """
+    ps = probe.switches
+    if ps is None:
+        return "the probe file records no switches"
+    diffs = [f"{name} {a} in the probe, {b} here" for name, a, b in (
+        ("VLLM_USE_DEEP_GEMM", int(ps.use_deep_gemm), int(switches.use_deep_gemm)),
+        ("VLLM_USE_DEEP_GEMM_E8M0", int(ps.use_deep_gemm_e8m0), int(switches.use_deep_gemm_e8m0)),
+        ("DeepGEMM", ps.deepgemm, switches.deepgemm),
+    ) if a != b]
+    return "; ".join(diffs) or None
+
+
 def decide_router(
     cap: Capability | None,
     weight_dtype: str,
@@ -184,7 +259,9 @@ def decide_router(
         weight_dtype: ``"bfloat16"`` or ``"float32"`` (anything else: upstream).
         mode: ``SPARKPAIR_ROUTER`` (``auto`` | ``triton`` | ``upstream``).
         max_m_override: ``SPARKPAIR_ROUTER_MAX_M`` (tokens) or ``None``.
-        probe: probe results (ignored unless measured on ``cap``).
+        probe: probe results (ignored unless measured on ``cap``); only rows taken on the operand
+            layout this weight dtype is served with (:func:`sparkpair_overlay.serve_matrix.router_layout`)
+            count.
         kernel_error: why ``sparkpair_overlay.kernels.router_gemm`` could not be imported,
             or ``None`` if it imports.
         shape: ``(N, K)`` of the gate weight (experts, hidden); probe entries recorded for
@@ -209,14 +286,16 @@ def decide_router(
             "upstream", None,
             f"cap {format_capability(cap)} is not family 120: vLLM's tiers apply{forced}",
         )
-    if weight_dtype not in ("bfloat16", "float32"):
+    layout = router_layout(weight_dtype)
+    if layout is None:
         return RouterDecision("upstream", None, f"weight dtype {weight_dtype} has no Triton tier")
     if kernel_error is not None:
         return RouterDecision("upstream", None, f"router kernel unavailable: {kernel_error}")
     usable, probe_note = _probe_for(probe, cap)
     entries = [
         r for r in (usable.router if usable else ())
-        if r.weight_dtype == weight_dtype and (shape is None or r.shape is None or r.shape == shape)
+        if r.weight_dtype == weight_dtype and r.layout == layout
+        and (shape is None or r.shape is None or r.shape == shape)
     ]
     if weight_dtype == "float32":
         ours = [r for r in entries if r.path == "triton-fp32-accurate"]
@@ -254,6 +333,11 @@ def decide_router(
     return RouterDecision("triton-bf16-lowM", DEFAULT_ROUTER_MAX_M, f"bf16 weight, family 120; {why}")
 
 
+def _o_proj_rows(usable: ProbeResults | None, backend: str, recipe: Recipe, weight: str) -> list[OProjProbe]:
+    return [o for o in (usable.o_proj if usable else ())
+            if o.backend == backend and o.recipe == recipe and o.weight_layout == weight]
+
+
 def decide_o_proj(
     cap: Capability | None,
     *,
@@ -262,25 +346,33 @@ def decide_o_proj(
     probe: ProbeResults | None = None,
     kernel_error: str | None = None,
     platform: str = "cuda",
+    switches: Switches | None = None,
+    previous: tuple[str, Recipe] | None = None,
 ) -> OProjDecision:
-    """Decide the o_proj ``fp8_einsum`` backend and recipe.
+    """Decide the o_proj ``fp8_einsum`` backend and recipe for the ``wo_a`` layout the switches make.
 
     Args:
         cap: device capability; ``None`` for no CUDA device.
         mode: ``SPARKPAIR_O_PROJ`` (``auto`` | ``deepgemm`` | ``triton`` | ``upstream``).
         recipe_override: ``SPARKPAIR_O_PROJ_RECIPE`` or ``None``.
-        probe: probe results (ignored unless measured on ``cap``).
+        probe: probe results (ignored unless measured on ``cap`` under the same DeepGEMM switches);
+            only rows taken on the served layout count, and its persisted decision is adopted when it
+            is for that layout and its rows still hold.
         kernel_error: why ``sparkpair_overlay.kernels.fp8_einsum`` could not be imported, or
             ``None`` if it imports.
         platform: ``cuda``, ``rocm``, ``cpu``, ...
+        switches: the vLLM switches the model will be served with (default: vLLM's defaults); they
+            fix the ``wo_a`` layout (:func:`sparkpair_overlay.serve_matrix.linear_outcome`).
+        previous: the ``(backend, recipe)`` decided last time (the probe passes it: kept while within
+            :data:`DECISION_MARGIN` of the fastest).
 
     Returns:
-        An :class:`OProjDecision`. On family 120 with ``auto``: the fastest (backend, recipe)
-        the probe found correct at every probed T; DeepGEMM is never chosen without a probe
-        that shows it correct on this device (docs/reference/vllm-code-paths.md#gb10-on-deepgemm: its SM120
-        path is unproven; field
-        reports show NaNs/asserts, #48052/#52357); without probe results, Triton with
-        upstream's recipe.
+        An :class:`OProjDecision`. On family 120 with ``auto``: among the (backend, recipe)
+        candidates the matrix serves on that layout, those the probe found correct at every probed T
+        on it, chosen by :func:`pick_stable`; DeepGEMM is never chosen without such rows
+        (docs/reference/vllm-code-paths.md#gb10-on-deepgemm); without rows, Triton with upstream's
+        recipe. A forced backend gets the override's recipe, else its best correct recipe on the
+        layout, else one the matrix serves there, else upstream's.
 
     Raises:
         PlanError: ``mode`` is not a known value.
@@ -288,60 +380,82 @@ def decide_o_proj(
     if mode not in ("auto", "deepgemm", "triton", "upstream"):
         raise PlanError(f"SPARKPAIR_O_PROJ={mode!r}; wanted auto, deepgemm, triton or upstream")
     if mode == "upstream":
-        return OProjDecision("upstream", None, False, "SPARKPAIR_O_PROJ=upstream")
+        return OProjDecision("upstream", None, False, "SPARKPAIR_O_PROJ=upstream", source="upstream")
     if cap is None or platform != "cuda":
-        return OProjDecision("upstream", None, False, f"no CUDA device (platform {platform})")
+        return OProjDecision("upstream", None, False, f"no CUDA device (platform {platform})", source="upstream")
     up_recipe, _ = upstream_recipe(cap)
     if capability_family(cap) != 120:
         forced = f" (SPARKPAIR_O_PROJ={mode} ignored)" if mode != "auto" else ""
         return OProjDecision(
             "upstream", None, False,
             f"cap {format_capability(cap)} is not family 120: vLLM's recipe {up_recipe} and DeepGEMM{forced}",
+            source="upstream",
         )
+    sw = switches or Switches()
+    weight = linear_outcome(sw).weight
     usable, probe_note = _probe_for(probe, cap)
-    candidates = [("deepgemm", RECIPE_SM100), ("triton", RECIPE_SM100), ("triton", RECIPE_SM90),
-                  ("deepgemm", RECIPE_SM90)]
+    if usable is not None and usable.o_proj:
+        mismatch = probe_switch_mismatch(usable, sw)
+        if mismatch is not None:
+            usable, probe_note = None, f"probe rows taken under other switches ({mismatch}): ignored"
+    candidates = list(O_PROJ_CANDIDATES)
     if recipe_override is not None:
         candidates = [c for c in candidates if c[1] == recipe_override]
     if mode != "auto":
         candidates = [c for c in candidates if c[0] == mode]
     if kernel_error is not None:
         if mode == "triton":
-            return OProjDecision("upstream", None, False, f"o_proj kernel unavailable: {kernel_error}")
+            return OProjDecision("upstream", None, False, f"o_proj kernel unavailable: {kernel_error}",
+                                 source="upstream")
         candidates = [c for c in candidates if c[0] != "triton"]
 
-    def decision(backend: str, recipe: Recipe, why: str) -> OProjDecision:
-        return OProjDecision(backend, recipe, recipe != up_recipe, why)
+    def decision(backend: str, recipe: Recipe, why: str, source: str) -> OProjDecision:
+        return OProjDecision(backend, recipe, recipe != up_recipe, why, weight, source)
 
-    scored: list[tuple[float, str, Recipe]] = []
-    if usable is not None:
-        for backend, recipe in candidates:
-            rows = [o for o in usable.o_proj if o.backend == backend and o.recipe == recipe]
-            if rows and all(o.ok for o in rows):
-                total = sum(o.us for o in rows if o.us is not None)
-                scored.append((total, backend, recipe))
+    served = [c for c in candidates
+              if weight is not None and o_proj_verdict(c[0], c[1], weight, deepgemm=sw.deepgemm).served]
+    scored: list[tuple[float, str]] = []
+    names: dict[str, tuple[str, Recipe]] = {}
+    for backend, recipe in served:
+        rows = _o_proj_rows(usable, backend, recipe, weight or "")
+        if rows and all(o.ok and o.us is not None for o in rows):
+            name = f"{backend}{recipe}"
+            names[name] = (backend, recipe)
+            scored.append((sum(o.us for o in rows if o.us is not None), name))
+    other = sorted({o.weight_layout for o in (usable.o_proj if usable else ()) if o.weight_layout != weight})
+    if other:
+        probe_note += f"; rows on {', '.join(other)} ignored (served wo_a layout: {weight})"
     if mode == "auto":
+        persisted = usable.o_proj_decision if usable is not None else None
+        if persisted is not None and persisted.weight_layout == weight \
+                and f"{persisted.backend}{persisted.recipe}" in names:
+            return decision(persisted.backend, persisted.recipe, f"probe decision: {persisted.reason}", "probe")
         if scored:
-            _, backend, recipe = min(scored)
-            return decision(backend, recipe, f"probe: fastest correct of {len(scored)} candidate(s)")
-        if usable is not None and usable.o_proj:
-            return OProjDecision("upstream", None, False, "probe: no o_proj candidate was correct")
+            prev = f"{previous[0]}{previous[1]}" if previous is not None else None
+            name, why = pick_stable(scored, [f"{b}{r}" for b, r in O_PROJ_CANDIDATES], prev)
+            backend, recipe = names[name]
+            return decision(backend, recipe, f"probe on {weight}: {why} of {len(scored)} correct", "probe")
+        if usable is not None and any(o.weight_layout == weight for o in usable.o_proj):
+            return OProjDecision("upstream", None, False,
+                                 f"probe: no o_proj candidate was correct on {weight}", weight, "upstream")
         if kernel_error is not None:
             return OProjDecision("upstream", None, False,
-                                 f"{probe_note}; o_proj kernel unavailable: {kernel_error}")
+                                 f"{probe_note}; o_proj kernel unavailable: {kernel_error}", weight, "upstream")
         recipe = recipe_override or up_recipe
-        return decision("triton", recipe, f"{probe_note}; DeepGEMM unproven on family 120, Triton")
-    # Forced backend: honour it; the recipe is the override, else the probe's best, else upstream's.
+        return decision("triton", recipe, f"{probe_note}; DeepGEMM unproven on family 120, Triton", "default")
+    # Forced backend: the override's recipe, else its best correct recipe on this layout, else one
+    # the matrix serves here, else upstream's (the construction check then names the problem).
     if recipe_override is not None:
         recipe = recipe_override
     elif scored:
-        recipe = min(scored)[2]
+        recipe = names[min(scored)[1]][1]
+    elif served:
+        recipe = served[0][1] if (mode, up_recipe) not in served else up_recipe
     else:
         recipe = up_recipe
-    bad = [o.t for o in (usable.o_proj if usable else ()) if o.backend == mode and o.recipe == recipe
-           and not o.ok]
+    bad = [o.t for o in _o_proj_rows(usable, mode, recipe, weight or "") if not o.ok]
     warn = f"; probe found it wrong at T={sorted(bad)}" if bad else ""
-    return decision(mode, recipe, f"SPARKPAIR_O_PROJ={mode}{warn}")
+    return decision(mode, recipe, f"SPARKPAIR_O_PROJ={mode}{warn}", "forced")
 
 
 # --------------------------------------------------------------------------- the plan
@@ -364,6 +478,8 @@ class KernelPlan:
         notes: further facts (probe file problems, degraded patches).
         router_mode, router_max_m, kernel errors, probe: inputs kept so a layer can ask
             :meth:`router_decision` for its own weight dtype and shape.
+        switches: the vLLM switches the o_proj decision assumed (environment, DeepGEMM found, and
+            the probe's ``--linear-backend``); ``None`` off family 120.
     """
 
     vllm_version: str
@@ -381,6 +497,13 @@ class KernelPlan:
     router_max_m: int | None = None
     router_kernel_error: str | None = None
     probe: ProbeResults | None = field(default=None, compare=False)
+    switches: Switches | None = None
+
+    @property
+    def guards_o_proj(self) -> bool:
+        """True when the construction check must be installed: family 120 with patching allowed,
+        whatever the o_proj backend (``upstream`` included: a switch can break vLLM's own path too)."""
+        return self.patching_allowed and self.platform == "cuda" and capability_family(self.capability) == 120
 
     @property
     def patches_router(self) -> bool:
@@ -428,6 +551,7 @@ class KernelPlan:
             "o_proj": {**asdict(self.o_proj),
                        "recipe": list(self.o_proj.recipe) if self.o_proj.recipe else None,
                        "label": self.o_proj.label},
+            "switches": None if self.switches is None else self.switches.to_json(),
             "settings": dict(self.settings),
             "serve_paths": (self.probe.serve_choice.to_json()
                             if self.probe is not None and self.probe.serve_choice is not None else None),
@@ -462,7 +586,10 @@ class KernelPlan:
             raise o.fail("backend", backend, f"one of {', '.join(O_PROJ_BACKENDS)}")
         recipe = o.ints("recipe", 3)
         o_proj = OProjDecision(backend, None if recipe is None else (recipe[0], recipe[1], recipe[2]),
-                               o.value("patch_recipe", bool), o.value("reason", str))
+                               o.value("patch_recipe", bool), o.value("reason", str),
+                               o.optional("weight_layout", str), o.optional("source", str) or "default")
+        raw_sw = f.data.get("switches")
+        switches = None if raw_sw is None else _switches(Fields(raw_sw, source, "switches"))
         raw_probe = f.data.get("probe")
         return cls(
             vllm_version=f.value("vllm_version", str),
@@ -480,6 +607,7 @@ class KernelPlan:
             router_max_m=f.optional("router_max_m", int),
             router_kernel_error=f.optional("router_kernel_error", str),
             probe=None if raw_probe is None else ProbeResults.from_json(raw_probe, f"{source} (probe)"),
+            switches=switches,
         )
 
     @classmethod
@@ -495,6 +623,12 @@ class KernelPlan:
     def dumps(self) -> str:
         """:meth:`to_json` as sorted, indented JSON text (byte-identical for equal plans)."""
         return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+
+
+def _switches(f: Fields) -> Switches:
+    return Switches(f.value("linear_backend", str), f.value("VLLM_USE_DEEP_GEMM", bool),
+                    f.value("VLLM_USE_DEEP_GEMM_E8M0", bool), f.value("deepgemm", str),
+                    f.optional("ckpt_scale", str) or "e8m0")
 
 
 def _router_decision(f: Fields) -> RouterDecision:
@@ -521,6 +655,7 @@ def build_plan(
     o_proj_kernel_error: str | None = None,
     settings: Mapping[str, str] | None = None,
     notes: Sequence[str] = (),
+    switches: Switches | None = None,
 ) -> KernelPlan:
     """Make the process's :class:`KernelPlan` from gathered inputs (pure).
 
@@ -547,7 +682,8 @@ def build_plan(
         decide_router(capability, "bfloat16", **kw),
         decide_router(capability, "float32", **kw),
         decide_o_proj(capability, mode=o_proj_mode, recipe_override=o_proj_recipe, probe=probe,
-                      kernel_error=o_proj_kernel_error, platform=platform),
+                      kernel_error=o_proj_kernel_error, platform=platform, switches=switches),
         tuple(sorted((settings or {}).items())), tuple(notes), router_mode, router_max_m,
         router_kernel_error, probe,
+        switches if platform == "cuda" and capability_family(capability) == 120 else None,
     )

@@ -12,13 +12,17 @@ Order inside :func:`register`:
 
 1. parse every ``SPARKPAIR_*`` variable (:mod:`sparkpair_overlay.envs`); a bad value raises
    :class:`~sparkpair_overlay.envs.EnvError` and vLLM stops with it;
-2. version guard (:mod:`sparkpair_overlay.versions`): an unverified vLLM is named in an
-   ERROR and nothing is patched unless ``SPARKPAIR_ALLOW_UNVERIFIED_VLLM=1``;
+2. version guard (:mod:`sparkpair_overlay.versions`): on capability family 120 an unverified
+   vLLM stops the process (:class:`~sparkpair_overlay.versions.UnverifiedVllm`, before any weight
+   is read) unless ``SPARKPAIR_ALLOW_UNVERIFIED_VLLM=1``; elsewhere it is named in an ERROR and
+   nothing is patched;
 3. device (:mod:`sparkpair_overlay.device`), probe results, then :func:`plan.build_plan`;
    the kernel modules are imported only if a decision needs them, and an import failure
    turns that decision into ``upstream`` with the error as the reason;
 4. patches (:mod:`sparkpair_overlay.patches`) where the plan says so; a patch that fails
-   to apply turns its decision into ``upstream`` with the reason;
+   to apply turns its decision into ``upstream`` with the reason; on family 120 the o_proj
+   construction check (:func:`sparkpair_overlay.patches.o_proj.construction_check`) is installed
+   whatever the backend;
 5. the plan line (INFO, one per process) and the plan JSON (``SPARKPAIR_PLAN_PATH``,
    atomic replace; the content carries no pid, so every process writes the same bytes).
 """
@@ -28,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,7 @@ from .plan import (
     RouterDecision,
     build_plan,
 )
+from .serve_matrix import Switches, switches_from_env
 
 logger = get_logger("plugin")
 
@@ -91,6 +97,24 @@ def load_probe_results(path: str) -> tuple[ProbeResults | None, list[str]]:
         return None, [f"probe results unusable ({exc}); plan uses built-in defaults"]
 
 
+def plan_switches(env: Mapping[str, str], probe: ProbeResults | None) -> Switches:
+    """The vLLM switches the plan assumes: ``VLLM_USE_DEEP_GEMM*`` from ``env`` (vLLM's parse), the
+    DeepGEMM vLLM will import (:func:`sparkpair_overlay.deepgemm.deepgemm_found`), and the probe's
+    ``--linear-backend`` (the node passes it to vLLM) or ``auto``. The construction check compares
+    them with what the model really gets.
+
+    Raises:
+        envs.EnvError: a ``VLLM_USE_DEEP_GEMM*`` value is not an integer.
+    """
+    from .deepgemm import deepgemm_found
+
+    linear = probe.switches.linear_backend if probe is not None and probe.switches is not None else "auto"
+    try:
+        return switches_from_env(env, linear_backend=linear, deepgemm=deepgemm_found()[0])
+    except ValueError as exc:
+        raise envs.EnvError(str(exc)) from None
+
+
 def make_plan(environ: dict[str, str] | None = None) -> KernelPlan:
     """Gather the inputs and build the plan (imports kernel modules only if needed).
 
@@ -105,13 +129,15 @@ def make_plan(environ: dict[str, str] | None = None) -> KernelPlan:
     allow = bool(settings["SPARKPAIR_ALLOW_UNVERIFIED_VLLM"])
     platform, cap, source = device.detect(environ)
     probe, notes = load_probe_results(settings["SPARKPAIR_PROBE_RESULTS"])
-    raw = {k: (os.environ if environ is None else environ).get(k) for k in envs.REGISTRY}
+    env = os.environ if environ is None else environ
+    raw = {k: env.get(k) for k in envs.REGISTRY}
+    switches = plan_switches(env, probe)
     kw: dict[str, Any] = dict(
         vllm_version=version, version_verified=verified, allow_unverified=allow, platform=platform,
         capability=cap, capability_source=source, router_mode=settings["SPARKPAIR_ROUTER"],
         router_max_m=settings["SPARKPAIR_ROUTER_MAX_M"], o_proj_mode=settings["SPARKPAIR_O_PROJ"],
         o_proj_recipe=settings["SPARKPAIR_O_PROJ_RECIPE"], probe=probe,
-        settings={k: v for k, v in raw.items() if v is not None}, notes=notes,
+        settings={k: v for k, v in raw.items() if v is not None}, notes=notes, switches=switches,
     )
     plan = build_plan(**kw)
     # Import our kernels only if a decision takes them; a failure becomes the reason.
@@ -141,17 +167,18 @@ def _apply_patches(plan: KernelPlan) -> KernelPlan:
             logger.error("sparkpair overlay: %s; router left to vLLM", why)
             up = RouterDecision("upstream", None, why)
             plan = dataclasses.replace(plan, router_bf16=up, router_fp32=up, router_mode="upstream")
-    if plan.patches_o_proj:
+    if plan.patches_o_proj or plan.guards_o_proj:
         kernel = None
         if plan.o_proj.backend == "triton":
             kernel, _ = _load_kernel(O_PROJ_KERNEL_MODULE, "fp8_einsum")
         try:
-            notes += o_proj_patch.apply(plan.o_proj, plan.capability, kernel, plan.o_proj.patch_recipe)
+            notes += o_proj_patch.apply(plan.o_proj, plan.capability, kernel, plan.o_proj.patch_recipe,
+                                        plan=plan, rebind_einsum=plan.patches_o_proj)
         except Exception as exc:  # noqa: BLE001
             o_proj_patch.restore()
             why = f"o_proj patch failed: {type(exc).__name__}: {exc}"
             logger.error("sparkpair overlay: %s; o_proj left to vLLM", why)
-            plan = dataclasses.replace(plan, o_proj=OProjDecision("upstream", None, False, why))
+            plan = dataclasses.replace(plan, o_proj=OProjDecision("upstream", None, False, why, source="upstream"))
     plan = dataclasses.replace(plan, notes=tuple(notes))
     if plan.patches_router:
         router_patch.use_plan(plan)  # layers built from now on ask the final plan
@@ -217,6 +244,8 @@ def register() -> None:
     Raises:
         envs.EnvError: a ``SPARKPAIR_*`` variable is malformed (vLLM stops with this error).
         plan.PlanError: likewise for a mode the plan does not know.
+        versions.UnverifiedVllm: an unverified vLLM on capability family 120 without
+            ``SPARKPAIR_ALLOW_UNVERIFIED_VLLM=1`` (vLLM stops with it, before any weight is read).
     """
     global _PLAN, _FORK_HOOK_INSTALLED
     with _LOCK:
@@ -224,6 +253,11 @@ def register() -> None:
             return
         plan = make_plan()
         if not plan.version_verified:
+            stop = versions.guard_problem(plan.vllm_version, plan.capability if plan.platform == "cuda" else None,
+                                          plan.patching_allowed)
+            if stop is not None:
+                logger.error("%s", stop)
+                raise versions.UnverifiedVllm(stop)
             logger.error("%s", versions.unverified_message(plan.vllm_version, plan.patching_allowed))
         if plan.patching_allowed:
             plan = _apply_patches(plan)

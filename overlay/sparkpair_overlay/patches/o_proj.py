@@ -20,19 +20,24 @@ no ``cache_clear()`` is needed (see PATCHES.md).
 from __future__ import annotations
 
 import importlib
+import threading
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._log import get_logger
-from ..o_proj_route import einsum_route
+from ..o_proj_route import deepgemm_rejects, einsum_route, triton_operands
 from ..plan import Capability, OProjDecision, Recipe, recipe_scales_tma_aligned
+from ..serve_matrix import RECIPE_SM100, Switches, Verdict, serve_verdict
 from ..targets import (
     FP8_EINSUM_CONSUMERS_OPTIONAL,
     FP8_EINSUM_CONSUMERS_REQUIRED,
     RECIPE_CONSUMERS_OPTIONAL,
     RECIPE_CONSUMERS_REQUIRED,
 )
+
+if TYPE_CHECKING:
+    from ..plan import KernelPlan
 
 logger = get_logger("o_proj")
 
@@ -41,20 +46,33 @@ _ORIGINAL_EINSUM: dict[str, Any] = {}
 _ORIGINAL_RECIPE: dict[str, Any] = {}
 
 
+class OperandsRefused(RuntimeError):
+    """An ``fp8_einsum`` call would reach DeepGEMM with operands its host checks reject.
+
+    The construction check (:func:`construction_check`) refuses every switch that leads there, so
+    this names a gap in the matrix instead of letting DeepGEMM's assertion end the forward.
+    """
+
+
 class Fp8EinsumDispatcher:
     """Drop-in for ``vllm.utils.deep_gemm.fp8_einsum(equation, a, b, out, recipe=...)``.
 
     Each call is routed by :func:`sparkpair_overlay.o_proj_route.einsum_route` (capability, equation,
-    recipe, operand and scale dtypes/shapes, and the plan): to our Triton kernel
-    (``sparkpair_overlay.kernels.fp8_einsum.fp8_einsum``, same calling convention) or to the
-    original function (vLLM's DeepGEMM wrapper). Writes ``out`` in place and returns what
-    the chosen function returns. A call the plan wanted on Triton but the predicate refused
-    is logged once per reason (warning), never silently.
+    recipe, operand layouts, and the plan): to our Triton kernel
+    (``sparkpair_overlay.kernels.fp8_einsum.fp8_einsum``, same calling convention; a 2-D ``wo_a`` is
+    handed over as the same bytes viewed ``[G, D, R]``, :func:`~sparkpair_overlay.o_proj_route.triton_operands`)
+    or to the original function (vLLM's DeepGEMM wrapper). Writes ``out`` in place and returns what
+    the chosen function returns. A call the plan wanted on Triton but the predicate refused is
+    logged once per reason (warning), never silently. A call bound for the DeepGEMM vLLM vendors
+    whose operands its host checks reject raises :class:`OperandsRefused` instead
+    (:func:`~sparkpair_overlay.o_proj_route.deepgemm_rejects`).
 
     Attributes:
         original: the function this dispatcher replaced.
         decision: the plan's o_proj decision.
         capability: the device capability the plan was made for.
+        deepgemm: which DeepGEMM vLLM imports (``vendored`` | ``external`` | ...); only the vendored
+            one's checks are known.
         calls: ``Counter`` of routes taken (``triton`` / ``deepgemm``), per Python call
             (a CUDA-graph replay does not re-enter Python).
     """
@@ -67,11 +85,13 @@ class Fp8EinsumDispatcher:
         decision: OProjDecision,
         capability: Capability | None,
         kernel: Callable[..., Any] | None,
+        deepgemm: str = "vendored",
     ) -> None:
         self.original = original
         self.decision = decision
         self.capability = capability
         self.kernel = kernel
+        self.deepgemm = deepgemm
         self.calls: Counter[str] = Counter()
         self._warned: set[str] = set()
         self.__name__ = "fp8_einsum"
@@ -92,11 +112,20 @@ class Fp8EinsumDispatcher:
         self.calls[route] += 1
         if route == "triton":
             assert self.kernel is not None
-            return self.kernel(*args, recipe=tuple(kwargs["recipe"]))
+            a, b, recipe = triton_operands(args[1], args[2], args[3])
+            return self.kernel(args[0], a, b, args[3], recipe=recipe)
         if self.decision.backend == "triton" and reason not in self._warned:
             self._warned.add(reason)
             logger.warning("sparkpair o_proj: plan says triton but this fp8_einsum call goes to "
                            "DeepGEMM: %s", reason)
+        if self.deepgemm == "vendored" and len(args) == 4 and args[0] == "bhr,hdr->bhd":
+            why = deepgemm_rejects(args[1], args[2], args[3], kwargs.get("recipe"))
+            if why is not None:
+                raise OperandsRefused(
+                    f"sparkpair overlay: this o_proj fp8_einsum call would reach DeepGEMM, which rejects it: "
+                    f"{why}; the construction check should have refused the switches that lead here "
+                    f"(plan o_proj={self.decision.label} on {self.decision.weight_layout}); wanted "
+                    "SPARKPAIR_O_PROJ=triton, and please report the switches")
         return self.original(*args, **kwargs)
 
 
@@ -107,50 +136,132 @@ class SwitchRefused(RuntimeError):
     """
 
 
-def o_proj_switch_problem() -> str | None:
-    """Why DeepSeek-V4's o_proj cannot run with this process's vLLM switches, or ``None``.
+_CHECK_LOCK = threading.Lock()
+_CHECK: dict[str, Any] = {}
 
-    ``VLLM_USE_DEEP_GEMM=0`` makes ``is_deep_gemm_supported()`` False (vllm/utils/deep_gemm.py,
-    0.33.0), so ``DeepGemmFp8BlockScaledMMKernel`` is not selected for the FP8 ``wo_a``; it is the
-    only CUDA FP8 block kernel that reshapes ``wo_a`` to ``[G, D, R]`` for the grouped einsum
-    (``deepgemm_post_process_fp8_weight_block(is_bmm=True)``). ``deep_gemm_fp8_o_proj`` would then
-    hand ``fp8_einsum`` a 2-D weight at the first forward, which neither DeepGEMM nor our kernel
-    takes (docs/reference/vllm-0.33.md, "VLLM_USE_DEEP_GEMM").
+
+def _vllm_linear_backend() -> str:
+    """The FP8 block layers' ``--linear-backend`` as vLLM reads it in this process (``auto`` when no
+    vLLM config is set: vLLM's own default then): ``linear_backend_per_quant["fp8_block_w8a8"]``, else
+    ``linear_backend`` (``vllm/model_executor/kernels/linear/__init__.py`` ``_get_linear_backend``)."""
+    try:
+        from vllm.config import vllm as vllm_config_module
+
+        cfg = getattr(vllm_config_module, "get_current_vllm_config_or_none", lambda: None)()
+    except Exception:  # noqa: BLE001 - a vLLM without the config module: its default
+        return "auto"
+    kc = getattr(cfg, "kernel_config", None) if cfg is not None else None
+    if kc is None:
+        return "auto"
+    per = getattr(kc, "linear_backend_per_quant", None) or {}
+    return str(per.get("fp8_block_w8a8") or getattr(kc, "linear_backend", "auto") or "auto")
+
+
+def served_switches(linear_backend: str | None = None) -> tuple[Switches, str | None]:
+    """This process's :class:`~sparkpair_overlay.serve_matrix.Switches` and the DeepGEMM identity.
+
+    ``VLLM_USE_DEEP_GEMM*`` through ``vllm.envs`` (vLLM's own parse), the linear backend from the
+    current vLLM config, the DeepGEMM from :func:`sparkpair_overlay.deepgemm.deepgemm_found`.
     """
     import vllm.envs as vllm_envs
 
-    if not vllm_envs.VLLM_USE_DEEP_GEMM:
-        return ("VLLM_USE_DEEP_GEMM=0: vLLM then keeps DeepSeek-V4's FP8 wo_a in its checkpoint layout "
-                "[G*D, R] (only its DeepGEMM linear kernel reshapes it to [G, D, R]), and the o_proj's "
-                "fp8_einsum cannot take a 2-D weight at the first forward; wanted VLLM_USE_DEEP_GEMM "
-                "unset or 1 for DeepSeek-V4 (sparkpair's o_proj kernel replaces DeepGEMM's einsum where "
-                "the plan says so, not its weight layout)")
-    return None
+    from ..deepgemm import deepgemm_found
+
+    source, ident = deepgemm_found()
+    s = Switches(
+        linear_backend if linear_backend is not None else _vllm_linear_backend(),
+        bool(vllm_envs.VLLM_USE_DEEP_GEMM),
+        bool(getattr(vllm_envs, "VLLM_USE_DEEP_GEMM_E8M0", True)),
+        source,
+    )
+    return s, ident
 
 
-def _make_recipe_fn(original: Callable[..., Any], recipe: Recipe | None) -> Callable[..., Any]:
+def construction_problem(plan: KernelPlan, recipe: Recipe, switches: Switches,
+                         deepgemm_identity: str | None) -> tuple[Verdict, str | None]:
+    """The matrix's verdict on this process's combination, and why the model must not be built (or ``None``).
+
+    Refused: the matrix refuses the combination; a top-level ``deep_gemm`` whose layouts the probe
+    did not record with this same package; or a probe-based o_proj decision made for another
+    ``wo_a`` layout than the one these switches make (the choice was proven on other operands).
+    """
+    backend = plan.o_proj.backend
+    v = serve_verdict(switches, backend, recipe)
+    if not v.served:
+        return v, v.why
+    if v.needs_evidence:
+        probe = plan.probe
+        rows = [o for o in (probe.o_proj if probe else ()) if o.backend == backend and tuple(o.recipe) == tuple(recipe)]
+        same = probe is not None and probe.deepgemm_identity == deepgemm_identity
+        if not (same and rows and all(o.ok for o in rows)):
+            return v, (
+                f"a top-level deep_gemm ({deepgemm_identity}) replaces vLLM's vendored DeepGEMM: the wo_a layout its "
+                f"weight transform makes and what its fp8_einsum accepts are known only from a probe run with it, "
+                f"and SPARKPAIR_PROBE_RESULTS has no correct {backend} rows taken with it; wanted sparkpair probe run "
+                "with this deep_gemm installed, or the package removed (pip uninstall deep_gemm)")
+    d = plan.o_proj
+    if d.source == "probe" and d.weight_layout is not None and d.weight_layout != v.weight:
+        assumed = plan.switches.linear_backend if plan.switches is not None else "?"
+        return v, (
+            f"SPARKPAIR_PROBE_RESULTS chose o_proj={d.label} on wo_a layout {d.weight_layout} (probe's "
+            f"--linear-backend {assumed}), but this process builds {v.weight} ({switches.describe()}): the choice "
+            "was not proven on these operands; wanted the probe's switches (sparkpair node passes them), or "
+            "sparkpair probe run again with these")
+    return v, None
+
+
+def construction_check(plan: KernelPlan, recipe: Recipe) -> Verdict:
+    """Check, once per process, that this process's switches serve DeepSeek-V4's o_proj; called when
+    the first DeepSeek-V4 attention layer is built (before any weight is read).
+
+    Also the pair check (:func:`sparkpair_overlay.pair.check_once`): every rank must serve with the
+    same plan and switches.
+
+    Raises:
+        SwitchRefused: the combination is refused (the message names the switch, the value, what it
+            breaks and the way out).
+        sparkpair_overlay.pair.PairMismatch: the ranks differ.
+    """
+    from .. import pair
+
+    with _CHECK_LOCK:
+        cached = _CHECK.get(tuple(recipe))
+        if cached is None:
+            switches, ident = served_switches()
+            verdict, problem = construction_problem(plan, recipe, switches, ident)
+            cached = _CHECK[tuple(recipe)] = (verdict, problem, switches)
+    verdict, problem, switches = cached
+    pair.check_once(plan, switches)
+    if problem is not None:
+        raise SwitchRefused(f"sparkpair overlay: refusing to build DeepSeek-V4 attention: {problem}")
+    return verdict  # type: ignore[no-any-return]
+
+
+def _make_recipe_fn(original: Callable[..., Any], recipe: Recipe | None, plan: KernelPlan | None) -> Callable[..., Any]:
     tma = recipe_scales_tma_aligned(recipe) if recipe is not None else None
 
     def compute_fp8_einsum_recipe(block_size: int = 128) -> tuple[tuple[int, int, int], bool]:
-        """sparkpair: vLLM's ``compute_fp8_einsum_recipe`` (o_proj.py:19-32), checked first.
+        """sparkpair: vLLM's ``compute_fp8_einsum_recipe`` (o_proj.py), checked first.
 
-        Called in the DeepSeek-V4 attention ``__init__``, so a switch that would break the o_proj
-        at its first forward stops the model's construction here instead
-        (:class:`SwitchRefused`, from :func:`o_proj_switch_problem`). Returns vLLM's own answer,
-        or, when the plan selected a recipe, ``((1,1,block_size), True)`` for the SM100 recipe and
-        ``((1,128,128), False)`` for the SM90-shaped one.
+        Called in the DeepSeek-V4 attention ``__init__``, after ``wo_a`` is built and before any
+        weight is loaded, so a combination the matrix refuses stops the model's construction here
+        instead of failing at the first forward (:func:`construction_check`). Returns vLLM's own
+        answer, or, when the plan selected a recipe, ``((1,1,block_size), True)`` for the SM100 recipe
+        and ``((1,128,128), False)`` for the SM90-shaped one.
 
         Raises:
-            SwitchRefused: a switch makes the o_proj unservable.
+            SwitchRefused: the combination is refused.
+            sparkpair_overlay.pair.PairMismatch: the ranks would serve differently.
         """
-        problem = o_proj_switch_problem()
-        if problem is not None:
-            raise SwitchRefused(f"sparkpair overlay: refusing to build DeepSeek-V4 attention: {problem}")
         if recipe is None:
-            upstream: tuple[tuple[int, int, int], bool] = original(block_size)
-            return upstream
-        r = (1, 1, block_size) if recipe == (1, 1, 128) else recipe
-        return r, bool(tma)
+            r_up, tma_up = original(block_size)
+            answer: tuple[tuple[int, int, int], bool] = (tuple(r_up), bool(tma_up))  # type: ignore[assignment]
+        else:
+            r = (1, 1, block_size) if recipe == RECIPE_SM100 else recipe
+            answer = (r, bool(tma))
+        if plan is not None:
+            construction_check(plan, answer[0])
+        return answer
 
     compute_fp8_einsum_recipe.sparkpair = True  # type: ignore[attr-defined]
     compute_fp8_einsum_recipe.original = original  # type: ignore[attr-defined]
@@ -174,21 +285,23 @@ def _import(required: tuple[str, ...], optional: tuple[str, ...]) -> tuple[dict[
 
 
 def apply(decision: OProjDecision, capability: Capability | None, kernel: Callable[..., Any] | None,
-          patch_recipe: bool) -> list[str]:
+          patch_recipe: bool, *, plan: KernelPlan | None = None, rebind_einsum: bool = True) -> list[str]:
     """Rebind ``fp8_einsum`` and wrap ``compute_fp8_einsum_recipe`` in every consumer.
 
-    The recipe wrapper returns the plan's recipe if ``patch_recipe``, else vLLM's own; either
-    way it first refuses a switch that would break the o_proj at its first forward
-    (:func:`o_proj_switch_problem`), at model construction.
+    The recipe wrapper returns the plan's recipe if ``patch_recipe``, else vLLM's own; with ``plan``
+    it first runs the construction check (:func:`construction_check`) when the attention layer asks.
 
     Idempotent: a module whose global is already ours is left alone. All modules are
     imported before any global is changed, so a failed import patches nothing.
 
     Args:
-        decision: the plan's o_proj decision (backend ``deepgemm`` or ``triton``).
+        decision: the plan's o_proj decision.
         capability: the device capability the plan was made for.
         kernel: ``sparkpair_overlay.kernels.fp8_einsum.fp8_einsum`` (``None`` for deepgemm).
         patch_recipe: ``compute_fp8_einsum_recipe`` returns ``decision.recipe`` instead of vLLM's.
+        plan: the process plan (the construction check reads its decision, probe and switches).
+        rebind_einsum: False for ``SPARKPAIR_O_PROJ=upstream``: only the construction check is
+            installed (vLLM's ``fp8_einsum`` and recipe stay).
 
     Returns:
         Notes (optional modules absent or skipped).
@@ -201,14 +314,15 @@ def apply(decision: OProjDecision, capability: Capability | None, kernel: Callab
         assert decision.recipe is not None
     recipe_mods, more = _import(RECIPE_CONSUMERS_REQUIRED, RECIPE_CONSUMERS_OPTIONAL)
     notes += more
+    deepgemm = plan.switches.deepgemm if plan is not None and plan.switches is not None else "vendored"
     dispatchers: dict[int, Fp8EinsumDispatcher] = {}
-    for name, mod in einsum_mods.items():
+    for name, mod in einsum_mods.items() if rebind_einsum else ():
         current = mod.fp8_einsum
         if getattr(current, "sparkpair", False):
             continue
         d = dispatchers.get(id(current))
         if d is None:
-            d = dispatchers[id(current)] = Fp8EinsumDispatcher(current, decision, capability, kernel)
+            d = dispatchers[id(current)] = Fp8EinsumDispatcher(current, decision, capability, kernel, deepgemm)
         _ORIGINAL_EINSUM[name] = current
         mod.fp8_einsum = d
     fns: dict[int, Callable[..., Any]] = {}
@@ -218,16 +332,18 @@ def apply(decision: OProjDecision, capability: Capability | None, kernel: Callab
             continue
         fn = fns.get(id(current))
         if fn is None:
-            fn = fns[id(current)] = _make_recipe_fn(current, decision.recipe if patch_recipe else None)
+            fn = fns[id(current)] = _make_recipe_fn(current, decision.recipe if patch_recipe else None, plan)
         _ORIGINAL_RECIPE[name] = current
         mod.compute_fp8_einsum_recipe = fn
     return notes
 
 
 def restore() -> None:
-    """Put every original object back (exactly vLLM's functions again)."""
+    """Put every original object back (exactly vLLM's functions again) and forget the check."""
     import sys
 
+    with _CHECK_LOCK:
+        _CHECK.clear()
     for name, orig in list(_ORIGINAL_EINSUM.items()):
         if name in sys.modules:
             setattr(sys.modules[name], "fp8_einsum", orig)  # noqa: B010 - ModuleType declares no such attribute

@@ -101,6 +101,10 @@ def _make_subclass(gate_linear: type) -> type:
                 )
             self.sparkpair_router = decision
             self._sparkpair_max_m = -1 if decision.max_m is None else int(decision.max_m)
+            if plan is not None:  # every rank must serve with one plan (raises PairMismatch otherwise)
+                from .. import pair
+
+                pair.check_once(plan, plan.switches)
             # fp32 weight: BF16x3 planes made after every weight load (vLLM's loader calls
             # quant_method.process_weights_after_loading(layer) once the weights are in, also on
             # reload), refreshed in place so captured CUDA graphs keep reading the live buffer.

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from sparkpair_overlay.o_proj_route import einsum_route
+from sparkpair_overlay.o_proj_route import deepgemm_rejects, einsum_route, triton_operands, weight_layout
 from sparkpair_overlay.plan import (
+    DECISION_MARGIN,
     DEFAULT_ROUTER_MAX_M,
     RECIPE_SM90,
     RECIPE_SM100,
@@ -17,8 +18,10 @@ from sparkpair_overlay.plan import (
     capability_family,
     decide_o_proj,
     decide_router,
+    pick_stable,
     upstream_recipe,
 )
+from sparkpair_overlay.serve_matrix import ROUTER_LAYOUTS, Switches, act_layout
 
 CAPS = [(12, 1), (12, 0), (10, 0), (9, 0), None]
 
@@ -85,15 +88,17 @@ def test_router_max_m_override_wins():
     assert (d.path, d.max_m, d.label) == ("triton-bf16-lowM", 8, "triton-bf16-lowM(M<=8)")
 
 
-def _probe(router=(), o_proj=(), cap=(12, 1)):
+def _probe(router=(), o_proj=(), cap=(12, 1), switches=Switches(), decision=None):
     return ProbeResults.from_json(
-        {"schema": "sparkpair-probe/1", "capability": list(cap), "router": list(router),
-         "o_proj": list(o_proj)}
+        {"schema": "sparkpair-probe/2", "capability": list(cap), "router": list(router),
+         "o_proj": list(o_proj), "switches": None if switches is None else switches.to_json(),
+         "o_proj_decision": decision}
     )
 
 
-def _r(path, m, ok=True, us=10.0, dtype="bfloat16"):
-    return {"path": path, "weight_dtype": dtype, "m": m, "ok": ok, "us": us, "shape": [256, 4096]}
+def _r(path, m, ok=True, us=10.0, dtype="bfloat16", layout=None):
+    return {"path": path, "weight_dtype": dtype, "m": m, "ok": ok, "us": us, "shape": [256, 4096],
+            "layout": layout or ROUTER_LAYOUTS[dtype]}
 
 
 def test_router_probe_crossover_sets_threshold():
@@ -158,8 +163,9 @@ def test_o_proj_decision_table(cap, mode, recipe, kerr, backend, want_recipe, pa
     assert (d.backend, d.recipe, d.patch_recipe) == (backend, want_recipe, patch), d.reason
 
 
-def _o(backend, recipe, t, ok=True, us=10.0):
-    return {"backend": backend, "recipe": list(recipe), "t": t, "ok": ok, "us": us}
+def _o(backend, recipe, t, ok=True, us=10.0, weight="w3-ue8m0-row"):
+    return {"backend": backend, "recipe": list(recipe), "t": t, "ok": ok, "us": us, "weight_layout": weight,
+            "act_layout": act_layout(recipe)}
 
 
 def test_o_proj_probe_deepgemm_chosen_only_when_correct_and_fastest():
@@ -201,9 +207,14 @@ def test_unknown_modes_raise(bad):
     "data,needle",
     [
         ({"schema": "other/1", "capability": [12, 1]}, "schema"),
-        ({"schema": "sparkpair-probe/1"}, r"capability=null; wanted \[MAJOR, MINOR\]"),
-        ({"schema": "sparkpair-probe/1", "capability": [12, 1], "router": [{"path": "x"}]},
+        ({"schema": "sparkpair-probe/2"}, r"capability=null; wanted \[MAJOR, MINOR\]"),
+        ({"schema": "sparkpair-probe/2", "capability": [12, 1], "router": [{"path": "x"}]},
          r"router\[0\]\.weight_dtype is missing"),
+        ({"schema": "sparkpair-probe/1", "capability": [12, 1]}, "record no operand layout.*probe again"),
+        ({"schema": "sparkpair-probe/2", "capability": [12, 1],
+          "o_proj": [dict(_o("triton", RECIPE_SM100, 1), weight_layout="w9")]}, r"o_proj\[0\]\.weight_layout"),
+        ({"schema": "sparkpair-probe/2", "capability": [12, 1],
+          "o_proj": [dict(_o("triton", RECIPE_SM100, 1), act_layout="a-fp32-tma")]}, "the layout recipe"),
         ([1, 2], "top level"),
     ],
 )
@@ -305,14 +316,17 @@ def test_einsum_route_takes_triton_for_the_o_proj_call_it_implements():
         (dict(cap=None), "not family 120"),
         (dict(eq="bhd,hdr->bhr"), "equation"),
         (dict(recipe=(1, 1, 32)), "recipe"),
-        (dict(sa=torch.float32), "scale encodings"),
-        (dict(sw=torch.float8_e8m0fnu), "scale encodings"),
+        (dict(sa_shape=(3, 4, 3)), "scale encodings"),
+        (dict(sw=torch.float8_e8m0fnu), "not a wo_a layout"),
         (dict(cpu=True), "CUDA"),
         (dict(decision=OProjDecision("deepgemm", RECIPE_SM100, False, "x")), "plan o_proj=deepgemm"),
     ],
 )
-def test_einsum_route_sends_everything_else_to_deepgemm_with_a_reason(change, needle):
-    a, b, out = _call(sa_dtype=change.get("sa", torch.int32), sw_dtype=change.get("sw", torch.int32))
+def test_einsum_route_sends_everything_else_to_deepgemm_with_a_reason(change, needle, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    a, b, out = _call(sa_dtype=torch.int32, sw_dtype=change.get("sw", torch.int32))
+    if "sa_shape" in change:
+        a = (a[0], torch.zeros(change["sa_shape"], dtype=torch.int32))
     if change.get("cpu"):
         a = (a[0]._t, a[1])
     route, reason = einsum_route(change.get("decision", TRITON), change.get("cap", (12, 1)),
@@ -321,12 +335,120 @@ def test_einsum_route_sends_everything_else_to_deepgemm_with_a_reason(change, ne
     assert route == "deepgemm" and needle in reason
 
 
-def test_einsum_route_rejects_2d_wo_a_and_mismatched_shapes():
-    (x, sa), (w, sw), out = _call()
+def test_einsum_route_takes_a_2d_wo_a_and_hands_the_kernel_the_same_bytes_as_3d():
+    """--linear-backend triton/cutlass leave wo_a [G*D, R] with [G*D/128, R/128] block scales: the
+    dispatcher gives our kernel the same storage viewed [G, D, R] / [G, D/128, R/128]."""
+    (x, sa), (w, _), out = _call()
     w2d = w.reshape(-1, w.shape[-1])
-    route, reason = einsum_route(TRITON, (12, 1), "bhr,hdr->bhd", (x, sa), (w2d, sw), out,
-                                 (1, 1, 128))
-    assert route == "deepgemm" and "3-D" in reason
+    for sdt, layout in ((torch.float8_e8m0fnu, "w2-e8m0-block"), (torch.float32, "w2-fp32-block")):
+        sw2d = torch.zeros(w2d.shape[0] // 128, w2d.shape[1] // 128, dtype=sdt)
+        assert weight_layout(w2d, sw2d, 4, 256) == layout
+        route, reason = einsum_route(TRITON, (12, 1), "bhr,hdr->bhd", (x, sa), (w2d, sw2d), out, (1, 1, 128))
+        assert (route, reason) == ("triton", "ok (2-D wo_a viewed as [G, D, R])")
+        a2, (w3, sw3), rec = triton_operands((x, sa), (w2d, sw2d), out)
+        assert tuple(w3.shape) == (4, 256, 512) and w3.data_ptr() == w2d.data_ptr()
+        assert tuple(sw3.shape) == (4, 2, 4) and sw3.data_ptr() == sw2d.data_ptr() and rec == RECIPE_SM90
     bad_out = torch.zeros(3, 4, 128, dtype=torch.bfloat16)
+    (x, sa), (w, sw), _ = _call()
     route, reason = einsum_route(TRITON, (12, 1), "bhr,hdr->bhd", (x, sa), (w, sw), bad_out, (1, 1, 128))
     assert route == "deepgemm" and "disagree" in reason
+
+
+def _mn_major(t, g, inner, dtype=torch.int32):
+    t4 = (t + 3) // 4 * 4
+    return torch.zeros(g * inner * t4, dtype=dtype).as_strided((g, t, inner), (inner * t4, 1, t4)).transpose(0, 1)
+
+
+def test_deepgemm_rejects_what_its_host_checks_reject_and_takes_what_vllm_hands_it():
+    t, g, d, r = 3, 4, 256, 1024
+    x = torch.zeros(g, t, r, dtype=torch.float8_e4m3fn).transpose(0, 1)
+    out = torch.zeros(t, g, d, dtype=torch.bfloat16)
+    w = torch.zeros(g, d, r, dtype=torch.float8_e4m3fn)
+    sa_i = _mn_major(t, g, r // 512)
+    sw_row = torch.zeros(g, r // 512, d, dtype=torch.int32).transpose(1, 2)  # MN-major per row
+    sw_block = torch.zeros(g, d // 128, r // 128)
+    sa_f = _mn_major(t, g, r // 128, torch.float32)
+    # the two (recipe, layout) pairs the matrix serves with DeepGEMM
+    assert deepgemm_rejects((x, sa_i), (w, sw_row), out, (1, 1, 128)) is None
+    assert deepgemm_rejects((x, sa_f), (w, sw_block), out, (1, 128, 128)) is None
+    # issue 30's first case: recipe (1,128,128) with the per-row int32 scales vLLM makes on arch 12
+    why = deepgemm_rejects((x, sa_f), (w, sw_row), out, (1, 128, 128))
+    assert why is not None and "sf.size(-2) == ceil_div(256, 128) = 2" in why
+    why = deepgemm_rejects((x, sa_i), (w, sw_block), out, (1, 1, 128))
+    assert why is not None and "sf.size(-2) == ceil_div(256, 1)" in why
+    # the second: a 2-D wo_a
+    why = deepgemm_rejects((x, sa_i), (w.reshape(g * d, r), sw_row), out, (1, 1, 128))
+    assert why is not None and "3-D" in why
+    # int32 scales that are not MN-major
+    why = deepgemm_rejects((x, sa_i), (w, sw_row.contiguous()), out, (1, 1, 128))
+    assert why is not None and "MN-major" in why
+
+
+def test_pick_stable_keeps_near_ties_and_follows_a_clear_win():
+    pref = ["a", "b", "c"]
+    assert pick_stable([(10.0, "a"), (9.9, "b")], pref)[0] == "a"  # within the margin: preference order
+    assert pick_stable([(10.0, "a"), (9.0, "b")], pref)[0] == "b"  # 10 % faster: the clock
+    assert pick_stable([(10.0, "a"), (9.9, "b")], pref, previous="b")[0] == "b"  # the previous one is kept
+    name, why = pick_stable([(10.0, "a"), (9.0, "b")], pref, previous="a")
+    assert name == "b" and why == "fastest"
+    assert 0 < DECISION_MARGIN < 0.2
+    with pytest.raises(ValueError):
+        pick_stable([], pref)
+
+
+E8M0_OFF = Switches(use_deep_gemm_e8m0=False)
+TRITON_2D = Switches(linear_backend="triton")
+
+
+def test_o_proj_rows_on_another_layout_are_refused_and_the_served_layout_decides():
+    # DeepGEMM measured fastest, but on the 3-D layout; --linear-backend triton serves the 2-D one
+    rows = [_o("deepgemm", RECIPE_SM100, t, us=5) for t in (1, 32)] + [
+        _o("triton", RECIPE_SM100, t, us=9, weight="w2-e8m0-block") for t in (1, 32)]
+    probe = _probe(o_proj=rows)
+    d = decide_o_proj((12, 1), probe=probe, switches=TRITON_2D)
+    assert (d.backend, d.recipe, d.weight_layout, d.source) == ("triton", RECIPE_SM100, "w2-e8m0-block", "probe")
+    assert "rows on w3-ue8m0-row ignored" not in d.reason  # the chosen reason names the layout it used
+    d3 = decide_o_proj((12, 1), probe=probe)
+    assert (d3.backend, d3.weight_layout) == ("deepgemm", "w3-ue8m0-row")
+
+
+def test_o_proj_deepgemm_is_never_chosen_where_the_matrix_refuses_it():
+    # DeepGEMM (1,128,128) "correct and fastest" on the per-row int32 layout: DeepGEMM rejects it
+    rows = [_o("deepgemm", RECIPE_SM90, t, us=2) for t in (1, 32)] + [
+        _o("triton", RECIPE_SM100, t, us=9) for t in (1, 32)]
+    d = decide_o_proj((12, 1), probe=_probe(o_proj=rows))
+    assert (d.backend, d.recipe) == ("triton", RECIPE_SM100)
+    # forced DeepGEMM with VLLM_USE_DEEP_GEMM_E8M0=0 (fp32 block scales) takes the recipe it serves
+    d = decide_o_proj((12, 1), mode="deepgemm", switches=E8M0_OFF)
+    assert (d.backend, d.recipe, d.weight_layout) == ("deepgemm", RECIPE_SM90, "w3-fp32-block")
+    d = decide_o_proj((12, 1), mode="deepgemm")
+    assert (d.backend, d.recipe) == ("deepgemm", RECIPE_SM100)
+
+
+def test_o_proj_near_tie_keeps_the_preferred_candidate_and_the_persisted_decision_is_adopted():
+    rows = [_o("deepgemm", RECIPE_SM100, t, us=9.8) for t in (1, 32)] + [
+        _o("triton", RECIPE_SM100, t, us=10.0) for t in (1, 32)]
+    d = decide_o_proj((12, 1), probe=_probe(o_proj=rows))
+    assert d.backend == "triton" and "preference order" in d.reason
+    swapped = [dict(r, us=19.8 - r["us"]) for r in rows]  # triton 9.8 (fastest), deepgemm 10.0
+    d = decide_o_proj((12, 1), probe=_probe(o_proj=swapped), previous=("deepgemm", RECIPE_SM100))
+    assert d.backend == "deepgemm" and "kept from the previous probe" in d.reason
+    dec = {"backend": "deepgemm", "recipe": [1, 1, 128], "weight_layout": "w3-ue8m0-row", "reason": "kept"}
+    d = decide_o_proj((12, 1), probe=_probe(o_proj=rows, decision=dec))
+    assert d.backend == "deepgemm" and d.reason == "probe decision: kept"
+    # a persisted decision for another layout is not adopted
+    d = decide_o_proj((12, 1), probe=_probe(o_proj=rows, decision=dict(dec, weight_layout="w2-e8m0-block")))
+    assert d.backend == "triton"
+
+
+def test_o_proj_rows_taken_under_other_deepgemm_switches_are_ignored():
+    rows = [_o("deepgemm", RECIPE_SM100, t, us=2) for t in (1, 32)]
+    d = decide_o_proj((12, 1), probe=_probe(o_proj=rows, switches=E8M0_OFF))
+    assert d.backend == "triton" and "VLLM_USE_DEEP_GEMM_E8M0 0 in the probe, 1 here" in d.reason
+    d = decide_o_proj((12, 1), probe=_probe(o_proj=rows, switches=None))
+    assert d.backend == "triton" and "records no switches" in d.reason
+
+
+def test_router_rows_on_another_layout_are_ignored():
+    probe = _probe([_r("triton-bf16-lowM", 1, ok=False, layout="x-fp16/w-bf16"), _r("cublas", 1)])
+    assert decide_router((12, 1), "bfloat16", probe=probe).path == "triton-bf16-lowM"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sparkpair_overlay import plugin
 from sparkpair_overlay.plan import KernelPlan, PlanError, ProbeResults, build_plan
+from sparkpair_overlay.serve_matrix import Switches
 
 
 def _plan():
@@ -56,10 +57,11 @@ def test_probe_file_problems_become_notes_not_crashes(tmp_path):
     good.write_text(
         json.dumps(
             {
-                "schema": "sparkpair-probe/1",
+                "schema": "sparkpair-probe/2",
                 "capability": [12, 1],
                 "router": [],
-                "o_proj": [{"backend": "triton", "recipe": [1, 128, 128], "t": 1, "ok": True, "us": 3.0}],
+                "o_proj": [{"backend": "triton", "recipe": [1, 128, 128], "t": 1, "ok": True, "us": 3.0,
+                            "weight_layout": "w3-ue8m0-row", "act_layout": "a-fp32-tma"}],
             }
         )
     )
@@ -78,7 +80,7 @@ def test_make_plan_refuses_bad_settings(env):
 def _probed_plan():
     probe = ProbeResults.from_json(
         {
-            "schema": "sparkpair-probe/1",
+            "schema": "sparkpair-probe/2",
             "capability": [12, 1],
             "router": [
                 {
@@ -88,6 +90,7 @@ def _probed_plan():
                     "ok": True,
                     "us": 5.0 if m <= 64 else 50.0,
                     "shape": [256, 4096],
+                    "layout": "x-bf16-rowmajor/w-bf16-rowmajor",
                 }
                 for m in (1, 64, 512)
             ]
@@ -99,10 +102,13 @@ def _probed_plan():
                     "ok": True,
                     "us": 10.0,
                     "shape": [256, 4096],
+                    "layout": "x-bf16-rowmajor/w-bf16-rowmajor",
                 }
                 for m in (1, 64, 512)
             ],
-            "o_proj": [{"backend": "triton", "recipe": [1, 1, 128], "t": 1, "ok": True, "us": 3.0}],
+            "o_proj": [{"backend": "triton", "recipe": [1, 1, 128], "t": 1, "ok": True, "us": 3.0,
+                        "weight_layout": "w3-ue8m0-row", "act_layout": "a-ue8m0-tma"}],
+            "switches": Switches().to_json(),
         },
         "probe",
     )
@@ -149,7 +155,7 @@ def test_probe_results_round_trip_through_their_json():
         (lambda d: d.update(notes="x"), 'notes="x"; wanted a list of strings'),
         (
             lambda d: d.update(
-                probe={"schema": "sparkpair-probe/1", "capability": [12, 1], "router": [{"m": 1}]}
+                probe={"schema": "sparkpair-probe/2", "capability": [12, 1], "router": [{"m": 1}]}
             ),
             "router[0].path is missing",
         ),
@@ -213,14 +219,15 @@ def test_a_plan_file_that_is_a_device_a_fifo_huge_or_deeply_nested_is_named_not_
 
 def test_probe_results_with_two_rows_for_one_measurement_are_refused() -> None:
     """A failed row followed by a passing row of the same shape must not read as a pass."""
-    row = {"path": "triton-bf16-lowM", "weight_dtype": "bfloat16", "m": 8, "us": 1.0, "shape": [256, 4096]}
+    row = {"path": "triton-bf16-lowM", "weight_dtype": "bfloat16", "m": 8, "us": 1.0, "shape": [256, 4096],
+           "layout": "x-bf16-rowmajor/w-bf16-rowmajor"}
     data = {
-        "schema": "sparkpair-probe/1",
+        "schema": "sparkpair-probe/2",
         "capability": [12, 1],
         "router": [{**row, "ok": False}, {**row, "ok": True}],
         "o_proj": [],
     }
-    with pytest.raises(PlanError, match=r"two rows for \('triton-bf16-lowM', 'bfloat16', 8\)"):
+    with pytest.raises(PlanError, match=r"two rows for \('triton-bf16-lowM', 'bfloat16', 8, "):
         ProbeResults.from_json(data, "probe.json")
     data["router"] = [{**row, "m": -5, "ok": True}]
     with pytest.raises(PlanError, match="token counts >= 1"):
