@@ -86,8 +86,12 @@ def weight_layout(w: torch.Tensor, sw: torch.Tensor, groups: int, rows: int) -> 
         if sdt == "float32" and tuple(sw.shape) == (groups, rows // SCALE_BLOCK, kb):
             return "w3-fp32-block"
         return None
-    if w.dim() == 2 and tuple(w.shape) == (groups * rows, r) and sw.dim() == 2 \
-            and tuple(sw.shape) == (groups * rows // SCALE_BLOCK, kb):
+    if (
+        w.dim() == 2
+        and tuple(w.shape) == (groups * rows, r)
+        and sw.dim() == 2
+        and tuple(sw.shape) == (groups * rows // SCALE_BLOCK, kb)
+    ):
         if sdt in ("float8_e8m0fnu", "uint8"):
             return "w2-e8m0-block"
         if sdt == "float32":
@@ -147,12 +151,16 @@ def einsum_route(
         return "deepgemm", f"shapes a{tuple(x.shape)} w{tuple(w.shape)} out{tuple(out.shape)} disagree"
     act = act_layout_of(x, sa)
     if act is None:
-        return "deepgemm", (f"scale encodings ({_dtype_name(sa)} {tuple(sa.shape)}) of a{tuple(x.shape)} are "
-                            "not a layout vLLM's activation quant makes")
+        return "deepgemm", (
+            f"scale encodings ({_dtype_name(sa)} {tuple(sa.shape)}) of a{tuple(x.shape)} are "
+            "not a layout vLLM's activation quant makes"
+        )
     wl = weight_layout(w, sw, g, out.shape[2])
     if wl is None:
-        return "deepgemm", (f"shapes / scale encodings of w{tuple(w.shape)} {_dtype_name(sw)} sw{tuple(sw.shape)} "
-                            f"disagree with a{tuple(x.shape)} out{tuple(out.shape)}: not a wo_a layout vLLM makes")
+        return "deepgemm", (
+            f"shapes / scale encodings of w{tuple(w.shape)} {_dtype_name(sw)} sw{tuple(sw.shape)} "
+            f"disagree with a{tuple(x.shape)} out{tuple(out.shape)}: not a wo_a layout vLLM makes"
+        )
     if wl not in TRITON_WEIGHT_LAYOUTS:
         return "deepgemm", f"weight layout {wl} is not one our kernel reads"
     return "triton", "ok" if wl not in TWO_D_WEIGHT_LAYOUTS else "ok (2-D wo_a viewed as [G, D, R])"
@@ -201,12 +209,17 @@ def deepgemm_rejects(
     if rt is None or len(rt) != 3:
         return f"recipe {recipe!r} is not a (1, gran_mn, gran_k) triple"
     if x.dim() != 3 or w.dim() != 3 or out.dim() != 3:
-        return (f"DeepGEMM's einsum takes 3-D operands only (get_shape<3>): a {tuple(x.shape)}, w {tuple(w.shape)}, "
-                f"out {tuple(out.shape)}")
+        return (
+            f"DeepGEMM's einsum takes 3-D operands only (get_shape<3>): a {tuple(x.shape)}, w "
+            f"{tuple(w.shape)}, "
+            f"out {tuple(out.shape)}"
+        )
     if _dtype_name(x) != "float8_e4m3fn" or _dtype_name(w) != "float8_e4m3fn":
         return f"a/w dtypes {_dtype_name(x)}/{_dtype_name(w)}; DeepGEMM wants float8_e4m3fn"
     if _dtype_name(out) != "bfloat16" or out.stride(-1) != 1:
-        return f"out {_dtype_name(out)} with stride {tuple(out.stride())}; DeepGEMM wants bf16, unit last stride"
+        return (
+            f"out {_dtype_name(out)} with stride {tuple(out.stride())}; DeepGEMM wants bf16, unit last stride"
+        )
     t, g, r = x.shape
     gw, d, rw = w.shape
     if (gw, rw) != (g, r) or tuple(out.shape) != (t, g, d):
@@ -227,22 +240,36 @@ def deepgemm_rejects(
         want_mn = _cdiv(mn, gran)
         want_k = _cdiv(r, rt[2] * (4 if sdt == "int32" else 1))
         if shape[1] != want_mn:
-            return (f"{name} scale {shape}: DeepGEMM checks sf.size(-2) == ceil_div({mn}, {gran}) = "
-                    f"{want_mn} for recipe {rt}")
+            return (
+                f"{name} scale {shape}: DeepGEMM checks sf.size(-2) == ceil_div({mn}, {gran}) = "
+                f"{want_mn} for recipe {rt}"
+            )
         if shape[2] != want_k:
             return f"{name} scale {shape}: DeepGEMM checks sf.size(-1) == {want_k} for recipe {rt}"
         if sdt == "int32":
             if gran != 1:
                 return f"{name} scale is int32 with gran_mn {gran}: DeepGEMM has no such SF transformation"
             col = strides[2]
-            if not (strides[1] == 1 or mn == 1) or col % 4 or col < _cdiv(mn, 4) * 4 \
-                    or strides[0] != col * shape[2]:
-                return (f"{name} int32 scale strides {strides} (as [G, mn, k]) are not MN-major TMA-aligned "
-                        "(DeepGEMM's tma_stride_check)")
+            if (
+                not (strides[1] == 1 or mn == 1)
+                or col % 4
+                or col < _cdiv(mn, 4) * 4
+                or strides[0] != col * shape[2]
+            ):
+                return (
+                    f"{name} int32 scale strides {strides} (as [G, mn, k]) are not MN-major TMA-aligned "
+                    "(DeepGEMM's tma_stride_check)"
+                )
     return None
 
 
 __all__ = [
-    "O_PROJ_EQUATION", "SCALE_BLOCK", "act_layout_of", "deepgemm_rejects", "einsum_route", "kernel_runs_on",
-    "triton_operands", "weight_layout",
+    "O_PROJ_EQUATION",
+    "SCALE_BLOCK",
+    "act_layout_of",
+    "deepgemm_rejects",
+    "einsum_route",
+    "kernel_runs_on",
+    "triton_operands",
+    "weight_layout",
 ]

@@ -31,8 +31,11 @@ if TYPE_CHECKING:
     from .serve_matrix import Switches
 
 #: Settings that change what a rank serves (paths and test-only values are not compared).
-_COMPARED_SETTINGS = tuple(n for n in REGISTRY if n not in (
-    "SPARKPAIR_PLAN_PATH", "SPARKPAIR_PROBE_RESULTS", "SPARKPAIR_FAKE_CAPABILITY"))
+_COMPARED_SETTINGS = tuple(
+    n
+    for n in REGISTRY
+    if n not in ("SPARKPAIR_PLAN_PATH", "SPARKPAIR_PROBE_RESULTS", "SPARKPAIR_FAKE_CAPABILITY")
+)
 
 _LOCK = threading.Lock()
 _CHECKED: dict[str, Any] = {}
@@ -52,8 +55,12 @@ def serve_identity(plan: KernelPlan, switches: Switches | None) -> dict[str, str
         "router": f"bf16:{plan.router_bf16.label},fp32:{plan.router_fp32.label}",
     }
     if switches is not None:
-        ident.update(linear_backend=switches.linear_backend, VLLM_USE_DEEP_GEMM=str(int(switches.use_deep_gemm)),
-                     VLLM_USE_DEEP_GEMM_E8M0=str(int(switches.use_deep_gemm_e8m0)), deepgemm=switches.deepgemm)
+        ident.update(
+            linear_backend=switches.linear_backend,
+            VLLM_USE_DEEP_GEMM=str(int(switches.use_deep_gemm)),
+            VLLM_USE_DEEP_GEMM_E8M0=str(int(switches.use_deep_gemm_e8m0)),
+            deepgemm=switches.deepgemm,
+        )
     for name in _COMPARED_SETTINGS:
         ident[name] = settings.get(name, "(unset)")
     return ident
@@ -73,10 +80,14 @@ def differences(identities: Sequence[Mapping[str, str]]) -> list[str]:
 def mismatch_message(diffs: Sequence[str], rank: int) -> str:
     """The refusal text for :class:`PairMismatch`."""
     return (
-        f"sparkpair overlay: refusing to build the model on rank {rank}: the ranks would serve it differently "
-        f"({'; '.join(diffs)}); wanted one plan and the same vLLM switches on every node: give both nodes the "
-        "same settings (compose env), or force the choice on both (SPARKPAIR_O_PROJ, SPARKPAIR_O_PROJ_RECIPE, "
-        "SPARKPAIR_ROUTER, SPARKPAIR_SERVE_PATHS), or copy the head's probe file to the worker and name it in "
+        f"sparkpair overlay: refusing to build the model on rank {rank}: the ranks would serve it "
+        "differently "
+        f"({'; '.join(diffs)}); wanted one plan and the same vLLM switches on every node: give both nodes "
+        "the "
+        "same settings (compose env), or force the choice on both (SPARKPAIR_O_PROJ, "
+        "SPARKPAIR_O_PROJ_RECIPE, "
+        "SPARKPAIR_ROUTER, SPARKPAIR_SERVE_PATHS), or copy the head's probe file to the worker and name it "
+        "in "
         "SPARKPAIR_PROBE_RESULTS there"
     )
 

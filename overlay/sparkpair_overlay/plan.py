@@ -109,8 +109,8 @@ def pick_stable(
     if previous in times and times[previous] <= limit:
         if previous == best:
             return previous, "fastest, as last time"
-        return previous, (f"kept from the previous probe: {times[previous]:.1f} µs, within {margin:.0%} of the "
-                          f"fastest ({best} {best_t:.1f} µs)")
+        return previous, (f"kept from the previous probe: {times[previous]:.1f} µs, within {margin:.0%} "
+                          f"of the fastest ({best} {best_t:.1f} µs)")
     near = [n for n in preference if n in times and times[n] <= limit]
     pick = near[0] if near else best
     if pick == best:
@@ -382,7 +382,8 @@ def decide_o_proj(
     if mode == "upstream":
         return OProjDecision("upstream", None, False, "SPARKPAIR_O_PROJ=upstream", source="upstream")
     if cap is None or platform != "cuda":
-        return OProjDecision("upstream", None, False, f"no CUDA device (platform {platform})", source="upstream")
+        return OProjDecision("upstream", None, False, f"no CUDA device (platform {platform})",
+                             source="upstream")
     up_recipe, _ = upstream_recipe(cap)
     if capability_family(cap) != 120:
         forced = f" (SPARKPAIR_O_PROJ={mode} ignored)" if mode != "auto" else ""
@@ -414,6 +415,10 @@ def decide_o_proj(
 
     served = [c for c in candidates
               if weight is not None and o_proj_verdict(c[0], c[1], weight, deepgemm=sw.deepgemm).served]
+    failed_ckpt = [c for c in (usable.checkpoint if usable else ()) if c.weight_layout == weight and not c.ok]
+    if failed_ckpt and mode == "auto":
+        served = [c for c in served if c[0] != "triton"]
+        probe_note += f"; the checkpoint's own wo_a failed on {weight}: {failed_ckpt[0].error}"
     scored: list[tuple[float, str]] = []
     names: dict[str, tuple[str, Recipe]] = {}
     for backend, recipe in served:
@@ -429,7 +434,8 @@ def decide_o_proj(
         persisted = usable.o_proj_decision if usable is not None else None
         if persisted is not None and persisted.weight_layout == weight \
                 and f"{persisted.backend}{persisted.recipe}" in names:
-            return decision(persisted.backend, persisted.recipe, f"probe decision: {persisted.reason}", "probe")
+            return decision(persisted.backend, persisted.recipe, f"probe decision: {persisted.reason}",
+                            "probe")
         if scored:
             prev = f"{previous[0]}{previous[1]}" if previous is not None else None
             name, why = pick_stable(scored, [f"{b}{r}" for b, r in O_PROJ_CANDIDATES], prev)
@@ -438,9 +444,9 @@ def decide_o_proj(
         if usable is not None and any(o.weight_layout == weight for o in usable.o_proj):
             return OProjDecision("upstream", None, False,
                                  f"probe: no o_proj candidate was correct on {weight}", weight, "upstream")
-        if kernel_error is not None:
-            return OProjDecision("upstream", None, False,
-                                 f"{probe_note}; o_proj kernel unavailable: {kernel_error}", weight, "upstream")
+        if kernel_error is not None or failed_ckpt:
+            why = f"o_proj kernel unavailable: {kernel_error}" if kernel_error else "Triton not used"
+            return OProjDecision("upstream", None, False, f"{probe_note}; {why}", weight, "upstream")
         recipe = recipe_override or up_recipe
         return decision("triton", recipe, f"{probe_note}; DeepGEMM unproven on family 120, Triton", "default")
     # Forced backend: the override's recipe, else its best correct recipe on this layout, else one

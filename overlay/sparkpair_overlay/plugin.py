@@ -178,7 +178,8 @@ def _apply_patches(plan: KernelPlan) -> KernelPlan:
             o_proj_patch.restore()
             why = f"o_proj patch failed: {type(exc).__name__}: {exc}"
             logger.error("sparkpair overlay: %s; o_proj left to vLLM", why)
-            plan = dataclasses.replace(plan, o_proj=OProjDecision("upstream", None, False, why, source="upstream"))
+            o_up = OProjDecision("upstream", None, False, why, source="upstream")
+            plan = dataclasses.replace(plan, o_proj=o_up)
     plan = dataclasses.replace(plan, notes=tuple(notes))
     if plan.patches_router:
         router_patch.use_plan(plan)  # layers built from now on ask the final plan
@@ -253,8 +254,8 @@ def register() -> None:
             return
         plan = make_plan()
         if not plan.version_verified:
-            stop = versions.guard_problem(plan.vllm_version, plan.capability if plan.platform == "cuda" else None,
-                                          plan.patching_allowed)
+            cap = plan.capability if plan.platform == "cuda" else None
+            stop = versions.guard_problem(plan.vllm_version, cap, plan.patching_allowed)
             if stop is not None:
                 logger.error("%s", stop)
                 raise versions.UnverifiedVllm(stop)

@@ -30,8 +30,10 @@ Recipe = tuple[int, int, int]
 PROBE_SCHEMA = "sparkpair-probe/2"
 #: Earlier tags and why they are refused.
 OLD_SCHEMAS = {
-    "sparkpair-probe/1": "its rows record no operand layout, so the plan cannot tell whether they were taken on "
-                         "the operands the model serves",
+    "sparkpair-probe/1": (
+        "its rows record no operand layout, so the plan cannot tell whether they were taken on the operands "
+        "the model serves"
+    ),
 }
 
 
@@ -149,8 +151,8 @@ class OProjProbe:
         act = f.value("act_layout", str)
         if act not in ACT_LAYOUTS or act != act_layout(r):
             raise f.fail("act_layout", act, f"{act_layout(r)!r} (the layout recipe {r} makes)")
-        return cls(f.value("backend", str), r, f.value("t", int), f.value("ok", bool), f.optional("us", float),
-                   weight, act, f.optional("err", float), f.optional("error", str))
+        return cls(f.value("backend", str), r, f.value("t", int), f.value("ok", bool),
+                   f.optional("us", float), weight, act, f.optional("err", float), f.optional("error", str))
 
 
 @dataclass(frozen=True)
@@ -218,9 +220,10 @@ class KernelPathRow:
         rng = f.ints("t_range", 2)
         if rng is None or not 1 <= rng[0] <= rng[1]:
             raise f.fail("t_range", rng, "[lo, hi] token counts with 1 <= lo <= hi")
-        return cls(f.value("kernel", str), f.value("path", str), f.value("config", str), f.value("tokens", int),
-                   rng[0], rng[1], f.value("layout", str), f.value("ok", bool), f.optional("us", float),
-                   f.optional("err", float), f.optional("triton", str), f.strings("instructions"))
+        return cls(f.value("kernel", str), f.value("path", str), f.value("config", str),
+                   f.value("tokens", int), rng[0], rng[1], f.value("layout", str), f.value("ok", bool),
+                   f.optional("us", float), f.optional("err", float), f.optional("triton", str),
+                   f.strings("instructions"))
 
 
 @dataclass(frozen=True)
@@ -250,9 +253,9 @@ class CheckpointCheck:
 
     @classmethod
     def from_json(cls, f: Fields) -> CheckpointCheck:
-        return cls(f.value("file", str), f.value("tensor", str), f.value("tp_rank", int), f.value("tp_size", int),
-                   f.value("weight_layout", str), f.value("t", int), f.value("ok", bool), f.optional("err", float),
-                   f.optional("error", str))
+        return cls(f.value("file", str), f.value("tensor", str), f.value("tp_rank", int),
+                   f.value("tp_size", int), f.value("weight_layout", str), f.value("t", int),
+                   f.value("ok", bool), f.optional("err", float), f.optional("error", str))
 
 
 @dataclass(frozen=True)
@@ -272,7 +275,7 @@ class ProbeResults:
                      "weight_layout": "w3-ue8m0-row", "act_layout": "a-ue8m0-tma", "err": 0.002}],
          "o_proj_decision": {"backend": "triton", "recipe": [1, 1, 128], "weight_layout": "w3-ue8m0-row",
                              "reason": "..."},
-         "kernel_paths": [], "checkpoint": null, "margin": 0.05,
+         "kernel_paths": [], "checkpoint": [], "margin": 0.05,
          "serve_choice": {"schema": "sparkpair-serve-paths/1", ...}}
 
     ``switches`` are the ones the served model gets: the environment the probe ran in and the
@@ -288,7 +291,7 @@ class ProbeResults:
     deepgemm_identity: str | None = None
     o_proj_decision: OProjChoice | None = None
     kernel_paths: tuple[KernelPathRow, ...] = ()
-    checkpoint: CheckpointCheck | None = None
+    checkpoint: tuple[CheckpointCheck, ...] = ()
     vllm_version: str | None = None
     margin: float | None = None
 
@@ -304,7 +307,7 @@ class ProbeResults:
             "o_proj": [o.to_json() for o in self.o_proj],
             "o_proj_decision": None if self.o_proj_decision is None else self.o_proj_decision.to_json(),
             "kernel_paths": [k.to_json() for k in self.kernel_paths],
-            "checkpoint": None if self.checkpoint is None else self.checkpoint.to_json(),
+            "checkpoint": [c.to_json() for c in self.checkpoint],
             "margin": self.margin,
             "serve_choice": None if self.serve_choice is None else self.serve_choice.to_json(),
         }
@@ -320,7 +323,8 @@ class ProbeResults:
         f = Fields(data, source)
         schema = f.data.get("schema")
         if schema in OLD_SCHEMAS:
-            raise f.fail("schema", schema, f"{PROBE_SCHEMA!r}: {OLD_SCHEMAS[str(schema)]}; run sparkpair probe again")
+            why = OLD_SCHEMAS[str(schema)]
+            raise f.fail("schema", schema, f"{PROBE_SCHEMA!r}: {why}; run sparkpair probe again")
         if schema != PROBE_SCHEMA:
             raise f.fail("schema", schema, repr(PROBE_SCHEMA))
         cap = f.ints("capability", 2)
@@ -336,7 +340,8 @@ class ProbeResults:
         ):
             dup = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
             if dup is not None:
-                raise f.fail(what, f"two rows for {dup}", "one row per (path/backend, dtype/recipe, layout, tokens)")
+                raise f.fail(what, f"two rows for {dup}",
+                             "one row per (path/backend, dtype/recipe, layout, tokens)")
         bad = [r.m for r in router if r.m < 1] + [o.t for o in o_proj if o.t < 1]
         if bad:
             raise f.fail("router/o_proj", f"token count {bad[0]}", "token counts >= 1")
@@ -348,9 +353,9 @@ class ProbeResults:
                                 sf.value("VLLM_USE_DEEP_GEMM_E8M0", bool), sf.value("deepgemm", str),
                                 sf.optional("ckpt_scale", str) or "e8m0")
         raw_dec = f.data.get("o_proj_decision")
-        decision = None if raw_dec is None else OProjChoice.from_json(Fields(raw_dec, source, "o_proj_decision"))
-        raw_ck = f.data.get("checkpoint")
-        checkpoint = None if raw_ck is None else CheckpointCheck.from_json(Fields(raw_ck, source, "checkpoint"))
+        decision = (None if raw_dec is None
+                    else OProjChoice.from_json(Fields(raw_dec, source, "o_proj_decision")))
+        checkpoint = tuple(CheckpointCheck.from_json(c) for c in f.objects("checkpoint"))
         serve: ServeChoice | None = None
         raw = f.data.get("serve_choice")
         if raw is not None:

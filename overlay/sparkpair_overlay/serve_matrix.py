@@ -104,9 +104,27 @@ def router_layout(weight_dtype: str) -> str | None:
 
 #: ``--linear-backend`` values vLLM 0.33.0 accepts (``vllm/config/kernel.py`` ``LinearBackend``).
 LINEAR_BACKENDS: tuple[str, ...] = (
-    "auto", "cutlass", "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm", "flashinfer_cudnn",
-    "flashinfer_b12x", "b12x", "marlin", "humming", "triton", "deep_gemm", "torch", "aiter", "machete",
-    "fbgemm", "conch", "exllama", "emulation", "xpu", "xpu_woq",
+    "auto",
+    "cutlass",
+    "flashinfer_cutlass",
+    "flashinfer_cutedsl",
+    "flashinfer_trtllm",
+    "flashinfer_cudnn",
+    "flashinfer_b12x",
+    "b12x",
+    "marlin",
+    "humming",
+    "triton",
+    "deep_gemm",
+    "torch",
+    "aiter",
+    "machete",
+    "fbgemm",
+    "conch",
+    "exllama",
+    "emulation",
+    "xpu",
+    "xpu_woq",
 )
 #: The CUDA FP8 block-scaled kernel each value narrows vLLM 0.33's list to (the intersection of
 #: ``_LINEAR_BACKEND_KERNEL_MAP[value]`` and ``_POSSIBLE_FP8_BLOCK_KERNELS[CUDA]``); a value that is
@@ -123,8 +141,11 @@ FP8_BLOCK_KERNEL: Mapping[str, str] = {
 }
 #: What each kernel's ``process_weights_after_loading`` leaves of ``wo_a`` (2-D kernels: by the
 #: checkpoint's scale dtype, ``e8m0`` for DeepSeek-V4-Flash).
-_TWO_D = {"CutlassFp8BlockScaledMMKernel": "ckpt", "TritonFp8BlockScaledMMKernel": "ckpt",
-          "B12xFp8BlockScaledMMKernel": "fp32"}
+_TWO_D = {
+    "CutlassFp8BlockScaledMMKernel": "ckpt",
+    "TritonFp8BlockScaledMMKernel": "ckpt",
+    "B12xFp8BlockScaledMMKernel": "fp32",
+}
 _REPACKS = ("MarlinFP8ScaledMMLinearKernel", "HummingFP8ScaledMMLinearKernel")
 #: Kernels that do not run on family 120 (vLLM 0.33: FlashInfer's block-scale FP8 GEMM and the
 #: block path of ``torch._scaled_mm`` are SM90-only), so vLLM cannot build the layer with them.
@@ -159,18 +180,29 @@ class Switches:
 
     def describe(self) -> str:
         """``--linear-backend auto, VLLM_USE_DEEP_GEMM=1, VLLM_USE_DEEP_GEMM_E8M0=1, DeepGEMM vendored``."""
-        return (f"--linear-backend {self.linear_backend}, VLLM_USE_DEEP_GEMM={int(self.use_deep_gemm)}, "
-                f"VLLM_USE_DEEP_GEMM_E8M0={int(self.use_deep_gemm_e8m0)}, DeepGEMM {self.deepgemm}")
+        return (
+            f"--linear-backend {self.linear_backend}, VLLM_USE_DEEP_GEMM={int(self.use_deep_gemm)}, "
+            f"VLLM_USE_DEEP_GEMM_E8M0={int(self.use_deep_gemm_e8m0)}, DeepGEMM {self.deepgemm}"
+        )
 
     def to_json(self) -> dict[str, object]:
         """The switches as the probe file records them."""
-        return {"linear_backend": self.linear_backend, "VLLM_USE_DEEP_GEMM": self.use_deep_gemm,
-                "VLLM_USE_DEEP_GEMM_E8M0": self.use_deep_gemm_e8m0, "deepgemm": self.deepgemm,
-                "ckpt_scale": self.ckpt_scale}
+        return {
+            "linear_backend": self.linear_backend,
+            "VLLM_USE_DEEP_GEMM": self.use_deep_gemm,
+            "VLLM_USE_DEEP_GEMM_E8M0": self.use_deep_gemm_e8m0,
+            "deepgemm": self.deepgemm,
+            "ckpt_scale": self.ckpt_scale,
+        }
 
 
-def switches_from_env(environ: Mapping[str, str], *, linear_backend: str = "auto", deepgemm: str = "vendored",
-                      ckpt_scale: str = "e8m0") -> Switches:
+def switches_from_env(
+    environ: Mapping[str, str],
+    *,
+    linear_backend: str = "auto",
+    deepgemm: str = "vendored",
+    ckpt_scale: str = "e8m0",
+) -> Switches:
     """:class:`Switches` from an environment as vLLM reads it (``bool(int(os.getenv(name, "1")))``).
 
     Raises:
@@ -183,10 +215,13 @@ def switches_from_env(environ: Mapping[str, str], *, linear_backend: str = "auto
         try:
             return bool(int(raw))
         except ValueError:
-            raise ValueError(f"{name}={raw!r} is not an integer; wanted 0 or 1 (vLLM parses it with int())") from None
+            raise ValueError(
+                f"{name}={raw!r} is not an integer; wanted 0 or 1 (vLLM parses it with int())"
+            ) from None
 
-    return Switches(linear_backend, flag("VLLM_USE_DEEP_GEMM"), flag("VLLM_USE_DEEP_GEMM_E8M0"), deepgemm,
-                    ckpt_scale)
+    return Switches(
+        linear_backend, flag("VLLM_USE_DEEP_GEMM"), flag("VLLM_USE_DEEP_GEMM_E8M0"), deepgemm, ckpt_scale
+    )
 
 
 @dataclass(frozen=True)
@@ -219,43 +254,74 @@ def linear_outcome(s: Switches) -> LinearOutcome:
     dg_found = s.deepgemm in ("vendored", "external")
     dg_on = s.use_deep_gemm and dg_found
     if s.deepgemm == "broken":
-        return LinearOutcome(None, None, (
-            "a top-level deep_gemm package is installed but its import raises: vLLM's has_deep_gemm() "
-            "skips it, yet its first DeepGEMM call re-raises the error; wanted it repaired or uninstalled "
-            "(pip uninstall deep_gemm), so vLLM uses its vendored copy"))
+        return LinearOutcome(
+            None,
+            None,
+            (
+                "a top-level deep_gemm package is installed but its import raises: vLLM's has_deep_gemm() "
+                "skips it, yet its first DeepGEMM call re-raises the error; wanted it repaired or "
+                "uninstalled "
+                "(pip uninstall deep_gemm), so vLLM uses its vendored copy"
+            ),
+        )
     kernel = FP8_BLOCK_KERNEL.get(s.linear_backend)
     if kernel is None:  # auto, or a value with no FP8 block kernel: vLLM's automatic choice
         if dg_on:
             kernel = "DeepGemmFp8BlockScaledMMKernel"
         else:
-            why = ("VLLM_USE_DEEP_GEMM=0" if s.use_deep_gemm else "no DeepGEMM installed")
-            return LinearOutcome(None, None, (
-                f"{why} with --linear-backend {s.linear_backend}: vLLM then picks CUTLASS, b12x, Marlin or "
-                "Triton for DeepSeek-V4's wo_a by what this device and install support, and Marlin repacks "
-                "wo_a so that the o_proj einsum cannot read it; wanted --linear-backend triton, cutlass or "
-                "b12x named explicitly (wo_a then stays in its 2-D checkpoint layout, which sparkpair's "
-                "o_proj kernel serves), or VLLM_USE_DEEP_GEMM=1"))
+            why = "VLLM_USE_DEEP_GEMM=0" if not s.use_deep_gemm else "no DeepGEMM installed"
+            return LinearOutcome(
+                None,
+                None,
+                (
+                    f"{why} with --linear-backend {s.linear_backend}: vLLM then picks CUTLASS, b12x, Marlin "
+                    "or "
+                    "Triton for DeepSeek-V4's wo_a by what this device and install support, and Marlin "
+                    "repacks "
+                    "wo_a so that the o_proj einsum cannot read it; wanted --linear-backend triton, cutlass "
+                    "or "
+                    "b12x named explicitly (wo_a then stays in its 2-D checkpoint layout, which sparkpair's "
+                    "o_proj kernel serves), or VLLM_USE_DEEP_GEMM=1"
+                ),
+            )
     if kernel in _NOT_ON_FAMILY_120:
-        return LinearOutcome(kernel, None, (
-            f"--linear-backend {s.linear_backend} narrows vLLM's FP8 block kernels to {kernel}, and "
-            f"{_NOT_ON_FAMILY_120[kernel]}, so vLLM cannot build DeepSeek-V4's FP8 linears on family 120; "
-            "wanted --linear-backend auto, deep_gemm, triton, cutlass or b12x"))
+        return LinearOutcome(
+            kernel,
+            None,
+            (
+                f"--linear-backend {s.linear_backend} narrows vLLM's FP8 block kernels to {kernel}, and "
+                f"{_NOT_ON_FAMILY_120[kernel]}, so vLLM cannot build DeepSeek-V4's FP8 linears on family "
+                "120; "
+                "wanted --linear-backend auto, deep_gemm, triton, cutlass or b12x"
+            ),
+        )
     if kernel == "DeepGemmFp8BlockScaledMMKernel":
         if not dg_on:
-            why = "VLLM_USE_DEEP_GEMM=0" if s.use_deep_gemm is False else "no DeepGEMM is installed"
-            return LinearOutcome(kernel, None, (
-                f"--linear-backend deep_gemm with {why}: vLLM has no kernel left for the FP8 block "
-                "linears and stops building the model; wanted VLLM_USE_DEEP_GEMM=1 (unset), or another "
-                "--linear-backend (triton, cutlass, b12x)"))
+            why = "VLLM_USE_DEEP_GEMM=0" if not s.use_deep_gemm else "no DeepGEMM is installed"
+            return LinearOutcome(
+                kernel,
+                None,
+                (
+                    f"--linear-backend deep_gemm with {why}: vLLM has no kernel left for the FP8 block "
+                    "linears and stops building the model; wanted VLLM_USE_DEEP_GEMM=1 (unset), or another "
+                    "--linear-backend (triton, cutlass, b12x)"
+                ),
+            )
         if s.deepgemm == "external":
             return LinearOutcome(kernel, "external")
         return LinearOutcome(kernel, "w3-ue8m0-row" if s.use_deep_gemm_e8m0 else "w3-fp32-block")
     if kernel in _REPACKS:
-        return LinearOutcome(kernel, "repacked", (
-            f"--linear-backend {s.linear_backend} selects {kernel}, which repacks DeepSeek-V4's wo_a into "
-            "its weight-only layout; the o_proj's grouped einsum (DeepGEMM's or sparkpair's) cannot read "
-            "that layout and the model would fail at its first forward; wanted --linear-backend auto, "
-            "deep_gemm, triton, cutlass or b12x"))
+        return LinearOutcome(
+            kernel,
+            "repacked",
+            (
+                f"--linear-backend {s.linear_backend} selects {kernel}, which repacks DeepSeek-V4's wo_a "
+                "into "
+                "its weight-only layout; the o_proj's grouped einsum (DeepGEMM's or sparkpair's) cannot read "
+                "that layout and the model would fail at its first forward; wanted --linear-backend auto, "
+                "deep_gemm, triton, cutlass or b12x"
+            ),
+        )
     form = _TWO_D[kernel]
     scale = s.ckpt_scale if form == "ckpt" else "fp32"
     return LinearOutcome(kernel, "w2-e8m0-block" if scale == "e8m0" else "w2-fp32-block")
@@ -266,7 +332,10 @@ def linear_outcome(s: Switches) -> LinearOutcome:
 #: The o_proj (backend, recipe) candidates, in the preference order ties are broken by: the
 #: overlay's kernel first (proven on every served layout by the stack tier), then DeepGEMM.
 O_PROJ_CANDIDATES: tuple[tuple[str, Recipe], ...] = (
-    ("triton", RECIPE_SM100), ("triton", RECIPE_SM90), ("deepgemm", RECIPE_SM100), ("deepgemm", RECIPE_SM90),
+    ("triton", RECIPE_SM100),
+    ("triton", RECIPE_SM90),
+    ("deepgemm", RECIPE_SM100),
+    ("deepgemm", RECIPE_SM90),
 )
 O_PROJ_BACKENDS = ("deepgemm", "triton", "upstream")
 
@@ -276,10 +345,12 @@ O_PROJ_BACKENDS = ("deepgemm", "triton", "upstream")
 #: ``sf.size(-2) == ceil_div(D, recipe[1])`` and ``sf.size(-1) == ceil_div(R, 128 * (4 if int32
 #: else 1))``; ``int32`` scales only with ``recipe[1] == 1``
 #: (docs/reference/vllm-code-paths.md#deepgemm-einsum-checks).
-DEEPGEMM_ACCEPTS: frozenset[tuple[Recipe, str]] = frozenset({
-    (RECIPE_SM100, "w3-ue8m0-row"),
-    (RECIPE_SM90, "w3-fp32-block"),
-})
+DEEPGEMM_ACCEPTS: frozenset[tuple[Recipe, str]] = frozenset(
+    {
+        (RECIPE_SM100, "w3-ue8m0-row"),
+        (RECIPE_SM90, "w3-fp32-block"),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -318,8 +389,14 @@ def _label(backend: str, recipe: Recipe) -> str:
     return f"SPARKPAIR_O_PROJ={backend} with recipe {','.join(str(v) for v in recipe)}"
 
 
-def o_proj_verdict(backend: str, recipe: Recipe, weight: str | None, *, deepgemm: str = "vendored",
-                   switches: Switches | None = None) -> Verdict:
+def o_proj_verdict(
+    backend: str,
+    recipe: Recipe,
+    weight: str | None,
+    *,
+    deepgemm: str = "vendored",
+    switches: Switches | None = None,
+) -> Verdict:
     """Whether ``backend`` with ``recipe`` serves ``wo_a`` in layout ``weight`` (pure).
 
     Args:
@@ -338,39 +415,88 @@ def o_proj_verdict(backend: str, recipe: Recipe, weight: str | None, *, deepgemm
     if weight is None:
         return Verdict(False, None, None, act, f"wo_a cannot be built with these switches{sw}")
     if weight == "repacked":
-        return Verdict(False, None, weight, act, f"wo_a is repacked for a weight-only kernel{sw}; no einsum reads it")
+        return Verdict(
+            False, None, weight, act, f"wo_a is repacked for a weight-only kernel{sw}; no einsum reads it"
+        )
     if backend == "triton":
         if weight in TRITON_WEIGHT_LAYOUTS:
-            how = "viewed as [G, D, R] / [G, D/128, R/128], the same bytes" if weight in TWO_D_WEIGHT_LAYOUTS \
+            how = (
+                "viewed as [G, D, R] / [G, D/128, R/128], the same bytes"
+                if weight in TWO_D_WEIGHT_LAYOUTS
                 else "as vLLM hands it"
+            )
             return Verdict(True, "triton", weight, act, f"sparkpair's Triton fp8_einsum reads {weight} {how}")
-        return Verdict(True, "triton", weight, act, (
-            "sparkpair's Triton fp8_einsum reads the layouts DeepGEMM 2.8.1's transform makes; a top-level "
-            "deep_gemm's transform is served only where the probe recorded the layout it made here"), True)
+        return Verdict(
+            True,
+            "triton",
+            weight,
+            act,
+            (
+                "sparkpair's Triton fp8_einsum reads the layouts DeepGEMM 2.8.1's transform makes; a "
+                "top-level "
+                "deep_gemm's transform is served only where the probe recorded the layout it made here"
+            ),
+            True,
+        )
     if backend not in ("deepgemm", "upstream"):
         raise ValueError(f"o_proj backend {backend!r}; wanted one of {', '.join(O_PROJ_BACKENDS)}")
-    who = "vLLM's own o_proj (SPARKPAIR_O_PROJ=upstream)" if backend == "upstream" else _label(backend, recipe)
+    who = (
+        "vLLM's own o_proj (SPARKPAIR_O_PROJ=upstream)" if backend == "upstream" else _label(backend, recipe)
+    )
     if weight in TWO_D_WEIGHT_LAYOUTS:
-        return Verdict(False, None, weight, act, (
-            f"{who} hands DeepGEMM's fp8_einsum DeepSeek-V4's wo_a in its 2-D checkpoint layout [G*D, R]{sw}: "
-            "DeepGEMM takes only 3-D operands (get_shape<3>) and only vLLM's DeepGEMM linear kernel reshapes "
-            "wo_a, so the model would fail at its first forward; wanted SPARKPAIR_O_PROJ=triton (sparkpair's "
-            "kernel reads the 2-D layout), or --linear-backend deep_gemm / auto with VLLM_USE_DEEP_GEMM=1"))
+        return Verdict(
+            False,
+            None,
+            weight,
+            act,
+            (
+                f"{who} hands DeepGEMM's fp8_einsum DeepSeek-V4's wo_a in its 2-D checkpoint layout [G*D, "
+                f"R]{sw}: "
+                "DeepGEMM takes only 3-D operands (get_shape<3>) and only vLLM's DeepGEMM linear kernel "
+                "reshapes "
+                "wo_a, so the model would fail at its first forward; wanted SPARKPAIR_O_PROJ=triton "
+                "(sparkpair's "
+                "kernel reads the 2-D layout), or --linear-backend deep_gemm / auto with VLLM_USE_DEEP_GEMM=1"
+            ),
+        )
     if weight == "external" or deepgemm == "external":
-        return Verdict(True, "deepgemm", weight, act, (
-            f"{who}: a top-level deep_gemm package replaces vLLM's vendored DeepGEMM; what its fp8_einsum "
-            "accepts is served only where the probe ran it here"), True)
+        return Verdict(
+            True,
+            "deepgemm",
+            weight,
+            act,
+            (
+                f"{who}: a top-level deep_gemm package replaces vLLM's vendored DeepGEMM; what its "
+                "fp8_einsum "
+                "accepts is served only where the probe ran it here"
+            ),
+            True,
+        )
     if (recipe, weight) in DEEPGEMM_ACCEPTS:
-        return Verdict(True, "deepgemm", weight, act, f"DeepGEMM's fp8_einsum accepts {weight} with recipe {recipe}")
+        return Verdict(
+            True, "deepgemm", weight, act, f"DeepGEMM's fp8_einsum accepts {weight} with recipe {recipe}"
+        )
     gran = recipe[1]
     want = "[G, D, R/512] int32 per-row" if gran == 1 else "[G, D/128, R/128] fp32 block"
     seen = "per-row int32 [G, D, R/512]" if weight == "w3-ue8m0-row" else "fp32 block [G, D/128, R/128]"
-    fix = ("VLLM_USE_DEEP_GEMM_E8M0=0 (vLLM then keeps fp32 block scales), or recipe 1,1,128"
-           if weight == "w3-ue8m0-row" else "VLLM_USE_DEEP_GEMM_E8M0=1 (unset), or recipe 1,128,128")
-    return Verdict(False, None, weight, act, (
-        f"{who}: vLLM's weight post-processing leaves {seen} weight scales{sw}, and DeepGEMM's fp8_einsum "
-        f"checks sf.size(-2) == ceil_div(D, {gran}) (it wants {want} scales for this recipe), so the model "
-        f"would fail at its first forward; wanted SPARKPAIR_O_PROJ=triton, or {fix}"))
+    fix = (
+        "VLLM_USE_DEEP_GEMM_E8M0=0 (vLLM then keeps fp32 block scales), or recipe 1,1,128"
+        if weight == "w3-ue8m0-row"
+        else "VLLM_USE_DEEP_GEMM_E8M0=1 (unset), or recipe 1,128,128"
+    )
+    return Verdict(
+        False,
+        None,
+        weight,
+        act,
+        (
+            f"{who}: vLLM's weight post-processing leaves {seen} weight scales{sw}, and DeepGEMM's "
+            "fp8_einsum "
+            f"checks sf.size(-2) == ceil_div(D, {gran}) (it wants {want} scales for this recipe), so the "
+            "model "
+            f"would fail at its first forward; wanted SPARKPAIR_O_PROJ=triton, or {fix}"
+        ),
+    )
 
 
 def serve_verdict(s: Switches, backend: str, recipe: Recipe) -> Verdict:
@@ -384,8 +510,9 @@ def serve_verdict(s: Switches, backend: str, recipe: Recipe) -> Verdict:
 
 def o_proj_candidates_on(weight: str, deepgemm: str = "vendored") -> tuple[tuple[str, Recipe], ...]:
     """The :data:`O_PROJ_CANDIDATES` served on ``weight`` (the probe measures exactly these)."""
-    return tuple((b, r) for b, r in O_PROJ_CANDIDATES
-                 if o_proj_verdict(b, r, weight, deepgemm=deepgemm).served)
+    return tuple(
+        (b, r) for b, r in O_PROJ_CANDIDATES if o_proj_verdict(b, r, weight, deepgemm=deepgemm).served
+    )
 
 
 def all_switches() -> Iterator[Switches]:
@@ -414,7 +541,7 @@ def matrix() -> Iterator[Combination]:
     only with vLLM's own recipe, :data:`RECIPE_SM100`)."""
     for s in all_switches():
         for backend in ("triton", "deepgemm", "upstream"):
-            for recipe in ((RECIPE_SM100,) if backend == "upstream" else (RECIPE_SM100, RECIPE_SM90)):
+            for recipe in (RECIPE_SM100,) if backend == "upstream" else (RECIPE_SM100, RECIPE_SM90):
                 yield Combination(s, backend, recipe, serve_verdict(s, backend, recipe))
 
 
@@ -436,10 +563,35 @@ def with_linear(s: Switches, linear_backend: str) -> Switches:
 
 
 __all__ = [
-    "ACT_LAYOUTS", "DEEPGEMM_ACCEPTS", "DEEPGEMM_SOURCES", "FP8_BLOCK_KERNEL", "LINEAR_BACKENDS",
-    "O_PROJ_BACKENDS", "O_PROJ_CANDIDATES", "RECIPE_SM100", "RECIPE_SM90", "ROUTER_LAYOUTS", "ROUTER_TIERS",
-    "TRITON_WEIGHT_LAYOUTS", "TWO_D_WEIGHT_LAYOUTS", "WEIGHT_LAYOUTS", "Combination", "LinearOutcome", "Recipe",
-    "Switches", "Verdict", "act_layout", "all_switches", "distinct_layouts", "layout_key", "linear_outcome",
-    "matrix", "o_proj_candidates_on", "o_proj_verdict", "router_layout", "serve_verdict", "switches_from_env",
+    "ACT_LAYOUTS",
+    "DEEPGEMM_ACCEPTS",
+    "DEEPGEMM_SOURCES",
+    "FP8_BLOCK_KERNEL",
+    "LINEAR_BACKENDS",
+    "O_PROJ_BACKENDS",
+    "O_PROJ_CANDIDATES",
+    "RECIPE_SM100",
+    "RECIPE_SM90",
+    "ROUTER_LAYOUTS",
+    "ROUTER_TIERS",
+    "TRITON_WEIGHT_LAYOUTS",
+    "TWO_D_WEIGHT_LAYOUTS",
+    "WEIGHT_LAYOUTS",
+    "Combination",
+    "LinearOutcome",
+    "Recipe",
+    "Switches",
+    "Verdict",
+    "act_layout",
+    "all_switches",
+    "distinct_layouts",
+    "layout_key",
+    "linear_outcome",
+    "matrix",
+    "o_proj_candidates_on",
+    "o_proj_verdict",
+    "router_layout",
+    "serve_verdict",
+    "switches_from_env",
     "with_linear",
 ]

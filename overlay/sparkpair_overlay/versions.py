@@ -58,7 +58,9 @@ def guard_problem(version: str, capability: tuple[int, int] | None, allowed: boo
         The refusal (version, family, the override) on capability family 120 with an unverified
         version and no override; ``None`` otherwise.
     """
-    if allowed or is_verified(version) or capability is None or (capability[0] * 10 + capability[1]) // 10 * 10 != 120:
+    if allowed or is_verified(version) or capability is None:
+        return None
+    if (capability[0] * 10 + capability[1]) // 10 * 10 != 120:
         return None
     return (
         f"sparkpair overlay: vLLM {version} is not a verified version (verified: "

@@ -60,7 +60,8 @@ class Fp8EinsumDispatcher:
     Each call is routed by :func:`sparkpair_overlay.o_proj_route.einsum_route` (capability, equation,
     recipe, operand layouts, and the plan): to our Triton kernel
     (``sparkpair_overlay.kernels.fp8_einsum.fp8_einsum``, same calling convention; a 2-D ``wo_a`` is
-    handed over as the same bytes viewed ``[G, D, R]``, :func:`~sparkpair_overlay.o_proj_route.triton_operands`)
+    handed over as the same bytes viewed ``[G, D, R]``,
+    :func:`~sparkpair_overlay.o_proj_route.triton_operands`)
     or to the original function (vLLM's DeepGEMM wrapper). Writes ``out`` in place and returns what
     the chosen function returns. A call the plan wanted on Triton but the predicate refused is
     logged once per reason (warning), never silently. A call bound for the DeepGEMM vLLM vendors
@@ -137,7 +138,7 @@ class SwitchRefused(RuntimeError):
 
 
 _CHECK_LOCK = threading.Lock()
-_CHECK: dict[str, Any] = {}
+_CHECK: dict[tuple[int, ...], tuple[Verdict, str | None, Switches]] = {}
 
 
 def _vllm_linear_backend() -> str:
@@ -191,20 +192,25 @@ def construction_problem(plan: KernelPlan, recipe: Recipe, switches: Switches,
         return v, v.why
     if v.needs_evidence:
         probe = plan.probe
-        rows = [o for o in (probe.o_proj if probe else ()) if o.backend == backend and tuple(o.recipe) == tuple(recipe)]
+        rows = [o for o in (probe.o_proj if probe else ())
+                if o.backend == backend and tuple(o.recipe) == tuple(recipe)]
         same = probe is not None and probe.deepgemm_identity == deepgemm_identity
         if not (same and rows and all(o.ok for o in rows)):
             return v, (
-                f"a top-level deep_gemm ({deepgemm_identity}) replaces vLLM's vendored DeepGEMM: the wo_a layout its "
-                f"weight transform makes and what its fp8_einsum accepts are known only from a probe run with it, "
-                f"and SPARKPAIR_PROBE_RESULTS has no correct {backend} rows taken with it; wanted sparkpair probe run "
+                f"a top-level deep_gemm ({deepgemm_identity}) replaces vLLM's vendored DeepGEMM: the wo_a "
+                "layout its "
+                "weight transform makes and what its fp8_einsum accepts are known only from a probe run "
+                "with it, "
+                f"and SPARKPAIR_PROBE_RESULTS has no correct {backend} rows taken with it; wanted sparkpair "
+                "probe run "
                 "with this deep_gemm installed, or the package removed (pip uninstall deep_gemm)")
     d = plan.o_proj
     if d.source == "probe" and d.weight_layout is not None and d.weight_layout != v.weight:
         assumed = plan.switches.linear_backend if plan.switches is not None else "?"
         return v, (
             f"SPARKPAIR_PROBE_RESULTS chose o_proj={d.label} on wo_a layout {d.weight_layout} (probe's "
-            f"--linear-backend {assumed}), but this process builds {v.weight} ({switches.describe()}): the choice "
+            f"--linear-backend {assumed}), but this process builds {v.weight} ({switches.describe()}): the "
+            "choice "
             "was not proven on these operands; wanted the probe's switches (sparkpair node passes them), or "
             "sparkpair probe run again with these")
     return v, None
@@ -234,10 +240,12 @@ def construction_check(plan: KernelPlan, recipe: Recipe) -> Verdict:
     pair.check_once(plan, switches)
     if problem is not None:
         raise SwitchRefused(f"sparkpair overlay: refusing to build DeepSeek-V4 attention: {problem}")
-    return verdict  # type: ignore[no-any-return]
+    return verdict
 
 
-def _make_recipe_fn(original: Callable[..., Any], recipe: Recipe | None, plan: KernelPlan | None) -> Callable[..., Any]:
+def _make_recipe_fn(
+    original: Callable[..., Any], recipe: Recipe | None, plan: KernelPlan | None
+) -> Callable[..., Any]:
     tma = recipe_scales_tma_aligned(recipe) if recipe is not None else None
 
     def compute_fp8_einsum_recipe(block_size: int = 128) -> tuple[tuple[int, int, int], bool]:
@@ -255,7 +263,8 @@ def _make_recipe_fn(original: Callable[..., Any], recipe: Recipe | None, plan: K
         """
         if recipe is None:
             r_up, tma_up = original(block_size)
-            answer: tuple[tuple[int, int, int], bool] = (tuple(r_up), bool(tma_up))  # type: ignore[assignment]
+            r3 = (int(r_up[0]), int(r_up[1]), int(r_up[2]))
+            answer: tuple[tuple[int, int, int], bool] = (r3, bool(tma_up))
         else:
             r = (1, 1, block_size) if recipe == RECIPE_SM100 else recipe
             answer = (r, bool(tma))
@@ -322,7 +331,8 @@ def apply(decision: OProjDecision, capability: Capability | None, kernel: Callab
             continue
         d = dispatchers.get(id(current))
         if d is None:
-            d = dispatchers[id(current)] = Fp8EinsumDispatcher(current, decision, capability, kernel, deepgemm)
+            d = Fp8EinsumDispatcher(current, decision, capability, kernel, deepgemm)
+            dispatchers[id(current)] = d
         _ORIGINAL_EINSUM[name] = current
         mod.fp8_einsum = d
     fns: dict[int, Callable[..., Any]] = {}

@@ -3,14 +3,19 @@
 :func:`run_probe` runs, on the node's GPU,
 
 * the overlay's own patched kernels and their upstream alternatives (router GEMM, o_proj
-  ``fp8_einsum``: :mod:`sparkpair_overlay.probe.kernels`), and
+  ``fp8_einsum`` on every ``wo_a`` layout the served switches can make:
+  :mod:`sparkpair_overlay.probe.kernels`),
 * every serve path vLLM 0.33 sends through DeepGEMM on family 120, each with the other backends
-  vLLM offers for it (:mod:`sparkpair_overlay.probe.serve_paths`),
+  vLLM offers for it (:mod:`sparkpair_overlay.probe.serve_paths`), and
+* where the model's files are given, the overlay's o_proj on one real layer's ``wo_a``
+  (:mod:`sparkpair_overlay.probe.checkpoint`),
 
-checks each against fp32/fp64 references, times the correct ones, chooses per serve path
-(:func:`sparkpair_overlay.probe.choice.choose`) and writes the ``sparkpair-probe/1`` JSON the
-kernel plan reads (``SPARKPAIR_PROBE_RESULTS``; layout in docs/kernels.md "Probe"). The node's
-launch passes the serve-path choice to vLLM through its real switches, or stops with the
+checks each against fp32/fp64 references, times the correct ones, chooses per serve path and the
+o_proj together (:func:`sparkpair_overlay.probe.choice.choose_with_o_proj`: a linear backend decides
+the ``wo_a`` layout the o_proj is handed), keeps the previous file's choices where the new times are
+within :data:`~sparkpair_overlay.plan.DECISION_MARGIN` of them, and writes the ``sparkpair-probe/2``
+JSON the kernel plan reads (``SPARKPAIR_PROBE_RESULTS``; layout in docs/kernels.md "Probe"). The
+node's launch passes the serve-path choice to vLLM through its real switches, or stops with the
 verdict when a path has no correct candidate.
 """
 
@@ -20,18 +25,21 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..plan import capability_family
-from ..probe_results import PROBE_SCHEMA
+from ..jsonio import PlanError
+from ..plan import DECISION_MARGIN, capability_family
+from ..probe_results import PROBE_SCHEMA, CheckpointCheck, OProjProbe, ProbeResults, RouterProbe
+from ..serve_matrix import Recipe, switches_from_env
 from .choice import (
+    LINEAR_PATH,
     ProbeProgress,
-    ServeChoice,
     ServePath,
     ServePathError,
     ServeRow,
-    choose,
+    choose_with_o_proj,
     parse_overrides,
     rows_for_unavailable,
 )
@@ -135,6 +143,28 @@ def write_probe_json(out_path: Path, data: Mapping[str, Any]) -> None:
     os.replace(tmp, out_path)
 
 
+OProjRunner = Callable[[int, Sequence[str], str], list[dict[str, Any]]]
+CheckpointRunner = Callable[[Sequence[str]], list[CheckpointCheck]]
+
+
+def previous_choices(out_path: Path, capability: Any, vllm_version: str | None) -> tuple[
+        dict[str, str], tuple[str, Recipe] | None, str]:
+    """What the probe file at ``out_path`` chose last time, if it was made here: ``({path: candidate},
+    (o_proj backend, recipe) or None, note)``. A file from another schema, device or vLLM is not used."""
+    if not out_path.exists():
+        return {}, None, "no previous probe file"
+    try:
+        old = ProbeResults.load(out_path, "previous probe file")
+    except PlanError as exc:
+        return {}, None, f"previous probe file not used ({exc})"
+    if list(old.capability) != list(capability or []) or old.vllm_version != vllm_version:
+        return {}, None, "previous probe file is from another device or vLLM: not used"
+    serve = {c.path: c.candidate for c in (old.serve_choice.choices if old.serve_choice else ())
+             if c.candidate is not None and not c.forced}
+    dec = old.o_proj_decision
+    return serve, (None if dec is None else (dec.backend, dec.recipe)), f"previous choices from {out_path}"
+
+
 def run_probe(
     out_path: Path,
     tp: int = 2,
@@ -144,40 +174,58 @@ def run_probe(
     registry: Sequence[ServePath] | None = None,
     timer: Timer | None = None,
     environ: Mapping[str, str] | None = None,
+    checkpoint_dir: Path | None = None,
+    tp_rank: int = 0,
+    o_proj_runner: OProjRunner | None = None,
+    checkpoint_runner: CheckpointRunner | None = None,
 ) -> dict[str, Any]:
-    """Probe the device, choose the serve paths, write the probe JSON to ``out_path``; return it.
+    """Probe the device, choose the serve paths and the o_proj, write the probe JSON; return it.
 
     Args:
-        out_path: where the JSON goes (``SPARKPAIR_PROBE_RESULTS`` of the node's vLLM).
+        out_path: where the JSON goes (``SPARKPAIR_PROBE_RESULTS`` of the node's vLLM); the file already
+            there (if made on this device and vLLM) supplies the previous choices that near-ties keep.
         tp: tensor-parallel size of the served profile (per-rank shapes).
         on_progress: progress callback (the command shows it).
         kernels: also probe the overlay's router and o_proj kernels (needs CUDA).
         registry: serve paths to probe (default :func:`serve_paths.serve_paths` ``(tp)``).
         timer: µs per call (default CUDA-graph replay, :func:`kernels.graph_us`).
-        environ: where ``SPARKPAIR_SERVE_PATHS`` is read (default ``os.environ``).
+        environ: where ``SPARKPAIR_SERVE_PATHS`` and ``VLLM_USE_DEEP_GEMM*`` are read (default ``os.environ``:
+            the probe runs with the environment the served model gets).
+        checkpoint_dir: the served model's folder (safetensors + index + config.json): the o_proj is also
+            checked on one real layer's ``wo_a`` (this rank's shard, ``tp_rank``).
+        o_proj_runner: ``(tp, layouts, deepgemm source) -> rows`` (default :func:`kernels.probe_o_proj`
+            when ``kernels``); checkpoint_runner: ``(layouts) -> checks`` (default
+            :func:`checkpoint.check_checkpoint` when ``checkpoint_dir``). The CPU tiers inject both.
 
     Returns:
-        The JSON object written: ``schema``, device facts, ``deepgemm`` (which DeepGEMM vLLM
-        uses), ``router``, ``o_proj``, ``serve_paths`` (rows) and ``serve_choice``
-        (:class:`ServeChoice`: per path the candidate, switch, reason and evidence, the env
-        and args for vLLM, and the stop verdict or null). The default registry is probed only
-        on capability family 120 (``serve_paths_skipped`` says why not elsewhere).
+        The JSON object written (schema ``sparkpair-probe/2``): device facts, ``vllm``, ``switches`` (the
+        environment's, with the chosen ``--linear-backend``), ``deepgemm`` (which DeepGEMM vLLM uses) and
+        ``deepgemm_identity``, ``router``, ``o_proj`` (rows with their layouts), ``checkpoint``,
+        ``kernel_paths``, ``o_proj_decision``, ``margin``, ``serve_paths`` (rows) and ``serve_choice``.
+        The default registry is probed only on capability family 120 (``serve_paths_skipped`` says why
+        not elsewhere).
 
     Raises:
         ProbeUnavailable: the real probe was asked for (``kernels`` or no injected
             ``timer``) and there is no CUDA device; nothing is written.
-        ServePathError: ``SPARKPAIR_SERVE_PATHS`` is malformed.
+        ServePathError: ``SPARKPAIR_SERVE_PATHS`` or a ``VLLM_USE_DEEP_GEMM*`` value is malformed.
     """
     from .. import envs
-    from ..deepgemm import locate_deepgemm
+    from ..deepgemm import deepgemm_found, locate_deepgemm
     from .serve_paths import serve_paths
 
+    env = os.environ if environ is None else environ
     paths = tuple(registry) if registry is not None else serve_paths(tp)
     try:
-        forced = envs.read("SPARKPAIR_SERVE_PATHS", environ)
+        forced = envs.read("SPARKPAIR_SERVE_PATHS", env)
     except envs.EnvError as exc:
         raise ServePathError(str(exc)) from None
     overrides = parse_overrides(forced, paths)
+    dg_source, dg_identity = deepgemm_found()
+    try:
+        base = switches_from_env(env, deepgemm=dg_source)
+    except ValueError as exc:
+        raise ServePathError(str(exc)) from None
     t0 = time.monotonic()
     facts: dict[str, Any] = {"capability": None, "device": "cpu"}
     sync: Callable[[], None] = lambda: None  # noqa: E731
@@ -196,17 +244,27 @@ def run_probe(
             "triton": triton.__version__,
         }
         sync = torch.cuda.synchronize
+    try:
+        fake = envs.read("SPARKPAIR_FAKE_CAPABILITY", env)
+    except envs.EnvError as exc:
+        raise ServePathError(str(exc)) from None
+    if fake != "":  # the plan's capability rule (sparkpair_overlay.device): a faked one is what it compares
+        facts.update(capability=None if fake is None else list(fake),
+                     capability_source="SPARKPAIR_FAKE_CAPABILITY")
+    try:
+        import vllm
+
+        vllm_version: str | None = str(vllm.__version__)
+    except Exception:  # noqa: BLE001 - the probe also runs where vLLM is absent (the GPU tier)
+        vllm_version = None
+    prev_serve, prev_o_proj, prev_note = previous_choices(out_path, facts["capability"], vllm_version)
     router: list[dict[str, Any]] = []
-    o_proj: list[dict[str, Any]] = []
     if kernels:
         from . import kernels as kp
 
         if on_progress:
             on_progress(ProbeProgress("router GEMM", 0, 2))
         router = kp.probe_router()
-        if on_progress:
-            on_progress(ProbeProgress("o_proj fp8_einsum", 1, 2))
-        o_proj = kp.probe_o_proj(tp)
     if timer is None:
         from .kernels import graph_us
 
@@ -219,18 +277,69 @@ def run_probe(
         skipped_why = f"serve paths not probed: cap {cap} is not family 120"
         paths = ()
     rows = measure_serve_paths(paths, timer, on_progress, sync)
-    choice: ServeChoice = choose(paths, rows, overrides)
+    from .kernels import LINEAR_CANDIDATES, o_proj_layouts
+
+    layouts = o_proj_layouts(base, LINEAR_CANDIDATES)
+    o_proj: list[dict[str, Any]] = []
+    if o_proj_runner is None and kernels:
+        from . import kernels as kp
+
+        def o_proj_runner(tp_: int, layouts_: Sequence[str], dg: str) -> list[dict[str, Any]]:
+            return kp.probe_o_proj(tp_, layouts_, deepgemm=dg)
+
+    if o_proj_runner is not None:
+        if on_progress:
+            on_progress(ProbeProgress("o_proj fp8_einsum", 1, 2))
+        o_proj = o_proj_runner(tp, layouts, dg_source)
+    checks: list[CheckpointCheck] = []
+    if checkpoint_runner is None and checkpoint_dir is not None:
+        from .checkpoint import check_checkpoint
+
+        def checkpoint_runner(layouts_: Sequence[str]) -> list[CheckpointCheck]:
+            return check_checkpoint(checkpoint_dir, tp, tp_rank, layouts_)
+
+    if checkpoint_runner is not None:
+        checks = checkpoint_runner(layouts)
+    probe = ProbeResults(
+        capability=(int(cap[0]), int(cap[1])) if cap else (0, 0),
+        router=tuple(RouterProbe.from_json(_fields(r)) for r in router if "layout" in r),
+        o_proj=tuple(OProjProbe.from_json(_fields(o)) for o in o_proj),
+        switches=base, deepgemm_identity=dg_identity, checkpoint=tuple(checks), vllm_version=vllm_version,
+    )
+    choice, o_dec = choose_with_o_proj(paths, rows, probe, overrides, previous=prev_serve,
+                                       previous_o_proj=prev_o_proj, base=base)
+    linear = next((c.candidate for c in choice.choices if c.path == LINEAR_PATH and c.candidate), None)
+    served = replace(base, linear_backend=linear or base.linear_backend)
+    decision = None
+    if o_dec is not None and o_dec.recipe is not None and o_dec.weight_layout is not None \
+            and o_dec.source == "probe":
+        decision = {"backend": o_dec.backend, "recipe": list(o_dec.recipe),
+                    "weight_layout": o_dec.weight_layout, "reason": o_dec.reason}
     data = {
         "schema": PROBE_SCHEMA,
         **facts,
+        "vllm": vllm_version,
         "tp_size": tp,
         "seconds": round(time.monotonic() - t0, 1),
-        "deepgemm": locate_deepgemm(environ).to_json(),
+        "deepgemm": locate_deepgemm(env).to_json(),
+        "deepgemm_identity": dg_identity,
+        "switches": served.to_json(),
         "router": router,
         "o_proj": o_proj,
+        "checkpoint": [c.to_json() for c in checks],
+        "kernel_paths": [],
+        "o_proj_decision": decision,
+        "margin": DECISION_MARGIN,
+        "previous": prev_note,
         "serve_paths": [r.to_json() for r in rows],
         "serve_choice": choice.to_json(),
         "serve_paths_skipped": skipped_why,
     }
     write_probe_json(out_path, data)
     return data
+
+
+def _fields(row: Mapping[str, Any]) -> Any:
+    from ..jsonio import Fields
+
+    return Fields(dict(row), "probe row")

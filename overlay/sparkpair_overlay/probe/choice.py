@@ -8,20 +8,34 @@ one shape (``run``), and the vLLM switch that selects it (:class:`Switch`).
 
 The choice follows the evidence rule the overlay uses for o_proj (:func:`plan.decide_o_proj`):
 a candidate qualifies only if the probe ran it at every probed shape of its path and every
-run matched the fp64 reference; among those the smallest summed time wins (ties: registry
-order). DeepGEMM is never chosen without a probe that shows it correct on this device. A
-path with no qualifying candidate stops the node with a verdict naming the path, each
-candidate's error and the documented way around it, unless ``SPARKPAIR_SERVE_PATHS`` forces a
-candidate for that path.
+run matched the fp64 reference; among those :func:`sparkpair_overlay.plan.pick_stable` picks (the
+fastest, unless the previous probe's choice or the first in registry order is within
+:data:`~sparkpair_overlay.plan.DECISION_MARGIN` of it). DeepGEMM is never chosen without a probe
+that shows it correct on this device. A path with no qualifying candidate stops the node with a
+verdict naming the path, each candidate's error and the documented way around it, unless
+``SPARKPAIR_SERVE_PATHS`` forces a candidate for that path.
+
+The choices are made together where one changes another's operands: the switches of the chosen
+candidates must make a ``wo_a`` the matrix serves (:func:`sparkpair_overlay.serve_matrix.linear_outcome`),
+a path needed only with another path's candidate (``wo_a-scale`` exists only with DeepGEMM's linear
+kernel) is not needed otherwise, and :func:`choose_with_o_proj` picks the linear backend and the
+o_proj backend as one (the o_proj rows are taken on the ``wo_a`` layout each linear backend makes).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
-#: Schema of the ``serve_paths`` section of the probe JSON (inside ``sparkpair-probe/1``).
+from ..plan import pick_stable
+from ..serve_matrix import Switches, linear_outcome
+
+if TYPE_CHECKING:
+    from ..plan import OProjDecision
+    from ..probe_results import ProbeResults
+
+#: Schema of the ``serve_paths`` section of the probe JSON (inside ``sparkpair-probe/2``).
 SERVE_SCHEMA = "sparkpair-serve-paths/1"
 
 
@@ -121,6 +135,8 @@ class ServePath:
         tol: largest accepted error (the metric of the candidates' ``check``).
         workaround: the documented way around a path with no correct candidate.
         candidates: in vLLM's own preference order.
+        needed_with: ``(path, candidate)``: this path runs only when that path chose that candidate
+            (``wo_a-scale`` only with ``linear-fp8-block=deep_gemm``); ``None``: always.
     """
 
     name: str
@@ -129,6 +145,7 @@ class ServePath:
     tol: float
     workaround: str
     candidates: tuple[Candidate, ...] = ()
+    needed_with: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +207,8 @@ class PathChoice:
         reason: why, in words.
         evidence: one line per candidate: correct and total µs, or its first error.
         forced: chosen by ``SPARKPAIR_SERVE_PATHS``, not by evidence.
+        needed: False when the path does not run with the other choices (its ``needed_with``
+            candidate was not chosen); then ``candidate`` is ``None`` and nothing stops.
     """
 
     path: str
@@ -198,6 +217,7 @@ class PathChoice:
     reason: str
     evidence: tuple[str, ...] = ()
     forced: bool = False
+    needed: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -207,6 +227,7 @@ class PathChoice:
             "reason": self.reason,
             "evidence": list(self.evidence),
             "forced": self.forced,
+            "needed": self.needed,
         }
 
 
@@ -261,6 +282,7 @@ class ServeChoice:
                     str(c["reason"]),
                     tuple(c["evidence"]),
                     bool(c["forced"]),
+                    bool(c.get("needed", True)),
                 )
                 for c in data["choices"]
             )
@@ -317,71 +339,159 @@ def _summary(rows: Sequence[ServeRow], n_shapes: int) -> tuple[bool, float, str]
     return True, total, f"correct at all {len(rows)} shapes (max err {worst:.2e}), {t}"
 
 
+def candidate_total(path: ServePath, rows: Sequence[ServeRow], name: str) -> float | None:
+    """The summed µs of a candidate that qualifies on ``path`` (correct, timed everywhere), else ``None``."""
+    mine = [r for r in rows if r.path == path.name and r.candidate == name]
+    ok, total, _ = _summary(mine, len(path.shapes))
+    return total if ok and total != float("inf") else None
+
+
+def served_switches_of(env: Mapping[str, str], args: Sequence[str], base: Switches | None = None) -> Switches:
+    """The :class:`~sparkpair_overlay.serve_matrix.Switches` a set of chosen switches gives vLLM (on top of
+    ``base``: the probe's own environment)."""
+    b = base or Switches()
+    pairs = dict(zip(args[::2], args[1::2], strict=False))
+
+    def flag(name: str, default: bool) -> bool:
+        v = env.get(name)
+        return default if v is None else bool(int(v))
+
+    return replace(b, linear_backend=pairs.get("--linear-backend", b.linear_backend),
+                   use_deep_gemm=flag("VLLM_USE_DEEP_GEMM", b.use_deep_gemm),
+                   use_deep_gemm_e8m0=flag("VLLM_USE_DEEP_GEMM_E8M0", b.use_deep_gemm_e8m0))
+
+
+def _qualifies(p: ServePath, rows: Sequence[ServeRow], name: str, excluded: set[tuple[str, str]]) -> bool:
+    return (p.name, name) not in excluded and _summary(
+        [r for r in rows if r.path == p.name and r.candidate == name], len(p.shapes))[0]
+
+
 def choose(
     paths: Sequence[ServePath],
     rows: Sequence[ServeRow],
     overrides: Mapping[str, str] | None = None,
+    *,
+    previous: Mapping[str, str] | None = None,
+    fixed: Mapping[str, tuple[str, str]] | None = None,
+    base: Switches | None = None,
 ) -> ServeChoice:
-    """Pick each path's fastest correct candidate and merge the switches (pure).
+    """Pick each path's candidate and merge the switches (pure).
 
     Args:
         paths: the registry (names, shapes, candidates and their switches).
         rows: the probe's measurements.
         overrides: ``{path: candidate}`` from ``SPARKPAIR_SERVE_PATHS``.
+        previous: ``{path: candidate}`` the previous probe chose (kept within the margin).
+        fixed: ``{path: (candidate, reason)}`` decided together with another path
+            (:func:`choose_with_o_proj`); the candidate must qualify.
+        base: the switches of the environment the probe ran in (the matrix check starts from them).
 
     Returns:
-        A :class:`ServeChoice`. When a chosen candidate sets an environment value another
-        chosen candidate needs otherwise (``VLLM_USE_DEEP_GEMM=0`` turns DeepGEMM off for
-        linears, MoE and mHC at once), the needing candidate is dropped and its path decided
-        again, until the switches agree.
+        A :class:`ServeChoice`. Conflicts are settled until the switches agree: a chosen candidate
+        that sets an environment value another chosen candidate needs otherwise drops the needing one
+        when its path has another correct candidate, else drops the setter
+        (``VLLM_USE_DEEP_GEMM=0`` turns DeepGEMM off for linears, MoE and mHC at once); switches under
+        which vLLM 0.33 leaves no servable ``wo_a`` (:func:`sparkpair_overlay.serve_matrix.linear_outcome`)
+        drop the candidate that set them; a linear backend whose ``needed_with`` path has no correct
+        candidate is dropped; a path whose ``needed_with`` candidate was not chosen is marked not needed.
     """
     overrides = dict(overrides or {})
-    excluded: set[tuple[str, str]] = set()
-    for _ in range(len(paths) * 4 + 1):
-        choices = [_choose_one(p, rows, overrides.get(p.name), excluded) for p in paths]
-        cand_of = {(p.name, c.name): c for p in paths for c in p.candidates}
+    excluded: dict[tuple[str, str], str] = {}
+    by_name = {p.name: p for p in paths}
+    cand_of = {(p.name, c.name): c for p in paths for c in p.candidates}
+    choices: list[PathChoice] = []
+    for _ in range(len(paths) * 6 + 1):
+        choices = [_choose_one(p, rows, overrides.get(p.name), excluded, (previous or {}).get(p.name),
+                               (fixed or {}).get(p.name)) for p in paths]
+        chosen = {ch.path: ch.candidate for ch in choices}
         env: dict[str, str] = {}
         for ch in choices:
             env.update(dict(ch.switch.env))
-        clash = [
-            (ch.path, ch.candidate)
-            for ch in choices
-            if ch.candidate is not None
-            and not ch.forced
-            and any(env.get(k, v) != v for k, v in cand_of[(ch.path, ch.candidate)].switch.needs_env)
-        ]
-        if not clash:
+        args = [a for ch in choices for a in ch.switch.args]
+        new: dict[tuple[str, str], str] = {}
+        # 1. a chosen candidate needs an environment value another chosen one sets otherwise
+        for ch in choices:
+            if ch.candidate is None or ch.forced:
+                continue
+            for k, v in cand_of[(ch.path, ch.candidate)].switch.needs_env:
+                if env.get(k, v) == v:
+                    continue
+                setter = next(o for o in choices
+                              if o.candidate is not None and dict(o.switch.env).get(k) not in (None, v))
+                others = [c.name for c in by_name[ch.path].candidates if c.name != ch.candidate
+                          and _qualifies(by_name[ch.path], rows, c.name, set(excluded))
+                          and all(env.get(kk, vv) == vv for kk, vv in c.switch.needs_env)]
+                if others or setter.forced:
+                    new[(ch.path, ch.candidate)] = (f"excluded: {setter.path}={setter.candidate} sets {k}="
+                                                    f"{env[k]}, which it needs at {v}")
+                else:
+                    new[(setter.path, str(setter.candidate))] = (
+                        f"excluded: it sets {k}={env[k]}, which leaves {ch.path} without a correct candidate")
+        # 2. the switches must leave a wo_a the matrix serves
+        if not new:
+            refusal = linear_outcome(served_switches_of(env, args, base)).refusal
+            if refusal is not None:
+                for ch in choices:
+                    sets = {k for k, _ in ch.switch.env} | set(ch.switch.args[::2])
+                    touches = sets & {"VLLM_USE_DEEP_GEMM", "--linear-backend"}
+                    if ch.candidate is not None and not ch.forced and touches:
+                        new[(ch.path, ch.candidate)] = f"excluded: {refusal}"
+        # 3. a candidate whose needed path has no correct candidate
+        if not new:
+            for p in paths:
+                if p.needed_with is None:
+                    continue
+                other, want = p.needed_with
+                mine = next(c for c in choices if c.path == p.name)
+                if chosen.get(other) == want and mine.candidate is None and not any(
+                        c.forced for c in choices if c.path == other):
+                    new[(other, want)] = f"excluded: it needs {p.name}, which has no correct candidate"
+        if not new:
             break
-        excluded.update(clash)
-    args: list[str] = []
+        excluded.update(new)
+    final = []
     for ch in choices:
-        args += list(ch.switch.args)
-    stopped = [c for c in choices if c.candidate is None]
+        p = by_name[ch.path]
+        if p.needed_with is not None and dict((c.path, c.candidate) for c in choices).get(p.needed_with[0]) \
+                != p.needed_with[1]:
+            final.append(replace(ch, candidate=None, switch=Switch(), needed=False, reason=(
+                f"not needed: {p.needed_with[0]} did not choose {p.needed_with[1]}")))
+        else:
+            final.append(ch)
+    env = {}
+    for ch in final:
+        env.update(dict(ch.switch.env))
+    args = [a for ch in final for a in ch.switch.args]
+    stopped = [c for c in final if c.candidate is None and c.needed]
     verdict = None
     if stopped:
-        by_name = {p.name: p for p in paths}
         verdict = "\n".join(
             f"serve path {c.path} ({by_name[c.path].what}) has no correct candidate on this device: "
             + "; ".join(c.evidence)
             + f". Way around: {by_name[c.path].workaround}"
             for c in stopped
         )
-    return ServeChoice(tuple(choices), tuple(sorted(env.items())), tuple(args), verdict)
+    return ServeChoice(tuple(final), tuple(sorted(env.items())), tuple(args), verdict)
 
 
 def _choose_one(
-    path: ServePath, rows: Sequence[ServeRow], forced: str | None, excluded: set[tuple[str, str]]
+    path: ServePath,
+    rows: Sequence[ServeRow],
+    forced: str | None,
+    excluded: Mapping[tuple[str, str], str],
+    previous: str | None = None,
+    fixed: tuple[str, str] | None = None,
 ) -> PathChoice:
     evidence: list[str] = []
-    scored: list[tuple[float, int, Candidate]] = []
-    for i, cand in enumerate(path.candidates):
+    scored: list[tuple[float, str]] = []
+    for cand in path.candidates:
         mine = [r for r in rows if r.path == path.name and r.candidate == cand.name]
         ok, total, text = _summary(mine, len(path.shapes))
         if (path.name, cand.name) in excluded:
-            ok, text = False, text + "; excluded: another path's choice switches off what it needs"
+            ok, text = False, f"{text}; {excluded[(path.name, cand.name)]}"
         evidence.append(f"{cand.name}: {text}")
         if ok:
-            scored.append((total, i, cand))
+            scored.append((total, cand.name))
     if forced is not None:
         cand = next(c for c in path.candidates if c.name == forced)
         return PathChoice(
@@ -397,11 +507,82 @@ def _choose_one(
         return PathChoice(
             path.name, None, Switch(), "no candidate was correct at every probed shape", tuple(evidence)
         )
-    total, _, best = min(scored, key=lambda s: (s[0], s[1]))
-    why = f"probe: fastest correct of {len(scored)} candidate(s)"
+    names = [c.name for c in path.candidates]
+    if fixed is not None and fixed[0] in {n for _, n in scored}:
+        name, why = fixed
+    else:
+        name, why = pick_stable(scored, names, previous)
+        why = f"probe: {why} of {len(scored)} correct candidate(s)"
     if len(scored) < len(path.candidates):
         why += f"; {len(path.candidates) - len(scored)} not correct or not available"
+    best = path.candidates[names.index(name)]
     return PathChoice(path.name, best.name, best.switch, why, tuple(evidence))
+
+
+LINEAR_PATH = "linear-fp8-block"
+
+
+def choose_with_o_proj(
+    paths: Sequence[ServePath],
+    rows: Sequence[ServeRow],
+    probe: ProbeResults,
+    overrides: Mapping[str, str] | None = None,
+    *,
+    previous: Mapping[str, str] | None = None,
+    previous_o_proj: tuple[str, tuple[int, int, int]] | None = None,
+    base: Switches | None = None,
+) -> tuple[ServeChoice, OProjDecision | None]:
+    """The serve-path choice and the o_proj decision, with the linear backend chosen for both.
+
+    A linear backend decides the ``wo_a`` layout the o_proj is handed, so for each correct linear
+    candidate the o_proj is decided on that layout (:func:`sparkpair_overlay.plan.decide_o_proj` with
+    ``probe``'s rows, which name their layout), and the linear candidate with the smallest sum of its
+    own total and its o_proj decision's total wins (:func:`~sparkpair_overlay.plan.pick_stable`, the
+    previous linear choice kept within the margin). Without a linear path, or with it forced, the
+    o_proj is decided on the layout the plain choice makes.
+
+    Returns:
+        ``(serve choice, o_proj decision)``; the decision is ``None`` when ``probe`` has no o_proj rows.
+    """
+    from ..plan import decide_o_proj
+
+    base = base or Switches()
+
+    def o_proj_on(choice: ServeChoice) -> OProjDecision | None:
+        if not probe.o_proj:
+            return None
+        sw = served_switches_of(dict(choice.env), choice.args, base)
+        return decide_o_proj(probe.capability, probe=probe, switches=sw, previous=previous_o_proj)
+
+    plain = choose(paths, rows, overrides, previous=previous, base=base)
+    linear = next((p for p in paths if p.name == LINEAR_PATH), None)
+    if linear is None or not probe.o_proj or (overrides or {}).get(LINEAR_PATH):
+        return plain, o_proj_on(plain)
+    scored: list[tuple[float, str]] = []
+    decisions: dict[str, tuple[ServeChoice, OProjDecision]] = {}
+    for cand in linear.candidates:
+        t_lin = candidate_total(linear, rows, cand.name)
+        if t_lin is None:
+            continue
+        trial = choose(paths, rows, overrides, previous=previous, base=base,
+                       fixed={LINEAR_PATH: (cand.name, "joint")})
+        ch = next(c for c in trial.choices if c.path == LINEAR_PATH)
+        if ch.candidate != cand.name or trial.stop:
+            continue
+        d = o_proj_on(trial)
+        if d is None or d.source != "probe" or d.recipe is None or d.weight_layout is None:
+            continue
+        t_o = sum(o.us or 0.0 for o in probe.o_proj if o.backend == d.backend and o.recipe == d.recipe
+                  and o.weight_layout == d.weight_layout)
+        scored.append((t_lin + t_o, cand.name))
+        decisions[cand.name] = (trial, d)
+    if not scored:
+        return plain, o_proj_on(plain)
+    name, why = pick_stable(scored, [c.name for c in linear.candidates], (previous or {}).get(LINEAR_PATH))
+    reason = (f"probe, with the o_proj it hands wo_a to: {why} of {len(scored)} (linear + o_proj totals: "
+              + ", ".join(f"{n} {t:.1f} µs" for t, n in sorted(scored)) + ")")
+    final = choose(paths, rows, overrides, previous=previous, base=base, fixed={LINEAR_PATH: (name, reason)})
+    return final, decisions[name][1]
 
 
 def rows_for_unavailable(path: ServePath, cand: Candidate, why: str) -> list[ServeRow]:

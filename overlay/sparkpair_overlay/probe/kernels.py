@@ -2,20 +2,26 @@
 
 Runs every candidate path of each patched kernel at the served model's shapes (router: M in
 {1, 8, 32, 36, 64, 128, 512}, bf16 and fp32 gate weights [256, 4096]; o_proj: T in
-{1, 32, 36, 2048}, G = 8 / TP groups, D=1024, R=4096, both recipes), compares each against an
-fp64 reference, and times it as CUDA-graph replay per call. A path that raises, returns NaN/inf or misses its
-tolerance is recorded with ``ok: false`` (and the error), so the plan never picks it. Rows are
-the ``router`` and ``o_proj`` lists of the probe JSON (:class:`sparkpair_overlay.probe_results.ProbeResults`).
-Needs CUDA.
+{1, 32, 36, 2048}, G = 8 / TP groups, D=1024, R=4096), on the operands the served model hands it,
+compares each against an fp64 reference, and times it as CUDA-graph replay per call. For the o_proj
+that means: for each ``wo_a`` layout the served switches can make (one per linear backend the probe
+may choose, :func:`o_proj_layouts`), every (backend, recipe) the matrix serves on it
+(:func:`sparkpair_overlay.serve_matrix.o_proj_candidates_on`), with the operands built by vLLM's own
+post-processing and activation quant (:mod:`sparkpair_overlay.probe.operands`), each row recording
+the layout it was taken on. A path that raises, returns NaN/inf or misses its tolerance is recorded
+with ``ok: false`` (and the error), so the plan never picks it. Rows are the ``router`` and
+``o_proj`` lists of the probe JSON (:class:`sparkpair_overlay.probe_results.ProbeResults`).
+Needs CUDA (or, for the CPU tiers, Triton's interpreter and an injected timer).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..deepgemm import locate_deepgemm
+from ..serve_matrix import ROUTER_LAYOUTS, Switches, linear_outcome, o_proj_candidates_on, with_linear
 
 #: 36 = a DSpark verify / draft step of the default profile (serve_paths.VERIFY_TOKENS), so the
 #: router's Triton/cuBLAS crossover and the o_proj paths are measured at that token count too.
@@ -65,6 +71,7 @@ def probe_router() -> list[dict[str, Any]]:
                     "weight_dtype": wname,
                     "m": m,
                     "shape": [n, k],
+                    "layout": ROUTER_LAYOUTS[wname],
                     "config": (cfg.name if cfg is not None else "cublas") if ours else "torch",
                 }
 
@@ -100,37 +107,108 @@ def deepgemm_fp8_einsum() -> tuple[Any, str | None]:
     return fp8_einsum, None
 
 
-def probe_o_proj(tp: int) -> list[dict[str, Any]]:
+#: The ``--linear-backend`` values whose ``wo_a`` layouts the o_proj is probed on (the serve-path
+#: probe's linear candidates, sparkpair_overlay.probe.serve_paths, and vLLM's automatic choice).
+LINEAR_CANDIDATES = ("auto", "deep_gemm", "cutlass", "b12x", "triton")
+
+
+def o_proj_layouts(base: Switches, linear_backends: Sequence[str] = LINEAR_CANDIDATES) -> tuple[str, ...]:
+    """The ``wo_a`` layouts the served model can hand the o_proj under ``base``'s environment, one per
+    linear backend that leaves a servable ``wo_a`` (in first-seen order)."""
+    out: list[str] = []
+    for lb in linear_backends:
+        o = linear_outcome(with_linear(base, lb))
+        if o.weight is not None and o.refusal is None and o.weight != "external" and o.weight not in out:
+            out.append(o.weight)
+    return tuple(out)
+
+
+def probe_o_proj(
+    tp: int,
+    layouts: Sequence[str],
+    *,
+    deepgemm: str = "vendored",
+    ts: Sequence[int] = O_PROJ_TS,
+    device: str = "cuda",
+    timer: Callable[[Callable[[], object]], float] | None = None,
+    use_vllm: bool | None = None,
+    transform: Callable[..., Any] | None = None,
+    dims: tuple[int, int] = (1024, 4096),
+) -> list[dict[str, Any]]:
+    """o_proj rows: every (backend, recipe) the matrix serves on each of ``layouts``, at each T.
+
+    Args:
+        tp: tensor-parallel size (G = 8 / tp groups).
+        layouts: the ``wo_a`` layouts to build (:func:`o_proj_layouts`).
+        deepgemm: the DeepGEMM vLLM imports here (the matrix's candidates depend on it).
+        ts: token counts. device: where to run.
+        timer: µs per call (default CUDA-graph replay, :func:`graph_us`).
+        use_vllm, transform: :func:`sparkpair_overlay.probe.operands.post_process_wo_a`'s.
+        dims: ``(D, R)`` per group (DeepSeek-V4-Flash: 1024, 4096).
+
+    Returns:
+        Dict rows: backend, recipe, t, groups, weight_layout and act_layout (read off the tensors built),
+        ok, us, err (relative Frobenius vs fp64), error, source (``vllm`` | ``numerics``).
+    """
     import torch
 
     from sparkpair_overlay.kernels import fp8_einsum as fe
 
-    from ..numerics import Encoding, fp8_einsum_reference, make_fp8_operands, rel_fro
+    from ..numerics import rel_fro
+    from ..o_proj_route import act_layout_of, deepgemm_rejects, triton_operands, weight_layout
+    from . import operands as ops
 
+    timer = timer or graph_us
     rows: list[dict[str, Any]] = []
-    g, d, r = 8 // tp, 1024, 4096
-    deepgemm, deepgemm_why = deepgemm_fp8_einsum()
-    for recipe in ((1, 1, 128), (1, 128, 128)):
-        for t in O_PROJ_TS:
-            enc: Encoding = "int32" if recipe[1] == 1 else "fp32"  # as vLLM hands each recipe's scales
-            a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, g, d, r, recipe, enc, seed=1 + t)
-            ref = fp8_einsum_reference(a, sa_f, w, sw_f)
-            for backend, fn in (("triton", fe.fp8_einsum), ("deepgemm", deepgemm)):
-                row: dict[str, Any] = {"backend": backend, "recipe": list(recipe), "t": t, "groups": g}
-                if fn is None:
-                    row.update(ok=False, us=None, error=deepgemm_why)
+    g, (d, r) = 8 // tp, dims
+    deepgemm_fn, deepgemm_why = deepgemm_fp8_einsum() if any(
+        b == "deepgemm" for lay in layouts for b, _ in o_proj_candidates_on(lay, deepgemm)) else (None, None)
+    w2d, exps = ops.checkpoint_wo_a(g, d, r, seed=1)
+    acts: dict[tuple[tuple[int, int, int], int], tuple[Any, Any, Any, str]] = {}
+    for layout in layouts:
+        w, sw, source = ops.post_process_wo_a(layout, w2d, exps, g, device=device, use_vllm=use_vllm,
+                                              transform=transform)
+        built = weight_layout(w, sw, g, d)
+        for backend, recipe in o_proj_candidates_on(layout, deepgemm):
+            for t in ts:
+                key = (recipe, t)
+                if key not in acts:
+                    a, sa, src_a = ops.activation(recipe, t, g, r, device=device, seed=1 + t,
+                                                  use_vllm=use_vllm)
+                    acts[key] = (a, sa, ops.reference(a, sa, w2d.to(device), exps, g), src_a)
+                a, sa, ref, src_a = acts[key]
+                row: dict[str, Any] = {"backend": backend, "recipe": list(recipe), "t": t, "groups": g,
+                                       "weight_layout": built or layout, "act_layout": act_layout_of(a, sa),
+                                       "source": "vllm" if "vllm" in (source, src_a) else "numerics",
+                                       "ok": False, "us": None, "err": None, "error": None}
+                if built != layout:
+                    row["error"] = f"the post-processing made {built}, not {layout}"
                     rows.append(row)
                     continue
-                out = torch.full((t, g, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+                out = torch.full((t, g, d), float("nan"), dtype=torch.bfloat16, device=device)
+                if backend == "triton":
+                    a2, b2, krecipe = triton_operands((a, sa), (w, sw), out)
+                    call = functools.partial(fe.fp8_einsum, "bhr,hdr->bhd", a2, b2, out, recipe=krecipe)
+                else:
+                    why = deepgemm_why or (deepgemm_rejects((a, sa), (w, sw), out, recipe)
+                                           if deepgemm == "vendored" else None)
+                    if why is not None or deepgemm_fn is None:
+                        row["error"] = why or "DeepGEMM not usable"
+                        rows.append(row)
+                        continue
+                    call = functools.partial(deepgemm_fn, "bhr,hdr->bhd", (a, sa), (w, sw), out,
+                                             recipe=recipe)
                 try:
-                    fn("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
-                    torch.cuda.synchronize()
+                    call()
+                    if out.is_cuda:
+                        torch.cuda.synchronize()
                     err = rel_fro(out, ref)  # inf on NaN/inf
-                    row["rel_fro_err"] = err
+                    row["err"] = err
                     row["ok"] = err <= O_PROJ_TOL
-                    call = functools.partial(fn, "bhr,hdr->bhd", (a, sa), (w, sw), out, recipe=recipe)
-                    row["us"] = graph_us(call)
-                except Exception as exc:  # noqa: BLE001
+                    if not row["ok"]:
+                        row["error"] = f"wrong numbers: error {err:.3g} > tolerance {O_PROJ_TOL:g}"
+                    row["us"] = float(timer(call))
+                except Exception as exc:  # noqa: BLE001 - a failing backend is a probe result
                     row.update(ok=False, us=None, error=f"{type(exc).__name__}: {exc}"[:300])
                 rows.append(row)
     return rows

@@ -131,26 +131,6 @@ def module_offered(module: str, what: str) -> Callable[[], str | None]:
     return discover
 
 
-DSV4_DG_OFF_REFUSED = (
-    "it is selected only by VLLM_USE_DEEP_GEMM=0, which leaves DeepSeek-V4's FP8 wo_a 2-D, so the overlay "
-    "refuses to build the model with it (docs/reference/vllm-0.33.md, \"VLLM_USE_DEEP_GEMM\")"
-)
-"""Why a candidate that needs ``VLLM_USE_DEEP_GEMM=0`` is never chosen for DeepSeek-V4 (the
-serve paths here are DeepSeek-V4-Flash's; :func:`sparkpair_overlay.patches.o_proj.o_proj_switch_problem`
-refuses that switch when the model is built)."""
-
-
-def _refused_for_dsv4(discover: Callable[[], str | None]) -> Callable[[], str | None]:
-    """``discover`` of a ``VLLM_USE_DEEP_GEMM=0`` candidate: unavailable for DeepSeek-V4, saying why
-    (and what the install itself lacks, when it lacks it)."""
-
-    def refused() -> str | None:
-        lacking = discover()
-        return DSV4_DG_OFF_REFUSED + (f"; also: {lacking}" if lacking else "")
-
-    return refused
-
-
 def _lazy_run(name: str) -> Callable[[Shape], Trial]:
     """``serve_runs.<name>`` imported at call time (torch and vLLM only on the device)."""
 
@@ -277,9 +257,11 @@ def serve_paths(tp: int = 2) -> tuple[ServePath, ...]:
         "mHC prenorm GEMM: out = x.float() @ fn.T and sqrsum = sum(x.float()^2) (tf32_hc_prenorm_gemm)",
         mhc_shapes,
         2e-3,
-        "install a GB10-capable DeepGEMM as the top-level deep_gemm package (vLLM's other kernel for it, "
-        "TileLang, needs VLLM_USE_DEEP_GEMM=0, which DeepSeek-V4's o_proj cannot serve with: "
-        "docs/reference/vllm-0.33.md, \"VLLM_USE_DEEP_GEMM\")",
+        "install a GB10-capable DeepGEMM as the top-level deep_gemm package; or vLLM's TileLang kernel "
+        "(SPARKPAIR_SERVE_PATHS=mhc-prenorm=tilelang), whose VLLM_USE_DEEP_GEMM=0 also takes DeepGEMM from "
+        "the "
+        "FP8 linears and the MoE: it serves DeepSeek-V4 only with --linear-backend triton, cutlass or b12x "
+        "(wo_a then stays 2-D, which sparkpair's o_proj kernel reads) and a non-DeepGEMM MoE backend",
         (
             Candidate(
                 "mhc-prenorm",
@@ -292,7 +274,7 @@ def serve_paths(tp: int = 2) -> tuple[ServePath, ...]:
             Candidate(
                 "mhc-prenorm",
                 "tilelang",
-                _refused_for_dsv4(module_offered("tilelang", "vLLM's TileLang mHC kernel")),
+                module_offered("tilelang", "vLLM's TileLang mHC kernel"),
                 _lazy_run("mhc_tilelang"),
                 Switch(env=_DG_OFF),
             ),
@@ -337,9 +319,9 @@ def serve_paths(tp: int = 2) -> tuple[ServePath, ...]:
         "(transform_sf_into_required_layout)",
         (Shape("wo_a load", 0, (("groups", O_GROUPS // tp), ("mn", O_LORA), ("k", HIDDEN))),),
         0.0,
-        "install a GB10-capable DeepGEMM as the top-level deep_gemm package (VLLM_USE_DEEP_GEMM=0 would "
-        "skip the transform but leaves wo_a 2-D, which the o_proj cannot serve: docs/reference/vllm-0.33.md, "
-        "\"VLLM_USE_DEEP_GEMM\")",
+        "pick another --linear-backend (triton, cutlass, b12x: wo_a then stays in its 2-D checkpoint layout, "
+        "which sparkpair's o_proj kernel reads, and this transform never runs), or install a GB10-capable "
+        "DeepGEMM as the top-level deep_gemm package",
         (
             Candidate(
                 "wo_a-scale",
@@ -350,5 +332,6 @@ def serve_paths(tp: int = 2) -> tuple[ServePath, ...]:
                 True,
             ),
         ),
+        needed_with=("linear-fp8-block", "deep_gemm"),
     )
     return (linear, moe, mhc, indexer, wo_a)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from sparkpair_overlay.plan import ProbeResults
 from sparkpair_overlay.probe.choice import (
     Candidate,
     ServeChoice,
@@ -12,6 +13,7 @@ from sparkpair_overlay.probe.choice import (
     Shape,
     Switch,
     choose,
+    choose_with_o_proj,
     launch_switches,
     parse_overrides,
 )
@@ -75,7 +77,7 @@ def test_the_fastest_correct_candidate_wins_and_its_flag_goes_to_vllm() -> None:
     got = choose([LINEAR], rows("linear", "deep_gemm", 5.0) + rows("linear", "triton", 9.0))
     assert got.choices[0].candidate == "deep_gemm" and not got.stop
     assert got.args == ("--linear-backend", "deep_gemm")
-    assert "fastest correct of 2" in got.choices[0].reason
+    assert "fastest of 2 correct" in got.choices[0].reason
 
 
 def test_a_wrong_or_crashing_deepgemm_is_never_chosen_and_the_plan_says_why() -> None:
@@ -167,3 +169,81 @@ def test_a_huge_bad_override_is_cut_in_the_message() -> None:
     with pytest.raises(ServePathError) as e:
         parse_overrides("x" * 10_000, [LINEAR, INDEXER])
     assert len(str(e.value)) < 400 and "'" + "x" * 64 + "'..." in str(e.value)
+
+
+MOE = ServePath("moe", "MXFP4 MoE", SHAPES, 5e-3, "marlin",
+                (cand("moe", "deep_gemm", Switch(args=("--moe-backend", "deep_gemm"), needs_env=DG_ON)),
+                 cand("moe", "marlin", Switch(args=("--moe-backend", "marlin")))))
+LIN = ServePath(
+    "linear-fp8-block", "FP8 linears", SHAPES, 5e-3, "another --linear-backend",
+    (cand("linear-fp8-block", "deep_gemm", Switch(args=("--linear-backend", "deep_gemm"), needs_env=DG_ON)),
+     cand("linear-fp8-block", "triton", Switch(args=("--linear-backend", "triton")))),
+)
+WOA = ServePath("wo_a-scale", "wo_a transform", (Shape("load", 0),), 0.0, "install DeepGEMM",
+                (cand("wo_a-scale", "deep_gemm", Switch(needs_env=DG_ON)),),
+                needed_with=("linear-fp8-block", "deep_gemm"))
+
+
+def test_a_setter_that_would_leave_another_path_without_a_candidate_is_dropped_instead() -> None:
+    # TileLang is faster for mHC, but VLLM_USE_DEEP_GEMM=0 would take DeepGEMM from the MoE, whose
+    # other candidate was not shown correct: keep DeepGEMM for mHC rather than stop the node.
+    r = (rows("mhc", "deep_gemm", 5.0) + rows("mhc", "tilelang", 1.0) + rows("moe", "deep_gemm", 5.0)
+         + rows("moe", "marlin", ok=False, error="no runner"))
+    got = choose([MHC, MOE], r)
+    assert [c.candidate for c in got.choices] == ["deep_gemm", "deep_gemm"] and not got.stop
+    assert any("leaves moe without a correct candidate" in e for e in got.choices[0].evidence)
+
+
+def test_a_path_needed_only_with_deepgemms_linear_is_not_needed_with_another() -> None:
+    broken = [ServeRow("wo_a-scale", "deep_gemm", "load", 0, False, error="RuntimeError: boom")]
+    got = choose([LIN, WOA], rows("linear-fp8-block", "deep_gemm", 1.0) + rows("linear-fp8-block", "triton", 9.0)
+                 + broken)
+    lin, woa = got.choices
+    # DeepGEMM's linear needs the wo_a transform, which is broken: it goes; triton needs no transform
+    assert lin.candidate == "triton" and not got.stop
+    assert any("needs wo_a-scale, which has no correct candidate" in e for e in lin.evidence)
+    assert woa.candidate is None and not woa.needed and woa.reason.startswith("not needed")
+    ok = [ServeRow("wo_a-scale", "deep_gemm", "load", 0, True, None, 0.0)]
+    got = choose([LIN, WOA], rows("linear-fp8-block", "deep_gemm", 1.0) + rows("linear-fp8-block", "triton", 9.0)
+                 + ok)
+    assert [c.candidate for c in got.choices] == ["deep_gemm", "deep_gemm"]
+
+
+def test_switches_that_leave_no_servable_wo_a_are_dropped() -> None:
+    # VLLM_USE_DEEP_GEMM=0 with no linear path chosen (vLLM's automatic FP8 kernel): the matrix refuses
+    got = choose([MHC], rows("mhc", "deep_gemm", 5.0) + rows("mhc", "tilelang", 1.0))
+    assert got.choices[0].candidate == "deep_gemm"
+    assert any("VLLM_USE_DEEP_GEMM=0 with --linear-backend auto" in e for e in got.choices[0].evidence)
+
+
+def test_a_near_tie_keeps_the_previous_choice() -> None:
+    r = rows("linear", "deep_gemm", 10.0) + rows("linear", "triton", 9.6)  # 4 %: within the margin
+    got = choose([LINEAR], r)
+    assert got.choices[0].candidate == "deep_gemm" and "preference order" in got.choices[0].reason
+    got = choose([LINEAR], r, previous={"linear": "triton"})
+    assert got.choices[0].candidate == "triton" and "as last time" in got.choices[0].reason
+    r = rows("linear", "deep_gemm", 10.0) + rows("linear", "triton", 9.0)  # 10 %: the clock decides
+    assert choose([LINEAR], r, previous={"linear": "deep_gemm"}).choices[0].candidate == "triton"
+
+
+def _o(backend, recipe, weight, us):
+    from sparkpair_overlay.serve_matrix import act_layout
+
+    return [{"backend": backend, "recipe": list(recipe), "t": t, "ok": True, "us": us, "weight_layout": weight,
+             "act_layout": act_layout(recipe)} for t in (1, 32)]
+
+
+def test_the_linear_backend_is_chosen_with_the_o_proj_it_hands_wo_a_to() -> None:
+    from sparkpair_overlay.serve_matrix import Switches
+
+    probe = ProbeResults.from_json({
+        "schema": "sparkpair-probe/2", "capability": [12, 1], "switches": Switches().to_json(),
+        "o_proj": _o("triton", (1, 1, 128), "w3-ue8m0-row", 20.0) + _o("triton", (1, 1, 128), "w2-e8m0-block", 6.0)})
+    r = (rows("linear-fp8-block", "deep_gemm", 10.0) + rows("linear-fp8-block", "triton", 11.0)
+         + [ServeRow("wo_a-scale", "deep_gemm", "load", 0, True, None, 0.0)])
+    # alone, DeepGEMM's linear is faster; with the o_proj each one's wo_a layout gets, Triton's wins
+    assert choose([LIN, WOA], r).choices[0].candidate == "deep_gemm"
+    got, d = choose_with_o_proj([LIN, WOA], r, probe)
+    assert got.choices[0].candidate == "triton" and "with the o_proj it hands wo_a to" in got.choices[0].reason
+    assert d is not None and (d.backend, d.weight_layout) == ("triton", "w2-e8m0-block")
+    assert not got.choices[1].needed
