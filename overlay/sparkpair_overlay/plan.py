@@ -54,15 +54,18 @@ from .serve_matrix import (
     RECIPE_SM90,
     RECIPE_SM100,
     Switches,
+    Verdict,
     linear_outcome,
     o_proj_verdict,
     router_layout,
+    serve_verdict,
 )
 
 __all__ = [
     "DECISION_MARGIN", "Capability", "KernelPlan", "OProjDecision", "OProjProbe", "PlanError", "ProbeResults",
     "Recipe", "RouterDecision", "RouterProbe", "Switches", "build_plan", "capability_family", "decide_o_proj",
-    "decide_router", "format_capability", "pick_stable", "recipe_scales_tma_aligned", "upstream_recipe",
+    "construction_problem", "decide_router", "format_capability", "pick_stable", "recipe_scales_tma_aligned",
+    "upstream_recipe",
 ]
 
 #: Schema tag of the plan JSON written to ``SPARKPAIR_PLAN_PATH``.
@@ -642,6 +645,44 @@ def _router_decision(f: Fields) -> RouterDecision:
     if path not in ROUTER_PATHS:
         raise f.fail("path", path, f"one of {', '.join(ROUTER_PATHS)}")
     return RouterDecision(path, f.optional("max_m", int), f.value("reason", str))
+
+
+def construction_problem(plan: KernelPlan, recipe: Recipe, switches: Switches,
+                         deepgemm_identity: str | None) -> tuple[Verdict, str | None]:
+    """The matrix's verdict on this process's combination, and why the model must not be built (or ``None``).
+
+    Refused: the matrix refuses the combination; a top-level ``deep_gemm`` whose layouts the probe
+    did not record with this same package; or a probe-based o_proj decision made for another
+    ``wo_a`` layout than the one these switches make (the choice was proven on other operands).
+    """
+    backend = plan.o_proj.backend
+    v = serve_verdict(switches, backend, recipe)
+    if not v.served:
+        return v, v.why
+    if v.needs_evidence:
+        probe = plan.probe
+        rows = [o for o in (probe.o_proj if probe else ())
+                if o.backend == backend and tuple(o.recipe) == tuple(recipe)]
+        same = probe is not None and probe.deepgemm_identity == deepgemm_identity
+        if not (same and rows and all(o.ok for o in rows)):
+            return v, (
+                f"a top-level deep_gemm ({deepgemm_identity}) replaces vLLM's vendored DeepGEMM: the wo_a "
+                "layout its "
+                "weight transform makes and what its fp8_einsum accepts are known only from a probe run "
+                "with it, "
+                f"and SPARKPAIR_PROBE_RESULTS has no correct {backend} rows taken with it; wanted sparkpair "
+                "probe run "
+                "with this deep_gemm installed, or the package removed (pip uninstall deep_gemm)")
+    d = plan.o_proj
+    if d.source == "probe" and d.weight_layout is not None and d.weight_layout != v.weight:
+        assumed = plan.switches.linear_backend if plan.switches is not None else "?"
+        return v, (
+            f"SPARKPAIR_PROBE_RESULTS chose o_proj={d.label} on wo_a layout {d.weight_layout} (probe's "
+            f"--linear-backend {assumed}), but this process builds {v.weight} ({switches.describe()}): the "
+            "choice "
+            "was not proven on these operands; wanted the probe's switches (sparkpair node passes them), or "
+            "sparkpair probe run again with these")
+    return v, None
 
 
 def build_plan(

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,58 @@ def plan_switches(env: Mapping[str, str], probe: ProbeResults | None) -> Switche
         return switches_from_env(env, linear_backend=linear, deepgemm=deepgemm_found()[0])
     except ValueError as exc:
         raise envs.EnvError(str(exc)) from None
+
+
+def linear_backend_of(args: Sequence[str]) -> str:
+    """The ``--linear-backend`` a ``vllm serve`` argument list sets (the last one wins, as argparse
+    does; ``--linear-backend X`` or ``--linear-backend=X``), else ``auto``."""
+    value = "auto"
+    for i, a in enumerate(args):
+        if a == "--linear-backend" and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith("--linear-backend="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def launch_problem(env: Mapping[str, str], args: Sequence[str], probe: ProbeResults,
+                   vllm_version: str | None) -> str | None:
+    """Why a node must not start DeepSeek-V4 on vLLM with ``env`` and ``args``, or ``None``: the checks
+    the plugin makes inside vLLM (the version guard at load, the construction check when the attention
+    is built), made by ``sparkpair node`` before vLLM starts, from the probe's facts.
+
+    Args:
+        env: the environment vLLM will get; args: its ``vllm serve`` arguments.
+        probe: the node's probe results (capability, switches, rows, decision).
+        vllm_version: ``vllm.__version__`` the probe saw (``None``: unknown).
+
+    Raises:
+        envs.EnvError: a ``SPARKPAIR_*`` or ``VLLM_USE_DEEP_GEMM*`` value is malformed.
+    """
+    from .plan import capability_family, construction_problem, upstream_recipe
+
+    settings = envs.read_all(env)
+    cap = probe.capability
+    allow = bool(settings["SPARKPAIR_ALLOW_UNVERIFIED_VLLM"])
+    version = vllm_version or "unknown"
+    stop = versions.guard_problem(version, cap, allow)
+    if stop is not None:
+        return stop
+    if capability_family(cap) != 120:
+        return None
+    assumed = plan_switches(env, probe)
+    plan = build_plan(
+        vllm_version=version, version_verified=versions.is_verified(version), allow_unverified=allow,
+        platform="cuda", capability=cap, router_mode=settings["SPARKPAIR_ROUTER"],
+        router_max_m=settings["SPARKPAIR_ROUTER_MAX_M"], o_proj_mode=settings["SPARKPAIR_O_PROJ"],
+        o_proj_recipe=settings["SPARKPAIR_O_PROJ_RECIPE"], probe=probe, switches=assumed,
+    )
+    if not plan.guards_o_proj:
+        return None
+    actual = dataclasses.replace(assumed, linear_backend=linear_backend_of(args))
+    recipe = plan.o_proj.recipe or upstream_recipe(cap)[0]
+    _, problem = construction_problem(plan, recipe, actual, probe.deepgemm_identity)
+    return None if problem is None else f"DeepSeek-V4 would be refused when vLLM builds it: {problem}"
 
 
 def make_plan(environ: dict[str, str] | None = None) -> KernelPlan:
@@ -270,4 +322,7 @@ def register() -> None:
             _FORK_HOOK_INSTALLED = True
 
 
-__all__ = ["register", "current_plan", "load_probe_results", "make_plan", "write_plan", "PlanError"]
+__all__ = [
+    "register", "current_plan", "launch_problem", "linear_backend_of", "load_probe_results", "make_plan",
+    "plan_switches", "write_plan", "PlanError",
+]

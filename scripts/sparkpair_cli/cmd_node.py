@@ -109,42 +109,81 @@ def _say(env: NodeEnv, msg: str) -> None:
     err.print(f"[bold]sparkpair node {env.SPARKPAIR_NODE_NAME} ({env.role}):[/bold] {msg}", highlight=False)
 
 
+def checkpoint_dir(model: str) -> Path | None:
+    """The served model's folder on this node, or ``None`` when its files are not here yet.
+
+    ``model`` is a folder (used as is when it holds ``model.safetensors.index.json``) or a Hugging Face
+    repo id, looked up in the local cache only (``HF_HOME``; ``huggingface_hub.snapshot_download`` with
+    ``local_files_only=True``: no network).
+    """
+    p = Path(model)
+    if p.is_dir():
+        return p if (p / "model.safetensors.index.json").is_file() else None
+    try:
+        from huggingface_hub import snapshot_download
+
+        found = Path(snapshot_download(model, local_files_only=True,
+                                       allow_patterns=["*.json", "*.safetensors"]))
+    except Exception:  # noqa: BLE001 - not in the cache (or not a repo id): no checkpoint check
+        return None
+    return found if (found / "model.safetensors.index.json").is_file() else None
+
+
 def _apply_probe(env: NodeEnv, profile, out_path: Path, base_env: dict[str, str]):  # type: ignore[no-untyped-def]
-    """The probe step's result: the serve-path switches go to vLLM, or a verdict stops the node.
+    """The probe step's result: the serve-path switches go to vLLM, or the node stops before vLLM starts.
 
     Reads the probe JSON (``sparkpair probe`` exit 0 or 3), sets ``SPARKPAIR_PROBE_RESULTS`` and the
     chosen switches' environment, and appends their ``vllm serve`` flags to the profile's args
-    (:func:`sparkpair_overlay.probe.choice.launch_switches`). A verdict (no correct candidate on
-    a serve path) stops the node with :data:`EXIT_PREFLIGHT`; SPARKPAIR_PREFLIGHT_WAIVE does not
-    waive it (the way around is named in the verdict).
+    (:func:`sparkpair_overlay.probe.choice.launch_switches`). Stops with :data:`EXIT_PREFLIGHT`
+    (SPARKPAIR_PREFLIGHT_WAIVE does not waive these; the way around is in each message) on:
+
+    * a verdict (no correct candidate on a serve path);
+    * an unverified vLLM on capability family 120 without ``SPARKPAIR_ALLOW_UNVERIFIED_VLLM=1``;
+    * for a DeepSeek-V4 profile, a final set of switches (the profile's flags win over the probe's) under
+      which the overlay would refuse to build the model
+      (:func:`sparkpair_overlay.plugin.launch_problem`, the same check vLLM's process makes).
     """
     import json
 
+    from sparkpair_overlay.envs import EnvError
+    from sparkpair_overlay.plan import PlanError, ProbeResults
+    from sparkpair_overlay.plugin import launch_problem
     from sparkpair_overlay.probe.choice import ServeChoice, ServePathError, launch_switches
 
     try:
         data = json.loads(out_path.read_text())
         choice = ServeChoice.from_json(data["serve_choice"]) if data.get("serve_choice") else None
-    except (OSError, ValueError, KeyError) as e:
+        probe = ProbeResults.load(out_path, "probe JSON") if data.get("capability") else None
+    except (OSError, ValueError, KeyError, PlanError) as e:
         _say(env, f"[red]probe JSON {out_path} unreadable ({e}); wanted the probe output; not starting[/red]")
         raise typer.Exit(EXIT_PREFLIGHT) from None
     base_env = {**base_env, "SPARKPAIR_PROBE_RESULTS": str(out_path)}
-    if choice is None:
-        return base_env, profile
-    if choice.stop:
-        _say(env, f"[red]sparkpair probe: {choice.verdict}; not starting[/red]")
-        raise typer.Exit(EXIT_PREFLIGHT)
-    try:
-        new_env, extra, notes = launch_switches(choice, profile.server.args, base_env)
-    except ServePathError as e:
-        _say(env, f"[red]{e}; not starting[/red]")
-        raise typer.Exit(EXIT_PREFLIGHT) from None
-    for c in choice.choices:
-        _say(env, f"serve path {c.path}: {c.candidate} via {c.switch.describe()} ({c.reason})")
-    for n in notes:
-        _say(env, f"[yellow]{n}[/yellow]")
-    if extra:
-        server = profile.server.model_copy(update={"args": [*profile.server.args, *extra]})
+    new_env, args, notes = base_env, list(profile.server.args), []
+    if choice is not None:
+        if choice.stop:
+            _say(env, f"[red]sparkpair probe: {choice.verdict}; not starting[/red]")
+            raise typer.Exit(EXIT_PREFLIGHT)
+        try:
+            new_env, extra, notes = launch_switches(choice, profile.server.args, base_env)
+        except ServePathError as e:
+            _say(env, f"[red]{e}; not starting[/red]")
+            raise typer.Exit(EXIT_PREFLIGHT) from None
+        for c in choice.choices:
+            _say(env, f"serve path {c.path}: {c.candidate} via {c.switch.describe()} ({c.reason})")
+        for n in notes:
+            _say(env, f"[yellow]{n}[/yellow]")
+        args += extra
+    if probe is not None:
+        try:
+            problem = launch_problem(new_env, args, probe, data.get("vllm"))
+        except EnvError as e:
+            _say(env, f"[red]{e}; not starting[/red]")
+            raise typer.Exit(EXIT_CONFIG) from None
+        if problem is not None and (profile.is_dsv4 or "not a verified version" in problem):
+            _say(env, f"[red]{problem}; not starting[/red]")
+            raise typer.Exit(EXIT_PREFLIGHT)
+    if args != list(profile.server.args):
+        server = profile.server.model_copy(update={"args": args})
         profile = profile.model_copy(update={"server": server})
     return new_env, profile
 
@@ -279,9 +318,12 @@ def register(app: typer.Typer) -> None:
         )
         _say(env, f"sparkpair probe (on-device kernel self-test) -> {out_path}")
         tp = str(profile.server.tensor_parallel_size)
-        rc = subprocess.call(
-            [sys.executable, "-m", "sparkpair_cli.main", "probe", "--out", str(out_path), "--tp", tp]
-        )
+        probe_argv = [sys.executable, "-m", "sparkpair_cli.main", "probe", "--out", str(out_path), "--tp", tp,
+                      "--tp-rank", str(env.SPARKPAIR_NODE_RANK)]
+        ckpt = checkpoint_dir(env.SPARKPAIR_MODEL or profile.server.model) if profile.is_dsv4 else None
+        if ckpt is not None:  # the model's files are here: the probe checks the o_proj on one real wo_a
+            probe_argv += ["--checkpoint", str(ckpt)]
+        rc = subprocess.call(probe_argv)
         if rc in (0, 3):
             base_env, profile = _apply_probe(env, profile, out_path, base_env)
         elif "probe" in env.waived:

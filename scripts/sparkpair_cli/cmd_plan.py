@@ -65,8 +65,12 @@ def register(app: typer.Typer) -> None:
         for dtype, d in (("bfloat16", kplan.router_bf16), ("float32", kplan.router_fp32)):
             label = d.path + (f" (M<={d.max_m})" if d.max_m else "")
             t.add_row(f"router ({dtype} weight)", label, d.reason)
-        t.add_row("o_proj fp8_einsum", kplan.o_proj.label, kplan.o_proj.reason)
+        on = f" on {kplan.o_proj.weight_layout}" if kplan.o_proj.weight_layout else ""
+        t.add_row("o_proj fp8_einsum", kplan.o_proj.label + on, kplan.o_proj.reason)
         console.print(t)
+        if kplan.switches is not None:
+            console.print(f"vLLM switches assumed: {kplan.switches.describe()} (checked again when vLLM builds "
+                          "DeepSeek-V4's attention)", soft_wrap=True)
         for note in kplan.notes:
             console.print(f"[yellow]note:[/yellow] {note}", soft_wrap=True)
         if not kplan.version_verified:

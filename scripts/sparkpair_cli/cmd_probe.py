@@ -48,10 +48,19 @@ def _print(data: dict[str, Any]) -> None:
         table.add_row(
             "o_proj",
             r["backend"],
-            f"recipe {tuple(r['recipe'])} T={r['t']}",
+            f"recipe {tuple(r['recipe'])} T={r['t']} on {r.get('weight_layout')}",
             yes(r["ok"]),
             us(r),
-            f"{r['rel_fro_err']:.2e}" if "rel_fro_err" in r else (r.get("error") or "")[:60],
+            f"{r['err']:.2e}" if r.get("err") is not None and r["ok"] else (r.get("error") or "")[:60],
+        )
+    for c in data.get("checkpoint") or []:
+        table.add_row(
+            "o_proj",
+            "triton (checkpoint)",
+            f"{c['tensor']} rank {c['tp_rank']}/{c['tp_size']} on {c['weight_layout']}",
+            yes(c["ok"]),
+            "-",
+            f"{c['err']:.2e}" if c.get("err") is not None and c["ok"] else (c.get("error") or "")[:60],
         )
     for r in data.get("serve_paths", []):
         table.add_row(
@@ -66,8 +75,17 @@ def _print(data: dict[str, Any]) -> None:
     dg = data.get("deepgemm") or {}
     console.print(f"DeepGEMM: {dg.get('reason', 'not located')}", highlight=False)
     for c in (data.get("serve_choice") or {}).get("choices", []):
+        if not c.get("needed", True):
+            console.print(f"serve path {c['path']}: not needed ({c['reason']})", highlight=False)
+            continue
         console.print(
             f"serve path {c['path']}: {c['candidate'] or '[red]none[/red]'} ({c['reason']})", highlight=False
+        )
+    dec = data.get("o_proj_decision")
+    if dec:
+        console.print(
+            f"o_proj: {dec['backend']}{tuple(dec['recipe'])} on {dec['weight_layout']} ({dec['reason']})",
+            highlight=False,
         )
 
 
@@ -78,9 +96,19 @@ _OutOpt = Annotated[
 _TpOpt = Annotated[
     int, typer.Option("--tp", help="tensor-parallel size of the served profile (per-rank shapes)")
 ]
+_RankOpt = Annotated[
+    int, typer.Option("--tp-rank", help="this node's tensor-parallel rank (its checkpoint shard)")
+]
+_CkptOpt = Annotated[
+    Path | None,
+    typer.Option("--checkpoint", help="the served model's folder: also check the o_proj on one real wo_a"),
+]
 
 
-def probe_cmd(out: _OutOpt = Path("/tmp/sparkpair/probe.json"), tp: _TpOpt = 2) -> None:
+def probe_cmd(
+    out: _OutOpt = Path("/tmp/sparkpair/probe.json"), tp: _TpOpt = 2, tp_rank: _RankOpt = 0,
+    checkpoint: _CkptOpt = None,
+) -> None:
     """Probe every candidate kernel path on this GPU and write the probe JSON."""
     from sparkpair_overlay.deepgemm import DeepGemmSettingError
     from sparkpair_overlay.probe import ProbeProgress, ProbeUnavailable, run_probe
@@ -92,7 +120,10 @@ def probe_cmd(out: _OutOpt = Path("/tmp/sparkpair/probe.json"), tp: _TpOpt = 2) 
             status.update(f"probing {p.label} ({p.done}/{p.total}) ...")
 
         try:
-            data = run_probe(out, tp, progress)
+            if checkpoint is not None:
+                data = run_probe(out, tp, progress, checkpoint_dir=checkpoint, tp_rank=tp_rank)
+            else:
+                data = run_probe(out, tp, progress)
         except (ProbeUnavailable, ServePathError, DeepGemmSettingError, ValueError) as exc:
             console.print(f"[red]{exc}[/red]", highlight=False)
             raise typer.Exit(EXIT_NO_DEVICE) from None

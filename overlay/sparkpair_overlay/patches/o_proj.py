@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._log import get_logger
 from ..o_proj_route import deepgemm_rejects, einsum_route, triton_operands
-from ..plan import Capability, OProjDecision, Recipe, recipe_scales_tma_aligned
-from ..serve_matrix import RECIPE_SM100, Switches, Verdict, serve_verdict
+from ..plan import Capability, OProjDecision, Recipe, construction_problem, recipe_scales_tma_aligned
+from ..serve_matrix import RECIPE_SM100, Switches, Verdict
 from ..targets import (
     FP8_EINSUM_CONSUMERS_OPTIONAL,
     FP8_EINSUM_CONSUMERS_REQUIRED,
@@ -176,44 +176,6 @@ def served_switches(linear_backend: str | None = None) -> tuple[Switches, str | 
         source,
     )
     return s, ident
-
-
-def construction_problem(plan: KernelPlan, recipe: Recipe, switches: Switches,
-                         deepgemm_identity: str | None) -> tuple[Verdict, str | None]:
-    """The matrix's verdict on this process's combination, and why the model must not be built (or ``None``).
-
-    Refused: the matrix refuses the combination; a top-level ``deep_gemm`` whose layouts the probe
-    did not record with this same package; or a probe-based o_proj decision made for another
-    ``wo_a`` layout than the one these switches make (the choice was proven on other operands).
-    """
-    backend = plan.o_proj.backend
-    v = serve_verdict(switches, backend, recipe)
-    if not v.served:
-        return v, v.why
-    if v.needs_evidence:
-        probe = plan.probe
-        rows = [o for o in (probe.o_proj if probe else ())
-                if o.backend == backend and tuple(o.recipe) == tuple(recipe)]
-        same = probe is not None and probe.deepgemm_identity == deepgemm_identity
-        if not (same and rows and all(o.ok for o in rows)):
-            return v, (
-                f"a top-level deep_gemm ({deepgemm_identity}) replaces vLLM's vendored DeepGEMM: the wo_a "
-                "layout its "
-                "weight transform makes and what its fp8_einsum accepts are known only from a probe run "
-                "with it, "
-                f"and SPARKPAIR_PROBE_RESULTS has no correct {backend} rows taken with it; wanted sparkpair "
-                "probe run "
-                "with this deep_gemm installed, or the package removed (pip uninstall deep_gemm)")
-    d = plan.o_proj
-    if d.source == "probe" and d.weight_layout is not None and d.weight_layout != v.weight:
-        assumed = plan.switches.linear_backend if plan.switches is not None else "?"
-        return v, (
-            f"SPARKPAIR_PROBE_RESULTS chose o_proj={d.label} on wo_a layout {d.weight_layout} (probe's "
-            f"--linear-backend {assumed}), but this process builds {v.weight} ({switches.describe()}): the "
-            "choice "
-            "was not proven on these operands; wanted the probe's switches (sparkpair node passes them), or "
-            "sparkpair probe run again with these")
-    return v, None
 
 
 def construction_check(plan: KernelPlan, recipe: Recipe) -> Verdict:

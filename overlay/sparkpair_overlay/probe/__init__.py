@@ -298,8 +298,14 @@ def run_probe(
         def checkpoint_runner(layouts_: Sequence[str]) -> list[CheckpointCheck]:
             return check_checkpoint(checkpoint_dir, tp, tp_rank, layouts_)
 
+    ckpt_note = None
     if checkpoint_runner is not None:
-        checks = checkpoint_runner(layouts)
+        from .checkpoint import CheckpointError
+
+        try:
+            checks = checkpoint_runner(layouts)
+        except CheckpointError as exc:  # no wo_a in that folder: nothing to check, said in the file
+            ckpt_note = str(exc)
     probe = ProbeResults(
         capability=(int(cap[0]), int(cap[1])) if cap else (0, 0),
         router=tuple(RouterProbe.from_json(_fields(r)) for r in router if "layout" in r),
@@ -327,6 +333,7 @@ def run_probe(
         "router": router,
         "o_proj": o_proj,
         "checkpoint": [c.to_json() for c in checks],
+        "checkpoint_skipped": ckpt_note,
         "kernel_paths": [],
         "o_proj_decision": decision,
         "margin": DECISION_MARGIN,
