@@ -69,8 +69,8 @@ def register(app: typer.Typer) -> None:
         t.add_row("o_proj fp8_einsum", kplan.o_proj.label + on, kplan.o_proj.reason)
         console.print(t)
         if kplan.switches is not None:
-            console.print(f"vLLM switches assumed: {kplan.switches.describe()} (checked again when vLLM builds "
-                          "DeepSeek-V4's attention)", soft_wrap=True)
+            console.print(f"vLLM switches assumed: {kplan.switches.describe()} (checked again when vLLM "
+                          "builds DeepSeek-V4's attention)", soft_wrap=True)
         for note in kplan.notes:
             console.print(f"[yellow]note:[/yellow] {note}", soft_wrap=True)
         if not kplan.version_verified:
