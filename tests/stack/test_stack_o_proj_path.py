@@ -17,8 +17,8 @@ What runs, per case, at DeepSeek-V4-Flash TP=2 shapes (G=4 ``wo_a`` groups x 8 h
    packed int32 (arch 10/12) or fp32 blocks (SM90).
 3. The ``fp8_einsum`` dispatcher the plugin bound in vLLM's o_proj module (loaded by vLLM's own
    ``load_general_plugins``, plan ``SPARKPAIR_O_PROJ=triton`` with the case's recipe on a faked
-   12.1): its Triton kernel runs on those operands (the dispatcher itself sends CPU tensors to
-   DeepGEMM, so the kernel it holds is called directly; the route is asserted too).
+   12.1), called as vLLM calls it: it routes the call to our Triton kernel (on the CPU under
+   ``TRITON_INTERPRET=1``, the device our kernel runs on here), which runs on those operands.
 4. Checks, against fp64: the output vs the einsum of the dequantised operands as handed over
    (relative Frobenius <= 1e-2: a bf16 output of fp32 sums), and vs the unquantised ``o`` and
    weight (<= 2**-3: two e4m3 roundings, 3 significand bits each).
@@ -85,7 +85,8 @@ sw_f = torch.exp2(exp2d.double() - 127).view(G, D // 128, R // 128)
 z = torch.empty(T, G, D, dtype=torch.bfloat16)
 disp = op.fp8_einsum
 report["route"] = list(disp.route("bhr,hdr->bhd", (a, sa), (w, sw), z, recipe=recipe))
-disp.kernel("bhr,hdr->bhd", (a, sa), (w, sw), z, recipe=recipe)
+disp("bhr,hdr->bhd", (a, sa), (w, sw), z, recipe=recipe)
+report["calls"] = dict(disp.calls)
 ref_handed = gp.reference_fp64(a, sa, w, sw_f)
 o_rot = gp.inverse_rope_fp64(o, positions, cache, HEAD - ROPE).reshape(T, G, R)
 ref_true = torch.einsum("tgr,gdr->tgd", o_rot, w_hp.view(G, D, R))
@@ -123,7 +124,7 @@ def test_vllm_quant_and_weight_post_processing_feed_our_kernel(stack_env, case, 
     assert r["handed_to_deepgemm"] == {"sf": [[4, 8, kb], "torch.float32"], "mn": 1024, "k": 4096,
                                        "recipe": [1, 128, 128], "num_groups": 4, "is_sfa": False}
     assert r["weight"][:2] == [[4, 1024, 4096], "torch.float8_e4m3fn"]
-    assert r["route"] == ["deepgemm", "activation is not on a CUDA device"]
+    assert r["route"] == ["triton", "ok"] and r["calls"] == {"triton": 1}
     assert r["finite"]
     assert r["err_vs_handed"] <= TOL_HANDED, r
     assert r["err_vs_unquantised"] <= TOL_UNQUANTISED, r

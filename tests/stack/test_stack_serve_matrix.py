@@ -9,7 +9,8 @@ in the order DeepSeek-V4's attention ``__init__`` and vLLM's loader run them:
 1. the switches: ``VLLM_USE_DEEP_GEMM``/``VLLM_USE_DEEP_GEMM_E8M0`` in the environment, ``--linear-backend``
    in vLLM's own ``KernelConfig`` (the current vLLM config), a top-level ``deep_gemm`` package on
    ``sys.path`` for the shadowing case; the overlay's plan and patches made by the plugin's own
-   ``make_plan``/``_apply_patches`` (``SPARKPAIR_O_PROJ``, ``SPARKPAIR_O_PROJ_RECIPE``, ``SPARKPAIR_PROBE_RESULTS``);
+   ``make_plan``/``_apply_patches`` (``SPARKPAIR_O_PROJ``, ``SPARKPAIR_O_PROJ_RECIPE``,
+   ``SPARKPAIR_PROBE_RESULTS``);
 2. ``wo_a`` built as ``Fp8LinearMethod.create_weights`` builds it (vLLM's ``create_fp8_weight_parameter``
    / ``create_fp8_scale_parameter``, e8m0 128x128 block scales, ``is_bmm``) with the FP8 block kernel vLLM
    0.33 selects for the switches on family 120 (its class, from vLLM's own kernel lists);
@@ -92,7 +93,8 @@ handed = []
 def transform_stand_in(sf, mn, k, recipe, num_groups=None, is_sfa=None, disable_ue8m0_cast=False,
                        psum_layout=None):
     gran_mn = recipe[0] if is_sfa else recipe[1]
-    assert sf.dtype == torch.float32 and sf.shape[-2] == -(-mn // gran_mn) and sf.shape[-1] == -(-k // recipe[2])
+    assert sf.dtype == torch.float32 and sf.shape[-2] == -(-mn // gran_mn)
+    assert sf.shape[-1] == -(-k // recipe[2])
     handed.append({"sf": [list(sf.shape), str(sf.dtype)], "mn": mn, "k": k, "recipe": list(recipe),
                    "num_groups": num_groups, "disable_ue8m0_cast": disable_ue8m0_cast})
     if disable_ue8m0_cast:  # (FP32, 128, 128): kept as is
@@ -108,8 +110,8 @@ def transform_stand_in(sf, mn, k, recipe, num_groups=None, is_sfa=None, disable_
 reached = []
 def fp8_einsum_stand_in(expr, a, b, d, c=None, recipe=(1, 128, 128)):
     why = deepgemm_rejects(a, b, d, recipe)
-    reached.append({"recipe": list(recipe), "rejected": why, "weight": weight_layout(b[0], b[1], a[0].shape[1], d.shape[2]),
-                    "act": act_layout_of(a[0], a[1])})
+    reached.append({"recipe": list(recipe), "rejected": why, "act": act_layout_of(a[0], a[1]),
+                    "weight": weight_layout(b[0], b[1], a[0].shape[1], d.shape[2])})
     if why is not None:
         raise RuntimeError(f"DeepGEMM host check: {why}")
     (x, sa), (w, sw) = a, b
@@ -129,7 +131,8 @@ os.makedirs(os.path.join(ext_dir, "deep_gemm"))
 open(os.path.join(ext_dir, "deep_gemm", "__init__.py"), "w").write('__version__ = "9.9.9"\n')
 
 w2d, exps = ops.checkpoint_wo_a(G, D, R, seed=3)
-kc = FP8ScaledMMLinearLayerConfig(weight_quant_key=create_fp8_quant_key(static=True, group_shape=GroupShape(128, 128)),
+kc = FP8ScaledMMLinearLayerConfig(
+    weight_quant_key=create_fp8_quant_key(static=True, group_shape=GroupShape(128, 128)),
     activation_quant_key=create_fp8_quant_key(static=False, group_shape=GroupShape(1, 128)),
     weight_shape=(G * D, R), input_dtype=torch.bfloat16, out_dtype=torch.bfloat16)
 
@@ -176,7 +179,8 @@ for case in setup["cases"]:
     importlib.invalidate_caches()
     dg.is_deep_gemm_supported.cache_clear(); dg.is_deep_gemm_e8m0_used.cache_clear()
     try:
-        cfg = VllmConfig(device_config=DeviceConfig(device="cpu"), kernel_config=KernelConfig(linear_backend=case["linear"]))
+        cfg = VllmConfig(device_config=DeviceConfig(device="cpu"),
+                         kernel_config=KernelConfig(linear_backend=case["linear"]))
         with set_current_vllm_config(cfg):
             # vLLM's own narrowing of the CUDA FP8 block kernels for this --linear-backend
             rec["vllm_kernels"] = [k.__name__ for k in lin._filter_kernels_by_backend(
@@ -222,7 +226,8 @@ for case in setup["cases"]:
                 op.fused_inv_rope_fp8_quant = quant
             a, sa = seen["quant"]
             ref = ops.reference(a, sa, w2d, exps, G)
-            rec["route"] = dict(getattr(disp, "calls", {})) if getattr(disp, "sparkpair", False) else {"vllm": 1}
+            ours = getattr(disp, "sparkpair", False)
+            rec["route"] = dict(getattr(disp, "calls", {})) if ours else {"vllm": 1}
             rec["act_layout"] = act_layout_of(a, sa)
             rec["kernel_recipe"] = seen.get("recipe")
             rec["kernel_weight_shape"] = list(seen["w"][0].shape) if "w" in seen else None
@@ -250,8 +255,8 @@ W_FOR_DECISION = {"deep_gemm": "w3-ue8m0-row", "cutlass": "w2-e8m0-block", "b12x
 
 
 def _case_env(s: Switches, backend: str, recipe) -> dict[str, str]:
-    env = {"VLLM_USE_DEEP_GEMM": str(int(s.use_deep_gemm)), "VLLM_USE_DEEP_GEMM_E8M0": str(int(s.use_deep_gemm_e8m0)),
-           "SPARKPAIR_O_PROJ": backend}
+    env = {"VLLM_USE_DEEP_GEMM": str(int(s.use_deep_gemm)),
+           "VLLM_USE_DEEP_GEMM_E8M0": str(int(s.use_deep_gemm_e8m0)), "SPARKPAIR_O_PROJ": backend}
     if backend != "upstream":
         env["SPARKPAIR_O_PROJ_RECIPE"] = ",".join(map(str, recipe))
     return env
@@ -263,7 +268,8 @@ def _representatives() -> dict[str, tuple[Switches, str, tuple[int, int, int]]]:
     from sparkpair_overlay.serve_matrix import matrix
 
     keys = distinct_layouts()
-    combos = sorted(matrix(), key=lambda c: (c.switches.ckpt_scale != "e8m0", c.switches.deepgemm != "vendored"))
+    combos = sorted(matrix(),
+                    key=lambda c: (c.switches.ckpt_scale != "e8m0", c.switches.deepgemm != "vendored"))
     out = {}
     for c in combos:
         v = c.verdict
@@ -279,15 +285,16 @@ def _probe_file(tmp_path, name: str, rows: list[dict], linear: str, decision: di
                 identity: str | None = None, e8m0: bool = True) -> str:
     p = tmp_path / f"probe-{name}.json"
     sw = Switches(linear, True, e8m0, "external" if identity else "vendored").to_json()
-    p.write_text(json.dumps({"schema": "sparkpair-probe/2", "capability": [12, 1], "vllm": "0.33.0", "switches": sw,
-                             "deepgemm_identity": identity, "o_proj": rows, "o_proj_decision": decision}))
+    p.write_text(json.dumps({"schema": "sparkpair-probe/2", "capability": [12, 1], "vllm": "0.33.0",
+                             "switches": sw, "deepgemm_identity": identity, "o_proj": rows,
+                             "o_proj_decision": decision}))
     return str(p)
 
 
 def _rows(backend: str, recipe, weight: str, us: float) -> list[dict]:
     act = "a-ue8m0-tma" if tuple(recipe) == RECIPE_SM100 else "a-fp32-tma"
-    return [{"backend": backend, "recipe": list(recipe), "t": t, "ok": True, "us": us, "weight_layout": weight,
-             "act_layout": act, "err": 1e-3} for t in (1, 36)]
+    return [{"backend": backend, "recipe": list(recipe), "t": t, "ok": True, "us": us,
+             "weight_layout": weight, "act_layout": act, "err": 1e-3} for t in (1, 36)]
 
 
 def _cases(tmp_path) -> tuple[list[dict], dict[str, dict]]:
@@ -305,13 +312,15 @@ def _cases(tmp_path) -> tuple[list[dict], dict[str, dict]]:
         probe = _probe_file(tmp_path, f"ext-{backend}", _rows(backend, recipe, "w3-ue8m0-row", 5.0), "auto",
                             identity=ident)
         cid = f"external/{backend}/with-evidence"
-        cases.append({"id": cid, "env": {**_case_env(Switches(), backend, recipe), "SPARKPAIR_PROBE_RESULTS": probe},
-                      "linear": "auto", "kernel": "DeepGemmFp8BlockScaledMMKernel", "external": True})
-        expect[cid] = {"served": True, "route": "triton" if backend == "triton" else "deepgemm", "weight": None,
-                       "act": "a-ue8m0-tma"}
+        env = {**_case_env(Switches(), backend, recipe), "SPARKPAIR_PROBE_RESULTS": probe}
+        cases.append({"id": cid, "env": env, "linear": "auto", "kernel": "DeepGemmFp8BlockScaledMMKernel",
+                      "external": True})
+        expect[cid] = {"served": True, "route": "triton" if backend == "triton" else "deepgemm",
+                       "weight": None, "act": "a-ue8m0-tma"}
     # issue 30, case 1: a probe file that found DeepGEMM (1,128,128) correct and fastest on the served
     # per-row int32 layout; auto never picks it there (the matrix refuses it); forced, it is refused by name
-    rows = _rows("deepgemm", RECIPE_SM90, "w3-ue8m0-row", 2.0) + _rows("triton", RECIPE_SM100, "w3-ue8m0-row", 9.0)
+    rows = _rows("deepgemm", RECIPE_SM90, "w3-ue8m0-row", 2.0) + _rows(
+        "triton", RECIPE_SM100, "w3-ue8m0-row", 9.0)
     probe = _probe_file(tmp_path, "dg128", rows, "auto")
     cases.append({"id": "probe/deepgemm-1,128,128/auto", "env": {"SPARKPAIR_PROBE_RESULTS": probe},
                   "linear": "auto", "kernel": "DeepGemmFp8BlockScaledMMKernel"})
@@ -321,9 +330,11 @@ def _cases(tmp_path) -> tuple[list[dict], dict[str, dict]]:
                   "env": {"SPARKPAIR_PROBE_RESULTS": probe, "SPARKPAIR_O_PROJ": "deepgemm",
                           "SPARKPAIR_O_PROJ_RECIPE": "1,128,128"},
                   "linear": "auto", "kernel": "DeepGemmFp8BlockScaledMMKernel"})
-    expect["probe/deepgemm-1,128,128/forced"] = {"served": False, "why_has": "sf.size(-2) == ceil_div(D, 128)"}
+    expect["probe/deepgemm-1,128,128/forced"] = {"served": False,
+                                                 "why_has": "sf.size(-2) == ceil_div(D, 128)"}
     # with VLLM_USE_DEEP_GEMM_E8M0=0 (fp32 block scales) that same choice is DeepGEMM's to serve
-    rows = _rows("deepgemm", RECIPE_SM90, "w3-fp32-block", 2.0) + _rows("triton", RECIPE_SM100, "w3-fp32-block", 9.0)
+    rows = _rows("deepgemm", RECIPE_SM90, "w3-fp32-block", 2.0) + _rows(
+        "triton", RECIPE_SM100, "w3-fp32-block", 9.0)
     probe = _probe_file(tmp_path, "dg128-e8m0off", rows, "auto", e8m0=False)
     cid = "probe/deepgemm-1,128,128/e8m0-off"
     cases.append({"id": cid, "env": {"SPARKPAIR_PROBE_RESULTS": probe, "VLLM_USE_DEEP_GEMM_E8M0": "0"},
@@ -342,7 +353,8 @@ def _cases(tmp_path) -> tuple[list[dict], dict[str, dict]]:
                        "plan": "triton(1,1,128)"}
     # a probe decision for the 2-D layout, served with another --linear-backend (the profile's): refused
     dec = {"backend": "triton", "recipe": [1, 1, 128], "weight_layout": "w2-e8m0-block", "reason": "test"}
-    probe = _probe_file(tmp_path, "mismatch", _rows("triton", RECIPE_SM100, "w2-e8m0-block", 5.0), "triton", dec)
+    probe = _probe_file(tmp_path, "mismatch", _rows("triton", RECIPE_SM100, "w2-e8m0-block", 5.0), "triton",
+                        dec)
     cases.append({"id": "probe/decided-on-2d-served-3d", "env": {"SPARKPAIR_PROBE_RESULTS": probe},
                   "linear": "deep_gemm", "kernel": "DeepGemmFp8BlockScaledMMKernel"})
     expect["probe/decided-on-2d-served-3d"] = {"served": False, "why_has": "was not proven on these operands"}
@@ -359,7 +371,8 @@ def test_every_combination_is_served_correctly_or_refused_by_name_at_constructio
     served_layouts = set()
     for cid, want in expect.items():
         r = by_id[cid]
-        assert "error" not in r, (cid, r.get("error"), r.get("trace"))  # nothing but a serve or a named refusal
+        # nothing but a serve or a named refusal
+        assert "error" not in r, (cid, r.get("error"), r.get("trace"))
         case = next(c for c in cases if c["id"] == cid)
         if case["kernel"] is not None:  # the kernel is one vLLM's own list keeps for this --linear-backend
             assert case["kernel"] in r["vllm_kernels"], (cid, r["vllm_kernels"])
@@ -442,8 +455,10 @@ def test_the_kernels_the_matrix_refuses_are_the_ones_vllm_033_says():
                 delattr(cls, n)
             else:
                 setattr(cls, n, v)
-    assert "is_bmm" in inspect.getsource(deep_gemm.DeepGemmFp8BlockScaledMMKernel.process_weights_after_loading)
-    assert "marlin" in inspect.getsource(marlin.MarlinFP8ScaledMMLinearKernel.process_weights_after_loading).lower()
+    dg_post = deep_gemm.DeepGemmFp8BlockScaledMMKernel.process_weights_after_loading
+    assert "is_bmm" in inspect.getsource(dg_post)
+    marlin_post = marlin.MarlinFP8ScaledMMLinearKernel.process_weights_after_loading
+    assert "marlin" in inspect.getsource(marlin_post).lower()
 
 
 def test_the_matrix_verdicts_are_total_and_every_refusal_names_its_way_out():

@@ -12,9 +12,12 @@ construction) with a message naming the switch. None may first fail at the first
 * router: ``GateLinear`` built as DeepSeek-V4 builds it holds the plan's decision, and a call
   gives exactly what vLLM's own class gives in the same process.
 
-``--kv-cache-dtype`` and vLLM's ``--linear-backend`` are checked where they reach the o_proj:
-the KV-cache dtype picks FlashInfer's fused RoPE+quant epilogue only with 128 local heads (TP=1),
-never at TP=2; see docs/reference/vllm-0.33.md.
+``--kv-cache-dtype`` is checked where it reaches the o_proj: the KV-cache dtype picks
+FlashInfer's fused RoPE+quant epilogue only with 128 local heads (TP=1), never at TP=2; see
+docs/reference/vllm-0.33.md. ``--linear-backend``, ``VLLM_USE_DEEP_GEMM_E8M0`` and a top-level
+``deep_gemm`` change the ``wo_a`` layout the o_proj gets: every value is walked, with a forward on
+vLLM's own post-processed weights, in ``test_stack_serve_matrix.py``; here only the ones that need no
+weights (a plugin-load refusal, ``VLLM_USE_DEEP_GEMM=0`` refused at construction).
 """
 
 from __future__ import annotations
@@ -97,12 +100,18 @@ VLLM_RECIPE_12 = [[1, 1, 128], True]
 
 
 def probe_json(tmp_path, fastest: tuple[str, list[int]]) -> str:
-    """A probe result (schema sparkpair-probe/1) where every o_proj candidate is correct and
-    ``fastest`` (backend, recipe) is the fastest."""
-    rows = [{"backend": b, "recipe": rc, "t": t, "ok": True, "us": 5.0 if (b, rc) == fastest else 9.0}
+    """A probe result (schema sparkpair-probe/2, default switches) where every o_proj candidate is
+    correct on the layout GB10 serves by default (per-row int32 weight scales) and ``fastest``
+    (backend, recipe) is the fastest."""
+    rows = [{"backend": b, "recipe": rc, "t": t, "ok": True, "us": 5.0 if (b, rc) == fastest else 9.0,
+             "weight_layout": "w3-ue8m0-row",
+             "act_layout": "a-ue8m0-tma" if rc == [1, 1, 128] else "a-fp32-tma"}
             for t in (1, 64) for b in ("deepgemm", "triton") for rc in ([1, 1, 128], [1, 128, 128])]
+    switches = {"linear_backend": "auto", "VLLM_USE_DEEP_GEMM": True, "VLLM_USE_DEEP_GEMM_E8M0": True,
+                "deepgemm": "vendored", "ckpt_scale": "e8m0"}
     p = tmp_path / f"probe-{fastest[0]}-{'-'.join(map(str, fastest[1]))}.json"
-    p.write_text(json.dumps({"schema": "sparkpair-probe/1", "capability": [12, 1], "o_proj": rows}))
+    p.write_text(json.dumps({"schema": "sparkpair-probe/2", "capability": [12, 1], "o_proj": rows,
+                             "switches": switches}))
     return str(p)
 
 
@@ -157,12 +166,16 @@ def test_a_setting_serves_on_a_proven_path(stack_env, name):
                                      ("triton", [1, 128, 128]), ("deepgemm", [1, 128, 128])],
                          ids=lambda f: f"{f[0]}{tuple(f[1])}".replace(" ", ""))
 def test_a_probe_picking_each_candidate_serves_it(stack_env, tmp_path, fastest):
+    """Each candidate a probe finds fastest is served, except DeepGEMM (1,128,128) on the per-row int32
+    weight scales GB10 serves: DeepGEMM rejects those (issue 30), so the plan takes the next candidate
+    (all others tie: the preference order's first, triton (1,1,128))."""
     rc, r, err = run(stack_env, {"SPARKPAIR_PROBE_RESULTS": probe_json(tmp_path, fastest)})
     assert rc == 0 and r is not None, err[-3000:]
-    label = f"{fastest[0]}({','.join(map(str, fastest[1]))})"
-    assert r["plan"]["o_proj"] == label and "probe: fastest correct" in r["plan"]["reason"], r["plan"]
-    assert r["o_proj_binding"]["backend"] == fastest[0]
-    want = [fastest[1], fastest[1] == [1, 1, 128]]
+    served = fastest if fastest != ("deepgemm", [1, 128, 128]) else ("triton", [1, 1, 128])
+    label = f"{served[0]}({','.join(map(str, served[1]))})"
+    assert r["plan"]["o_proj"] == label and r["plan"]["reason"].startswith("probe on w3-ue8m0-row"), r["plan"]
+    assert r["o_proj_binding"]["backend"] == served[0]
+    want = [served[1], served[1] == [1, 1, 128]]
     assert r["attention_recipe"] == want, r  # the attention layer asks for, and gets, the probe's recipe
     assert_serves(r)
 
@@ -189,7 +202,7 @@ def test_vllm_use_deep_gemm_0_refuses_when_the_dsv4_attention_is_built(stack_env
 
 def test_a_malformed_probe_file_falls_back_to_the_default_and_says_so(stack_env, tmp_path):
     bad = tmp_path / "probe.json"
-    bad.write_text('{"schema": "sparkpair-probe/1"}')
+    bad.write_text('{"schema": "sparkpair-probe/2"}')
     rc, r, err = run(stack_env, {"SPARKPAIR_PROBE_RESULTS": str(bad)})
     assert rc == 0 and r is not None, err[-3000:]
     assert f"SPARKPAIR_PROBE_RESULTS={bad}" in err and r["plan"]["o_proj"] == "triton(1,1,128)"

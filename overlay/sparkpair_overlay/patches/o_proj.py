@@ -64,8 +64,8 @@ class Fp8EinsumDispatcher:
     :func:`~sparkpair_overlay.o_proj_route.triton_operands`)
     or to the original function (vLLM's DeepGEMM wrapper). Writes ``out`` in place and returns what
     the chosen function returns. A call the plan wanted on Triton but the predicate refused is
-    logged once per reason (warning), never silently. A call bound for the DeepGEMM vLLM vendors
-    whose operands its host checks reject raises :class:`OperandsRefused` instead
+    logged once per reason (warning), never silently. A call on CUDA tensors bound for the DeepGEMM
+    vLLM vendors whose operands its host checks reject raises :class:`OperandsRefused` instead
     (:func:`~sparkpair_overlay.o_proj_route.deepgemm_rejects`).
 
     Attributes:
@@ -119,7 +119,8 @@ class Fp8EinsumDispatcher:
             self._warned.add(reason)
             logger.warning("sparkpair o_proj: plan says triton but this fp8_einsum call goes to "
                            "DeepGEMM: %s", reason)
-        if self.deepgemm == "vendored" and len(args) == 4 and args[0] == "bhr,hdr->bhd":
+        on_gpu = len(args) == 4 and getattr(args[1][0], "is_cuda", False)
+        if self.deepgemm == "vendored" and on_gpu and args[0] == "bhr,hdr->bhd":
             why = deepgemm_rejects(args[1], args[2], args[3], kwargs.get("recipe"))
             if why is not None:
                 raise OperandsRefused(

@@ -212,7 +212,8 @@ def test_unknown_modes_raise(bad):
          r"router\[0\]\.weight_dtype is missing"),
         ({"schema": "sparkpair-probe/1", "capability": [12, 1]}, "record no operand layout.*probe again"),
         ({"schema": "sparkpair-probe/2", "capability": [12, 1],
-          "o_proj": [dict(_o("triton", RECIPE_SM100, 1), weight_layout="w9")]}, r"o_proj\[0\]\.weight_layout"),
+          "o_proj": [dict(_o("triton", RECIPE_SM100, 1), weight_layout="w9")]},
+         r"o_proj\[0\]\.weight_layout"),
         ({"schema": "sparkpair-probe/2", "capability": [12, 1],
           "o_proj": [dict(_o("triton", RECIPE_SM100, 1), act_layout="a-fp32-tma")]}, "the layout recipe"),
         ([1, 2], "top level"),
@@ -356,7 +357,8 @@ def test_einsum_route_takes_a_2d_wo_a_and_hands_the_kernel_the_same_bytes_as_3d(
 
 def _mn_major(t, g, inner, dtype=torch.int32):
     t4 = (t + 3) // 4 * 4
-    return torch.zeros(g * inner * t4, dtype=dtype).as_strided((g, t, inner), (inner * t4, 1, t4)).transpose(0, 1)
+    flat = torch.zeros(g * inner * t4, dtype=dtype)
+    return flat.as_strided((g, t, inner), (inner * t4, 1, t4)).transpose(0, 1)
 
 
 def test_deepgemm_rejects_what_its_host_checks_reject_and_takes_what_vllm_hands_it():
@@ -406,7 +408,8 @@ def test_o_proj_rows_on_another_layout_are_refused_and_the_served_layout_decides
         _o("triton", RECIPE_SM100, t, us=9, weight="w2-e8m0-block") for t in (1, 32)]
     probe = _probe(o_proj=rows)
     d = decide_o_proj((12, 1), probe=probe, switches=TRITON_2D)
-    assert (d.backend, d.recipe, d.weight_layout, d.source) == ("triton", RECIPE_SM100, "w2-e8m0-block", "probe")
+    want = ("triton", RECIPE_SM100, "w2-e8m0-block", "probe")
+    assert (d.backend, d.recipe, d.weight_layout, d.source) == want
     assert "rows on w3-ue8m0-row ignored" not in d.reason  # the chosen reason names the layout it used
     d3 = decide_o_proj((12, 1), probe=probe)
     assert (d3.backend, d3.weight_layout) == ("deepgemm", "w3-ue8m0-row")

@@ -196,7 +196,8 @@ def test_a_setter_that_would_leave_another_path_without_a_candidate_is_dropped_i
 
 def test_a_path_needed_only_with_deepgemms_linear_is_not_needed_with_another() -> None:
     broken = [ServeRow("wo_a-scale", "deep_gemm", "load", 0, False, error="RuntimeError: boom")]
-    got = choose([LIN, WOA], rows("linear-fp8-block", "deep_gemm", 1.0) + rows("linear-fp8-block", "triton", 9.0)
+    lin_rows = rows("linear-fp8-block", "deep_gemm", 1.0) + rows("linear-fp8-block", "triton", 9.0)
+    got = choose([LIN, WOA], lin_rows
                  + broken)
     lin, woa = got.choices
     # DeepGEMM's linear needs the wo_a transform, which is broken: it goes; triton needs no transform
@@ -204,7 +205,8 @@ def test_a_path_needed_only_with_deepgemms_linear_is_not_needed_with_another() -
     assert any("needs wo_a-scale, which has no correct candidate" in e for e in lin.evidence)
     assert woa.candidate is None and not woa.needed and woa.reason.startswith("not needed")
     ok = [ServeRow("wo_a-scale", "deep_gemm", "load", 0, True, None, 0.0)]
-    got = choose([LIN, WOA], rows("linear-fp8-block", "deep_gemm", 1.0) + rows("linear-fp8-block", "triton", 9.0)
+    lin_rows = rows("linear-fp8-block", "deep_gemm", 1.0) + rows("linear-fp8-block", "triton", 9.0)
+    got = choose([LIN, WOA], lin_rows
                  + ok)
     assert [c.candidate for c in got.choices] == ["deep_gemm", "deep_gemm"]
 
@@ -229,8 +231,8 @@ def test_a_near_tie_keeps_the_previous_choice() -> None:
 def _o(backend, recipe, weight, us):
     from sparkpair_overlay.serve_matrix import act_layout
 
-    return [{"backend": backend, "recipe": list(recipe), "t": t, "ok": True, "us": us, "weight_layout": weight,
-             "act_layout": act_layout(recipe)} for t in (1, 32)]
+    return [{"backend": backend, "recipe": list(recipe), "t": t, "ok": True, "us": us,
+             "weight_layout": weight, "act_layout": act_layout(recipe)} for t in (1, 32)]
 
 
 def test_the_linear_backend_is_chosen_with_the_o_proj_it_hands_wo_a_to() -> None:
@@ -238,12 +240,14 @@ def test_the_linear_backend_is_chosen_with_the_o_proj_it_hands_wo_a_to() -> None
 
     probe = ProbeResults.from_json({
         "schema": "sparkpair-probe/2", "capability": [12, 1], "switches": Switches().to_json(),
-        "o_proj": _o("triton", (1, 1, 128), "w3-ue8m0-row", 20.0) + _o("triton", (1, 1, 128), "w2-e8m0-block", 6.0)})
+        "o_proj": _o("triton", (1, 1, 128), "w3-ue8m0-row", 20.0)
+        + _o("triton", (1, 1, 128), "w2-e8m0-block", 6.0)})
     r = (rows("linear-fp8-block", "deep_gemm", 10.0) + rows("linear-fp8-block", "triton", 11.0)
          + [ServeRow("wo_a-scale", "deep_gemm", "load", 0, True, None, 0.0)])
     # alone, DeepGEMM's linear is faster; with the o_proj each one's wo_a layout gets, Triton's wins
     assert choose([LIN, WOA], r).choices[0].candidate == "deep_gemm"
     got, d = choose_with_o_proj([LIN, WOA], r, probe)
-    assert got.choices[0].candidate == "triton" and "with the o_proj it hands wo_a to" in got.choices[0].reason
+    assert got.choices[0].candidate == "triton"
+    assert "with the o_proj it hands wo_a to" in got.choices[0].reason
     assert d is not None and (d.backend, d.weight_layout) == ("triton", "w2-e8m0-block")
     assert not got.choices[1].needed
