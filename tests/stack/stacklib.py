@@ -75,3 +75,44 @@ def run_report(code: str, env: dict[str, str], *args: str, timeout: float = 300)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert lines, f"driver printed no REPORT line:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     return json.loads(lines[-1][len("REPORT "):]), proc.stderr
+
+
+def deepgemm_transform_stand_in(record: list | None = None, disable_ue8m0_cast: bool | None = None):
+    """DeepGEMM 2.8.1's ``transform_sf_into_required_layout`` on arch 12, for the CPU (its extension
+    needs CUDA). Its documented host behaviour (csrc/apis/layout.hpp; docs/reference/vllm-code-paths.md
+    #deepgemm-einsum-checks): check ``sf.size(-2) == ceil_div(mn, gran_mn)`` and ``sf.size(-1) ==
+    ceil_div(k, gran_k)``; with ``disable_ue8m0_cast`` keep the fp32 (128, 128) block scales; otherwise
+    broadcast each block scale to its rows and pack the UE8M0 exponents four per int32 (block k in byte
+    k % 4), MN-major with the row count padded to a multiple of 4.
+
+    ``record`` (a list) receives what vLLM hands it. ``disable_ue8m0_cast``: ``None`` takes the argument
+    vLLM's wrapper passes (standing in at DeepGEMM's entry point); a bool stands in for vLLM's wrapper
+    itself (``fp8_utils.transform_sf_into_required_layout``), fixing what ``VLLM_USE_DEEP_GEMM_E8M0``
+    would give on GB10.
+    """
+    import torch
+    from sparkpair_overlay.numerics import pack_ue8m0
+
+    def transform(sf, mn, k, recipe, num_groups=None, is_sfa=None, disable_ue8m0_cast_arg=None, **kw):
+        disable = kw.pop("disable_ue8m0_cast", disable_ue8m0_cast_arg)
+        if disable_ue8m0_cast is not None:
+            disable = disable_ue8m0_cast
+        gran_mn = recipe[0] if is_sfa else recipe[1]
+        assert sf.dtype == torch.float32, sf.dtype
+        assert sf.shape[-2] == -(-mn // gran_mn), (sf.shape, mn, recipe)
+        assert sf.shape[-1] == -(-k // recipe[2]), (sf.shape, k, recipe)
+        if record is not None:
+            record.append({"sf": [list(sf.shape), str(sf.dtype)], "mn": mn, "k": k, "recipe": list(recipe),
+                           "num_groups": num_groups, "is_sfa": bool(is_sfa),
+                           "disable_ue8m0_cast": bool(disable)})
+        if disable:
+            return sf
+        rows = sf.index_select(-2, torch.arange(mn) // gran_mn)
+        packed = pack_ue8m0((rows.contiguous().view(torch.int32) >> 23) & 0xFF)
+        g, m, c = packed.shape
+        m4 = -(-m // 4) * 4
+        out = torch.zeros(g * c * m4, dtype=torch.int32).as_strided((g, m, c), (c * m4, 1, m4))
+        out.copy_(packed)
+        return out
+
+    return transform

@@ -89,24 +89,10 @@ G, HPG, HEAD, ROPE, D, T = 2, 1, 512, 64, 256, 3
 R = HPG * HEAD
 
 # ---- DeepGEMM's C++ entry points, stood in with DeepGEMM 2.8.1's host behaviour on arch 12
+sys.path.insert(0, setup["stack_dir"])
+from stacklib import deepgemm_transform_stand_in
 handed = []
-def transform_stand_in(sf, mn, k, recipe, num_groups=None, is_sfa=None, disable_ue8m0_cast=False,
-                       psum_layout=None):
-    gran_mn = recipe[0] if is_sfa else recipe[1]
-    assert sf.dtype == torch.float32 and sf.shape[-2] == -(-mn // gran_mn)
-    assert sf.shape[-1] == -(-k // recipe[2])
-    handed.append({"sf": [list(sf.shape), str(sf.dtype)], "mn": mn, "k": k, "recipe": list(recipe),
-                   "num_groups": num_groups, "disable_ue8m0_cast": disable_ue8m0_cast})
-    if disable_ue8m0_cast:  # (FP32, 128, 128): kept as is
-        return sf
-    rows = sf.index_select(-2, torch.arange(mn) // gran_mn)  # broadcast per row
-    exps = ((rows.contiguous().view(torch.int32) >> 23) & 0xFF)
-    packed = pack_ue8m0(exps)  # [G, mn, ceil(k/512)]
-    g, m, c = packed.shape
-    m4 = -(-m // 4) * 4
-    out = torch.zeros(g * c * m4, dtype=torch.int32).as_strided((g, m, c), (c * m4, 1, m4))
-    out.copy_(packed)
-    return out
+transform_stand_in = deepgemm_transform_stand_in(handed)
 reached = []
 def fp8_einsum_stand_in(expr, a, b, d, c=None, recipe=(1, 128, 128)):
     why = deepgemm_rejects(a, b, d, recipe)
@@ -365,7 +351,8 @@ def test_every_combination_is_served_correctly_or_refused_by_name_at_constructio
     cases, expect = _cases(tmp_path)
     env = dict(stack_env, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="", SPARKPAIR_FAKE_CAPABILITY="12.1",
                SPARKPAIR_PLAN_PATH="")
-    report, _ = stacklib.run_report(DRIVER, env, json.dumps({"cases": cases}), timeout=1500)
+    setup = {"cases": cases, "stack_dir": str(stacklib.REPO / "tests" / "stack")}
+    report, _ = stacklib.run_report(DRIVER, env, json.dumps(setup), timeout=1500)
     by_id = {r["id"]: r for r in report}
     assert set(by_id) == set(expect)
     served_layouts = set()
@@ -402,6 +389,7 @@ def test_every_combination_is_served_correctly_or_refused_by_name_at_constructio
         if r["handed_to_transform"]:  # vLLM's DeepGEMM post-processing: what it hands DeepGEMM
             h = r["handed_to_transform"][0]
             assert h["sf"] == [[2, 2, 4], "torch.float32"] and h["recipe"] == [1, 128, 128] and h["mn"] == 256
+            assert h["num_groups"] == 2 and not h["is_sfa"]
         served_layouts.add((want["route"], r["act_layout"], r["weight_layout"]))
     # every layout our kernel reads was run, with both activation layouts
     assert {(a, w) for route, a, w in served_layouts if route == "triton"} >= {

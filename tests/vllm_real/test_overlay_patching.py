@@ -29,6 +29,17 @@ report = {}
 import vllm
 if setup.get("version"):
     vllm.__version__ = setup["version"]
+import importlib.machinery
+class VendoredDeepGemm:
+    """The image's vLLM (0.33) vendors DeepGEMM at vllm.third_party.deep_gemm; this 0.32 CPU build has
+    none, which the overlay's construction check would (rightly) refuse. This finder makes that package
+    findable (never imported), as it is in the image."""
+    def find_spec(self, name, path=None, target=None):
+        if name in ("vllm.third_party", "vllm.third_party.deep_gemm"):
+            return importlib.machinery.ModuleSpec(name, None, is_package=True)
+        return None
+if setup.get("vendored_deepgemm", True):
+    sys.meta_path.insert(0, VendoredDeepGemm())
 from sparkpair_overlay.targets import (FP8_EINSUM_CONSUMERS_OPTIONAL, FP8_EINSUM_CONSUMERS_REQUIRED,
     RECIPE_CONSUMERS_OPTIONAL, RECIPE_CONSUMERS_REQUIRED, GATE_LINEAR_MODULE)
 EINSUM_MODS = FP8_EINSUM_CONSUMERS_REQUIRED + FP8_EINSUM_CONSUMERS_OPTIONAL
@@ -84,7 +95,10 @@ def recipe_state():
             vllm_mod = "vllm.models.deepseek_v4.nvidia.ops.o_proj"
             out[m] = {"patched": True, "value": None, "original_is_vllm": o.original.__module__ == vllm_mod}
         elif getattr(o, "sparkpair", False):
-            out[m] = {"patched": True, "value": [list(o()[0]), o()[1]], "value_64": list(o(64)[0])}
+            try:  # the attention __init__'s call: the construction check runs first
+                out[m] = {"patched": True, "value": [list(o()[0]), o()[1]], "value_64": list(o(64)[0])}
+            except Exception as exc:
+                out[m] = {"patched": True, "refused": f"{type(exc).__name__}: {exc}"}
         else:
             out[m] = {"patched": False,
                       "is_vllm": o.__module__ == "vllm.models.deepseek_v4.nvidia.ops.o_proj"}
@@ -320,9 +334,13 @@ def test_other_devices_leave_vllm_untouched(tmp_path, cap):
 
 
 def test_upstream_overrides_leave_vllm_untouched_on_gb10(tmp_path):
+    """fp8_einsum and GateLinear stay vLLM's own; only the construction check wraps vLLM's
+    compute_fp8_einsum_recipe (a switch can break vLLM's own o_proj too), answering vLLM's recipe."""
     r, err = run_case(tmp_path, {"SPARKPAIR_FAKE_CAPABILITY": "12.1", "SPARKPAIR_ROUTER": "upstream",
                                  "SPARKPAIR_O_PROJ": "upstream"}, preimport=True)
-    assert_untouched(r)
+    guarded = {"patched": True, "value": None, "original_is_vllm": True}
+    assert all(v == guarded for v in r["recipe"].values()), r["recipe"]
+    assert_untouched(dict(r, recipe={m: {"patched": False, "is_vllm": True} for m in r["recipe"]}))
     assert_plan(r, err, router="bf16:upstream,fp32:upstream", o_proj="upstream",
                 cap="12.1 via SPARKPAIR_FAKE_CAPABILITY")
     assert "SPARKPAIR_O_PROJ=upstream" in r["plan"]["o_proj"]["reason"]
@@ -335,8 +353,19 @@ def test_vllm_plugins_empty_loads_nothing(tmp_path):
     assert plan_lines(err) == []
 
 
-def test_unverified_vllm_version_patches_nothing_and_names_the_version(tmp_path):
-    r, err = run_case(tmp_path, {"SPARKPAIR_FAKE_CAPABILITY": "12.1"}, version="0.31.9")
+def test_unverified_vllm_on_family_120_stops_at_plugin_load_naming_version_and_override(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKPAIR_") and k != "VLLM_PLUGINS"}
+    env["SPARKPAIR_FAKE_CAPABILITY"] = "12.1"
+    code = ("import vllm; vllm.__version__ = '0.31.9'\n"
+            "from vllm.plugins import load_general_plugins; load_general_plugins()\nprint('LOADED')")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "LOADED" not in proc.stdout
+    assert "UnverifiedVllm" in proc.stderr and "vLLM 0.31.9 is not a verified version" in proc.stderr
+    assert "SPARKPAIR_ALLOW_UNVERIFIED_VLLM=1" in proc.stderr and "family 120" in proc.stderr
+
+
+def test_unverified_vllm_elsewhere_patches_nothing_and_names_the_version(tmp_path):
+    r, err = run_case(tmp_path, {"SPARKPAIR_FAKE_CAPABILITY": "9.0"}, version="0.31.9")
     assert_untouched(r)
     assert "vLLM 0.31.9 is not a verified version" in err and "patching nothing" in err
     assert r["plan"]["version_verified"] is False and r["plan"]["patching_allowed"] is False
@@ -427,17 +456,21 @@ def test_router_dispatch_op_splits_on_m_at_run_time_and_has_a_fake(tmp_path):
 def test_probe_results_drive_the_plan_and_the_patches(tmp_path):
     """A probe that found DeepGEMM (1,1,128) wrong and Triton (1,128,128) fastest, and the bf16
     router kernel faster than cuBLAS up to M=8: the recipe is patched everywhere and layers get M<=8."""
-    rows_r = [{"path": p, "weight_dtype": "bfloat16", "m": m, "ok": True, "us": us, "shape": [8, 64]}
+    rows_r = [{"path": p, "weight_dtype": "bfloat16", "m": m, "ok": True, "us": us, "shape": [8, 64],
+               "layout": "x-bf16-rowmajor/w-bf16-rowmajor"}
               for m, ours, theirs in ((1, 4.0, 9.0), (8, 5.0, 9.0), (32, 14.0, 10.0))
               for p, us in (("triton-bf16-lowM", ours), ("cublas", theirs))]
-    rows_o = [{"backend": b, "recipe": rc, "t": t, "ok": ok, "us": us}
+    rows_o = [{"backend": b, "recipe": rc, "t": t, "ok": ok, "us": us, "weight_layout": "w3-ue8m0-row",
+               "act_layout": "a-ue8m0-tma" if rc == [1, 1, 128] else "a-fp32-tma"}
               for t in (1, 32, 2048)
               for b, rc, ok, us in (("deepgemm", [1, 1, 128], t != 32, 5.0),
                                     ("triton", [1, 1, 128], True, 9.0),
                                     ("triton", [1, 128, 128], True, 7.0))]
+    switches = {"linear_backend": "auto", "VLLM_USE_DEEP_GEMM": True, "VLLM_USE_DEEP_GEMM_E8M0": True,
+                "deepgemm": "vendored", "ckpt_scale": "e8m0"}
     probe = tmp_path / "probe.json"
-    probe.write_text(json.dumps({"schema": "sparkpair-probe/1", "capability": [12, 1], "router": rows_r,
-                                 "o_proj": rows_o}))
+    probe.write_text(json.dumps({"schema": "sparkpair-probe/2", "capability": [12, 1], "router": rows_r,
+                                 "o_proj": rows_o, "switches": switches}))
     r, err = run_case(tmp_path, {"SPARKPAIR_FAKE_CAPABILITY": "12.1", "SPARKPAIR_PROBE_RESULTS": str(probe)})
     if not _kernels_ok(r):
         assert_untouched(r)
