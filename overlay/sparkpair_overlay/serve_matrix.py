@@ -19,6 +19,11 @@ the refusals at model construction (:mod:`sparkpair_overlay.patches.o_proj`) are
 here; ``tests/stack/test_stack_serve_matrix.py`` runs one forward per layout it names through
 vLLM 0.33's own weight post-processing.
 
+The facts are vLLM 0.33.0's (the version the image ships, ``versions.VERIFIED_VLLM_VERSIONS``). A
+version whose facts differ (0.34 reports DeepGEMM unsupported without ``nvcc`` >= 12.9, which acts
+like ``VLLM_USE_DEEP_GEMM=0``) adds what changes as a field of :class:`Switches` the hook reads from
+that version, so one matrix keeps serving every verified version.
+
 Pure: no torch, no vLLM.
 """
 

@@ -79,11 +79,12 @@ def run_report(code: str, env: dict[str, str], *args: str, timeout: float = 300)
 
 def deepgemm_transform_stand_in(record: list | None = None, disable_ue8m0_cast: bool | None = None):
     """DeepGEMM 2.8.1's ``transform_sf_into_required_layout`` on arch 12, for the CPU (its extension
-    needs CUDA). Its documented host behaviour (csrc/apis/layout.hpp; docs/reference/vllm-code-paths.md
-    #deepgemm-einsum-checks): check ``sf.size(-2) == ceil_div(mn, gran_mn)`` and ``sf.size(-1) ==
-    ceil_div(k, gran_k)``; with ``disable_ue8m0_cast`` keep the fp32 (128, 128) block scales; otherwise
-    broadcast each block scale to its rows and pack the UE8M0 exponents four per int32 (block k in byte
-    k % 4), MN-major with the row count padded to a multiple of 4.
+    needs CUDA). Its documented host behaviour (csrc/apis/layout.hpp;
+    docs/reference/vllm-code-paths.md#deepgemm-einsum-checks): check
+    ``sf.size(-2) == ceil_div(mn, gran_mn)`` and ``sf.size(-1) == ceil_div(k, gran_k)``; with
+    ``disable_ue8m0_cast`` keep the fp32 (128, 128) block scales; otherwise broadcast each block scale
+    to its rows and pack the UE8M0 exponents four per int32 (block k in byte k % 4), MN-major with the
+    row count padded to a multiple of 4.
 
     ``record`` (a list) receives what vLLM hands it. ``disable_ue8m0_cast``: ``None`` takes the argument
     vLLM's wrapper passes (standing in at DeepGEMM's entry point); a bool stands in for vLLM's wrapper

@@ -326,11 +326,28 @@ def test_the_documented_override_gets_past_the_stop_and_is_recorded(tmp_path: Pa
     assert sc["args"] == ["--moe-backend", "marlin"]
 
 
-def test_the_plan_records_the_choice_and_its_evidence(tmp_path: Path) -> None:
+def test_tilelang_alone_is_refused_where_vllm_would_leave_no_servable_wo_a(tmp_path: Path) -> None:
+    """VLLM_USE_DEEP_GEMM=0 with vLLM's automatic FP8 linear kernel: the serve matrix refuses it (Marlin
+    may repack wo_a), so TileLang is dropped, and without DeepGEMM here mHC has no candidate: a stop
+    naming why, never a serve that breaks at the first forward."""
     data = _probe(
         tmp_path,
         inject(
             only(serve_paths(2), "mhc-prenorm"),
+            mhc_prenorm__tilelang={"discover": lambda: None, "run": tagged("tilelang")},
+        ),
+    )
+    mhc = data["serve_choice"]["choices"][0]
+    assert mhc["candidate"] is None and data["serve_choice"]["verdict"]
+    assert any("VLLM_USE_DEEP_GEMM=0 with --linear-backend auto" in e for e in mhc["evidence"])
+
+
+def test_the_plan_records_the_choice_and_its_evidence(tmp_path: Path) -> None:
+    data = _probe(
+        tmp_path,
+        inject(
+            only(serve_paths(2), "linear-fp8-block", "mhc-prenorm"),
+            linear_fp8_block__triton=OK,
             mhc_prenorm__tilelang={"discover": lambda: None, "run": tagged("tilelang")},
         ),
     )
@@ -344,10 +361,12 @@ def test_the_plan_records_the_choice_and_its_evidence(tmp_path: Path) -> None:
         probe=probe,
     )
     rec = plan.to_json()["serve_paths"]
-    assert rec["choices"][0]["candidate"] == "tilelang" and rec["env"] == {"VLLM_USE_DEEP_GEMM": "0"}
+    # with the linear backend named (triton: wo_a stays 2-D), VLLM_USE_DEEP_GEMM=0 serves
+    assert [c["candidate"] for c in rec["choices"]] == ["triton", "tilelang"]
+    assert rec["env"] == {"VLLM_USE_DEEP_GEMM": "0"}
     assert any(
         e.startswith("deep_gemm: unavailable:") or e.startswith("deep_gemm: ")
-        for e in rec["choices"][0]["evidence"]
+        for e in rec["choices"][1]["evidence"]
     )
 
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .._log import get_logger
 from ..o_proj_route import deepgemm_rejects, einsum_route, triton_operands
 from ..plan import Capability, OProjDecision, Recipe, construction_problem, recipe_scales_tma_aligned
-from ..serve_matrix import RECIPE_SM100, Switches, Verdict
+from ..serve_matrix import RECIPE_SM90, RECIPE_SM100, Switches, Verdict
 from ..targets import (
     FP8_EINSUM_CONSUMERS_OPTIONAL,
     FP8_EINSUM_CONSUMERS_REQUIRED,
@@ -120,7 +120,8 @@ class Fp8EinsumDispatcher:
             logger.warning("sparkpair o_proj: plan says triton but this fp8_einsum call goes to "
                            "DeepGEMM: %s", reason)
         on_gpu = len(args) == 4 and getattr(args[1][0], "is_cuda", False)
-        if self.deepgemm == "vendored" and on_gpu and args[0] == "bhr,hdr->bhd":
+        o_proj_recipe = tuple(kwargs.get("recipe") or ()) in (RECIPE_SM100, RECIPE_SM90)  # not MXFP8's
+        if self.deepgemm == "vendored" and on_gpu and o_proj_recipe and args[0] == "bhr,hdr->bhd":
             why = deepgemm_rejects(args[1], args[2], args[3], kwargs.get("recipe"))
             if why is not None:
                 raise OperandsRefused(
