@@ -4,7 +4,7 @@ Each node runs its own probe and starts its own vLLM (head and worker of the mul
 executor), so the two tensor-parallel ranks of one model could end up on different backends or
 different switches. Three things keep them together:
 
-* choices that near-tie do not follow the clock (:data:`sparkpair_overlay.plan.DECISION_MARGIN`:
+* choices that near-tie do not follow the clock (:data:`sparkpair_overlay.decision.DECISION_MARGIN`:
   within it the candidate first in a fixed preference order wins, or the one the node's previous
   probe chose), so two nodes with the same GPU and image reach the same choice;
 * the decision is persisted with the probe file and kept across starts;

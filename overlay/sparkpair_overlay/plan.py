@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .decision import DECISION_MARGIN, pick_stable
 from .jsonio import Fields, PlanError, read_json_file
 from .probe_results import Capability, OProjProbe, ProbeResults, Recipe, RouterProbe
 from .serve_matrix import (
@@ -77,50 +78,6 @@ PLAN_SCHEMA = "sparkpair-kernel-plan/1"
 DEFAULT_ROUTER_MAX_M = 32
 
 ROUTER_PATHS = ("triton-bf16-lowM", "triton-fp32-accurate", "upstream")
-
-#: Fraction of the fastest total time within which a timed choice does not follow the clock:
-#: the previous decision is kept (the probe file holds it), else the candidate first in the fixed
-#: preference order wins. 5 %: above the spread of CUDA-graph replay p50 between runs of one
-#: kernel on one device (the H200 rows of benchmarks/results/o_proj_layouts.csv repeat the 3-D path
-#: twice in one run; docs/kernels.md "Probe"), so near-equal candidates neither flip from one start
-#: to the next nor split the two nodes of a pair.
-DECISION_MARGIN = 0.05
-
-
-def pick_stable(
-    scored: Sequence[tuple[float, str]],
-    preference: Sequence[str],
-    previous: str | None = None,
-    margin: float = DECISION_MARGIN,
-) -> tuple[str, str]:
-    """The stable choice among timed candidates: ``(name, why)``.
-
-    Args:
-        scored: ``(total µs, name)`` of every qualifying candidate (non-empty).
-        preference: every name in the fixed order that breaks near-ties.
-        previous: the name chosen last time (kept while within ``margin`` of the fastest).
-        margin: :data:`DECISION_MARGIN`.
-
-    Raises:
-        ValueError: ``scored`` is empty.
-    """
-    if not scored:
-        raise ValueError("pick_stable: no qualifying candidate")
-    best_t, best = min(scored)
-    limit = best_t * (1.0 + margin)
-    times = {n: t for t, n in scored}
-    if previous in times and times[previous] <= limit:
-        if previous == best:
-            return previous, "fastest, as last time"
-        return previous, (f"kept from the previous probe: {times[previous]:.1f} µs, within {margin:.0%} "
-                          f"of the fastest ({best} {best_t:.1f} µs)")
-    near = [n for n in preference if n in times and times[n] <= limit]
-    pick = near[0] if near else best
-    if pick == best:
-        return pick, "fastest"
-    return pick, (f"within {margin:.0%} of the fastest ({best} {best_t:.1f} µs) and first in the preference "
-                  "order")
-
 
 def capability_family(cap: Capability | None) -> int | None:
     """vLLM's capability family: ``(major*10+minor)//10*10`` (e.g. (12,1) -> 120).

@@ -11,9 +11,9 @@
   (:mod:`sparkpair_overlay.probe.checkpoint`),
 
 checks each against fp32/fp64 references, times the correct ones, chooses per serve path and the
-o_proj together (:func:`sparkpair_overlay.probe.choice.choose_with_o_proj`: a linear backend decides
+o_proj together (:func:`sparkpair_overlay.probe.joint.choose_with_o_proj`: a linear backend decides
 the ``wo_a`` layout the o_proj is handed), keeps the previous file's choices where the new times are
-within :data:`~sparkpair_overlay.plan.DECISION_MARGIN` of them, and writes the ``sparkpair-probe/2``
+within :data:`~sparkpair_overlay.decision.DECISION_MARGIN` of them, and writes the ``sparkpair-probe/2``
 JSON the kernel plan reads (``SPARKPAIR_PROBE_RESULTS``; layout in docs/kernels.md "Probe"). The
 node's launch passes the serve-path choice to vLLM through its real switches, or stops with the
 verdict when a path has no correct candidate.
@@ -29,8 +29,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..decision import DECISION_MARGIN
 from ..jsonio import PlanError
-from ..plan import DECISION_MARGIN, capability_family
+from ..plan import capability_family
 from ..probe_results import PROBE_SCHEMA, CheckpointCheck, OProjProbe, ProbeResults, RouterProbe
 from ..serve_matrix import Recipe, switches_from_env
 from .choice import (
@@ -39,10 +40,10 @@ from .choice import (
     ServePath,
     ServePathError,
     ServeRow,
-    choose_with_o_proj,
     parse_overrides,
     rows_for_unavailable,
 )
+from .joint import choose_with_o_proj
 
 __all__ = ["ProbeProgress", "ProbeUnavailable", "measure_serve_paths", "run_probe", "write_probe_json"]
 

@@ -13,10 +13,10 @@ from sparkpair_overlay.probe.choice import (
     Shape,
     Switch,
     choose,
-    choose_with_o_proj,
     launch_switches,
     parse_overrides,
 )
+from sparkpair_overlay.probe.joint import choose_with_o_proj
 
 DG_ON = (("VLLM_USE_DEEP_GEMM", "1"),)
 SHAPES = (Shape("decode", 1), Shape("prefill", 2048))
