@@ -275,7 +275,7 @@ class ProbeResults:
                      "weight_layout": "w3-ue8m0-row", "act_layout": "a-ue8m0-tma", "err": 0.002}],
          "o_proj_decision": {"backend": "triton", "recipe": [1, 1, 128], "weight_layout": "w3-ue8m0-row",
                              "reason": "..."},
-         "kernel_paths": [], "checkpoint": [], "margin": 0.05,
+         "kernel_paths": [], "checkpoint": [], "margin": 0.08,
          "serve_choice": {"schema": "sparkpair-serve-paths/1", ...}}
 
     ``switches`` are the ones the served model gets: the environment the probe ran in and the
