@@ -25,7 +25,7 @@ import httpx
 
 from ..client import Deadline, HealthClient, ServerGone, engine_dead_in
 from ..profile import Profile
-from ..sse import OpenAIStream, parse_openai_stream
+from ..sse import OpenAIStream
 
 JSON = dict[str, Any]
 """A decoded JSON object (an OpenAI request or answer body)."""
@@ -215,18 +215,14 @@ def stream_chat(
     """
     b = dict(body, stream=True)
     gap = ctx.request_timeout_s if timeout_s is None else timeout_s
-    with ctx.client.stream_lines("/v1/chat/completions", b, deadline=deadline, chunk_timeout_s=gap) as (
-        resp,
-        lines,
-    ):
-        if resp.status_code != 200:
-            resp.read()
-            raise_for_status(resp, what)
-        ctype = resp.headers.get("content-type", "")
-        if "text/event-stream" not in ctype:
-            resp.read()
-            raise Fail(f"{what}: content-type {ctype!r}, wanted text/event-stream", {"body": resp.text[:300]})
-        return parse_openai_stream(lines)
+    got = ctx.client.stream("/v1/chat/completions", b, deadline=deadline, chunk_timeout_s=gap)
+    if got.stream is None:
+        raise_for_status(got.response, what)
+        ctype = got.response.headers.get("content-type", "")
+        raise Fail(
+            f"{what}: content-type {ctype!r}, wanted text/event-stream", {"body": got.response.text[:300]}
+        )
+    return got.stream
 
 
 def message_of(d: JSON) -> tuple[JSON, str | None]:
