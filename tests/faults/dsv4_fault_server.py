@@ -35,6 +35,7 @@ import json
 import re
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -275,6 +276,8 @@ def make_app(st: FaultState) -> FastAPI:
             "completion_tokens": a.completion_tokens,
             "total_tokens": pt + a.completion_tokens,
         }
+        rid = body.get("request_id")
+        ident = f"chatcmpl-{rid if isinstance(rid, str) and rid else uuid.uuid4().hex}"
         if not body.get("stream"):
             msg: dict[str, Any] = {"role": "assistant", "content": a.content, "reasoning": a.reasoning}
             if a.tool:
@@ -287,14 +290,15 @@ def make_app(st: FaultState) -> FastAPI:
                 ]
             return JSONResponse(
                 {
-                    "id": f"chatcmpl-{n_req}",
+                    "id": ident,
                     "object": "chat.completion",
+                    "created": int(time.time()),
                     "model": st.served_model_name,
                     "choices": [{"index": 0, "message": msg, "finish_reason": a.finish}],
                     "usage": usage,
                 }
             )
-        return StreamingResponse(_stream(a, body, usage, st), media_type="text/event-stream")
+        return StreamingResponse(_stream(a, body, usage, st, ident), media_type="text/event-stream")
 
     return app
 
@@ -304,12 +308,15 @@ def _pieces(text: str) -> list[str]:
 
 
 async def _stream(
-    a: Answer, body: dict[str, Any], usage: dict[str, int], st: FaultState
+    a: Answer, body: dict[str, Any], usage: dict[str, int], st: FaultState, ident: str
 ) -> AsyncIterator[str]:
+    created = int(time.time())
+
     def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
         obj = {
-            "id": "chatcmpl-s",
+            "id": ident,
             "object": "chat.completion.chunk",
+            "created": created,
             "model": st.served_model_name,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
         }
@@ -342,7 +349,7 @@ async def _stream(
             yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": frag}}]})
     yield chunk({}, a.finish)
     if (body.get("stream_options") or {}).get("include_usage"):
-        yield f"data: {json.dumps({'id': 'chatcmpl-s', 'choices': [], 'usage': usage})}\n\n"
+        yield f"data: {json.dumps({'id': ident, 'created': created, 'choices': [], 'usage': usage})}\n\n"
     yield "data: [DONE]\n\n"
 
 
