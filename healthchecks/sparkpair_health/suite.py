@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, fi
 from rich.console import Console
 
 from .apikey import redact
-from .checks import CHECKS, CheckContext, CheckSpec, Fail, Passed, Skip
+from .checks import CHECKS, SWEEP_CHECKS, CheckContext, CheckSpec, Fail, Passed, Skip
 from .client import (
     Deadline,
     HealthClient,
@@ -139,7 +139,7 @@ class SuiteSettings(BaseModel):
     @field_validator("only")
     @classmethod
     def _only(cls, v: list[str] | None) -> list[str] | None:
-        known = [c.id for c in CHECKS]
+        known = [c.id for c in [*CHECKS, *SWEEP_CHECKS]]
         for x in v or []:
             if x not in known:
                 raise ValueError(f"only={x!r}: no such check; known: {known}")

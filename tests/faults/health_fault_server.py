@@ -51,6 +51,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from vllm_thinking import vllm_thinks
+
 CHAT_MODES = (
     "ok",
     "body_list",  # 200, JSON []
@@ -438,7 +440,8 @@ class _Handler(BaseHTTPRequestHandler):
             if "chat_empty" in self.faults:
                 msg["content"] = ""
             kw = body.get("chat_template_kwargs") or {}
-            if "reasoning_when_off" in self.faults or kw.get("thinking"):
+            thinks = o.thinking_defaults is not None and vllm_thinks(body, o.thinking_defaults)
+            if "reasoning_when_off" in self.faults or thinks:
                 msg["reasoning"] = "let me think"
             if o.chat_mode == "other_text":
                 msg["content"] = "something else entirely"
@@ -585,6 +588,9 @@ class FaultServer:
             request is held open.
         drip_s: with the ``drip`` chat mode, seconds between two bytes.
         api_key: require ``Authorization: Bearer <api_key>`` (else HTTP 401).
+        thinking_defaults: ``None``: a model without a thinking mode (no reasoning, ever);
+            else a thinking model served with these ``--default-chat-template-kwargs``: it
+            reasons exactly when vLLM's DeepSeek-V4 encoder would think (``vllm_thinking``).
     """
 
     def __init__(
@@ -599,8 +605,10 @@ class FaultServer:
         api_key: str | None = None,
         spec_k: int | None = None,
         acceptance: float = 0.7,
+        thinking_defaults: dict[str, Any] | None = None,
     ) -> None:
         self.faults = set(faults or ())
+        self.thinking_defaults = thinking_defaults
         self.spec_k = spec_k
         self.acceptance = acceptance
         self.spec = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}

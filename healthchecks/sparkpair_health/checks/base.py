@@ -97,11 +97,15 @@ full-width bar U+FF5C, and the ``<tool_call>`` tags of hermes-style parsers)."""
 
 LEAK_PATTERNS: dict[str, re.Pattern[str]] = {
     "think tag": re.compile(r"<\s*/?\s*think\s*>", re.IGNORECASE),
+    # the start of a think tag at the very end of a field: a tag cut there (by the parser
+    # or the stream), its rest in the next field or chunk
+    "cut think tag": re.compile(r"<\s*/?\s*th(?:i(?:nk?)?)?\s*$", re.IGNORECASE),
     # Both bar variants of DSML: full-width U+FF5C and ASCII '|' (B10).
     "DSML marker": re.compile(r"[｜|]\s*DSML\s*[｜|]"),
     "special token": re.compile(r"<｜[^<>｜\n]{1,64}｜>|<\|[A-Za-z_▁][^<>|\n]{0,63}\|>"),
 }
-"""What must never reach ``content`` or ``reasoning``: think tags, DSML markup, special tokens."""
+"""What must never reach ``content`` or ``reasoning``: think tags (whole, or cut at a field's
+end), DSML markup, special tokens."""
 
 NO_THINKING: JSON = {"chat_template_kwargs": {"thinking": False, "enable_thinking": False}}
 """Request fields that turn DeepSeek-V4 thinking off (``enable_thinking`` too: vLLM's request

@@ -135,6 +135,11 @@ def test_readyz_and_report_name_the_dead_peer_within_one_canary_interval(tmp_pat
                 assert body["failing_check"] == "peer", body
                 assert body["cause"].startswith("peer node 'spark-b' (127.0.0.1) is dead: head log:"), body
                 assert body["peer_down"]["state"] == "dead"
+                assert (
+                    "peer <b>spark-b</b> (127.0.0.1) is <b>dead</b>" in httpx.get(g.base_url + "/status").text
+                )
+                metrics = httpx.get(g.base_url + "/metrics").text
+                assert 'sparkpair_peer_down{peer="spark-b",state="dead"} 1.0' in metrics, metrics[-800:]
                 assert body["peer_down"]["name"] == "spark-b"
                 rep = httpx.get(g.base_url + "/report").json()
                 assert (
