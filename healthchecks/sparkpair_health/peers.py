@@ -10,8 +10,8 @@ peer that is down is named"):
    written by the head node; the health service mounts the volume read-only). New lines are
    read from where the previous look stopped and matched against
    :data:`PEER_DEATH_PATTERNS`: the lines the head writes when a remote rank goes away
-   (docs/health-verdict.md, "A dead peer is named"). Works in a real two-box deployment and in
-   the simulation.
+   (docs/health-verdict.md, "A peer that is down is named, and how"). Works in a real two-box
+   deployment and in the simulation.
 2. **The peer's container** through the Docker SDK, where the peer names a ``container``
    (and, for another machine's engine, a ``docker_url``): missing, paused (``docker pause``:
    ``State.Paused``, while ``Running`` stays true), frozen (its processes stopped by SIGSTOP:
@@ -65,8 +65,8 @@ PEER_DEATH_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 """Head-log lines that say a remote rank is gone: (what it means, pattern with the peer's
 address in group ``addr``). Only lines read in a real log are listed: the head log of a
 two-node ``mp`` run on vLLM 0.32 CPU whose worker was killed (the test log named above;
-docs/health-verdict.md, "A dead peer is named"). NCCL's wording on the GPU pair has not been captured
-yet; there the Docker and TCP evidence name the peer."""
+docs/health-verdict.md, "A peer that is down is named, and how"). NCCL's wording on the GPU
+pair has not been captured yet; there the Docker and TCP evidence name the peer."""
 
 
 class Peer(BaseModel):
@@ -161,7 +161,7 @@ def check_unique_peers(peers: list[Peer]) -> list[Peer]:
 
 
 class PeerSettings(BaseModel):
-    """How the gateway looks for a dead peer.
+    """How the gateway looks for a peer that is down (dead, paused, frozen, restarting, ...).
 
     Attributes:
         peers: the head's peers (env ``SPARKPAIR_PEERS``: ``name=address[,name=address]`` or a

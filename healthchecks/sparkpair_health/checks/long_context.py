@@ -4,8 +4,9 @@ the middle and the very end of prompts of exactly chosen lengths -- every residu
 and one token either side of multiples of 64 and 128 -- each length asserted from ``usage``).
 
 The lengths follow DeepSeek-V4's attention: it compresses its KV cache at ratios 4 and 128
-and DSpark aligns its sliding-window index to 64 (docs/reference/vllm-code-paths.md#dsv4-shapes),
-so an off-by-one at a block edge shows at one length residue or one side of such a multiple.
+and DSpark aligns its sliding-window index to 64
+(docs/reference/vllm-code-paths.md#kv-compression-and-alignment), so an off-by-one at a block
+edge shows at one length residue or one side of such a multiple.
 """
 
 from __future__ import annotations
@@ -133,15 +134,20 @@ def needle_code(rng: random.Random) -> str:
     return "-".join("".join(rng.choice(alphabet) for _ in range(4)) for _ in range(3))
 
 
-def build_haystack(n_lines: int, depth: float | None, code: str, pad: int = 0) -> str:
-    """``n_lines`` filler lines, then ``pad`` words (``so``, one token each on common BPE
-    vocabularies) on a line of their own (they set the prompt's length to the token), with
+_PAD = "and the sacks of grain wait by the mill door for the cart "
+
+
+def build_haystack(n_lines: int, depth: float | None, code: str, pad: int = 0, variant: int = 0) -> str:
+    """``n_lines`` filler lines, then a line of ``pad`` characters of plain words (they set the
+    prompt's length to the token: one more character is mostly one more token or none), with
     ``The secret code is <code>.`` at fraction ``depth`` of it all: ``0`` before the first
     filler line (the very start), ``1`` after the pad (the very end, just before the question).
+    ``variant`` starts the pad's words elsewhere (another place for the tokenizer to cut them).
     """
     lines = [_FILLER.format(i=i) for i in range(n_lines)]
     if pad:
-        lines.append(" ".join(["so"] * pad))
+        words = _PAD[variant * 7 % len(_PAD) :] + _PAD * (pad // len(_PAD) + 1)
+        lines.append(words[:pad].rstrip() + ".")
     if depth is not None:
         at = len(lines) if depth >= 1 else min(n_lines, round(depth * n_lines))
         lines.insert(at, f"The secret code is {code}.")
@@ -208,16 +214,19 @@ def server_max_model_len(ctx: CheckContext, deadline: Deadline) -> int:
     return mml
 
 
-def _haystack_of(n_lines: int, depth: float, code: str) -> Callable[[int], str]:
-    def make(pad: int) -> str:
-        return build_haystack(n_lines, depth, code, pad)
+def _haystack_of(n_lines: int, depth: float, code: str) -> Callable[[int, int], str]:
+    def make(pad: int, variant: int) -> str:
+        return build_haystack(n_lines, depth, code, pad, variant)
 
     return make
 
 
-FIT_TRIES = 12
-"""``/tokenize`` calls allowed to size one prompt to its exact length (typically 2: each pad
-word is one token)."""
+FIT_TRIES = 16
+"""``/tokenize`` calls allowed to size one prompt to its exact length with one pad variant
+(typically 3 to 7: the count grows about linearly with the pad, so interpolation finds it)."""
+
+FIT_VARIANTS = 4
+"""Pad variants tried when one skips the length (one more character made two more tokens)."""
 
 
 def check_long_context(ctx: CheckContext, deadline: Deadline) -> Passed:
@@ -274,12 +283,14 @@ def needle_probe(ctx: CheckContext, deadline: Deadline, *, every: bool) -> Passe
             )
         return n
 
-    # Tokens per filler line, from the server's tokenizer; the pad takes up the rest exactly.
+    # Tokens per filler line and for the needle, from the server's tokenizer; enough lines to
+    # come just below the shortest length, the pad then takes up the rest exactly.
     c8, c24 = count(build_haystack(8, None, "")), count(build_haystack(24, None, ""))
     per_line = (c24 - c8) / 16
     if per_line <= 0:
         raise Fail(f"/tokenize counts did not grow with the prompt: {c8} for 8 lines, {c24} for 24")
-    n_lines = max(1, int((min(lengths) - c8 - 4 * per_line) / per_line) + 8)
+    needle = count(build_haystack(8, 1.0, "XXXX-XXXX-XXXX")) - c8
+    n_lines = max(1, int((min(lengths) - c8 - needle - 4) / per_line) + 8)
     rng = random.Random(s.seed)
     depths = list(s.long_context_depths)
     plan = (
@@ -353,30 +364,57 @@ def needle_probe(ctx: CheckContext, deadline: Deadline, *, every: bool) -> Passe
     )
 
 
-def fit_prompt(make: Callable[[int], str], count: Callable[[str], int], n: int) -> str:
-    """``make(pad)`` for the ``pad`` whose prompt is exactly ``n`` tokens by ``count``.
-
-    Starts from the count without pad and moves ``pad`` by the tokens still missing (each pad
-    word is about one token), at most :data:`FIT_TRIES` counts.
+def fit_prompt(make: Callable[[int, int], str], count: Callable[[str], int], n: int) -> str:
+    """``make(pad, variant)`` for a ``pad`` (characters) whose prompt is exactly ``n`` tokens by
+    ``count``: for each variant up to :data:`FIT_VARIANTS`, the smallest such pad, found by
+    bracketing ``n`` between a pad that counts fewer tokens and one that counts as many or
+    more, then narrowing the bracket by interpolation (bisecting when that stalls), at most
+    :data:`FIT_TRIES` counts a variant.
 
     Raises:
-        SuiteError: no pad gives exactly ``n`` tokens (the message lists what was seen).
+        SuiteError: the prompt without pad is already longer than ``n``, or no pad of any
+            variant gives exactly ``n`` tokens (the message lists the counts seen).
     """
-    pad, tried = 0, {}
-    for _ in range(FIT_TRIES):
-        c = tried[pad] = count(make(pad))
-        if c == n:
-            return make(pad)
-        step = n - c
-        nxt = pad + step
-        if nxt < 0:
-            break
-        if nxt in tried:  # two counts straddle n: walk one word at a time
-            nxt = pad + (1 if step > 0 else -1)
-            if nxt in tried or nxt < 0:
-                break
-        pad = nxt
+    seen: list[dict[int, int]] = []
+    for variant in range(FIT_VARIANTS):
+        tried: dict[int, int] = {}
+        seen.append(tried)
+
+        def at(pad: int, variant: int = variant, tried: dict[int, int] = tried) -> int:
+            if pad not in tried:
+                if len(tried) >= FIT_TRIES:
+                    raise _Skipped
+                tried[pad] = count(make(pad, variant))
+            return tried[pad]
+
+        try:
+            lo = 0
+            if at(lo) >= n:
+                if at(lo) == n:
+                    return make(lo, variant)
+                raise SuiteError(f"the prompt without pad is {at(lo)} tokens already; wanted at most {n}")
+            hi = 4 * (n - at(lo)) + 4  # at most 4 characters a token on the tokenizers seen
+            while at(hi) < n:
+                lo, hi = hi, 2 * hi
+            # at(lo) < n <= at(hi); the count grows with the pad
+            while hi - lo > 1 and at(hi) != n:
+                span = hi - lo
+                guess = lo + round((n - at(lo)) * span / max(at(hi) - at(lo), 1))
+                for mid in (min(max(guess, lo + 1), hi - 1), (lo + hi) // 2):
+                    if lo < mid < hi and hi - lo > span // 2:  # the second: bisect if that did not halve it
+                        if at(mid) < n:
+                            lo = mid
+                        else:
+                            hi = mid
+            if at(hi) == n:
+                return make(hi, variant)
+        except _Skipped:
+            pass
     raise SuiteError(
-        f"could not build a prompt of exactly {n} tokens with the server's /tokenize: pad words -> counts "
-        f"{dict(sorted(tried.items()))}; wanted one count equal to {n}"
+        f"could not build a prompt of exactly {n} tokens with the server's /tokenize: pad characters -> "
+        f"tokens, per variant: {[dict(sorted(t.items())) for t in seen]}; wanted one count equal to {n}"
     )
+
+
+class _Skipped(Exception):
+    """One pad variant spent its counts."""

@@ -417,5 +417,11 @@ def test_probe_lengths_cover_every_residue_and_both_sides_of_multiples_of_64_and
 
 def test_a_prompt_no_pad_can_size_exactly_is_a_suite_error_naming_the_counts() -> None:
     with pytest.raises(SuiteError, match="could not build a prompt of exactly 101 tokens"):
-        fit_prompt(lambda pad: "x" * pad, lambda text: 100 + 2 * len(text), 101)  # every word adds 2
-    assert fit_prompt(lambda pad: "so " * pad, lambda text: 90 + len(text) // 3, 101) == "so " * 11
+        fit_prompt(lambda pad, v: "x" * pad, lambda text: 100 + 2 * len(text), 101)  # every character adds 2
+    # one character is one token, except where the first variant's words make it two
+    assert (
+        fit_prompt(lambda pad, v: "x" * pad + "y" * v, lambda t: 90 + len(t) + (t == "x" * 11), 101)
+        == "x" * 10 + "y"
+    )
+    with pytest.raises(SuiteError, match="already; wanted at most 101"):
+        fit_prompt(lambda pad, v: "x" * pad, lambda text: 120 + len(text), 101)
