@@ -11,6 +11,7 @@ edge shows at one length residue or one side of such a multiple.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -290,7 +291,7 @@ def needle_probe(ctx: CheckContext, deadline: Deadline, *, every: bool) -> Passe
     if per_line <= 0:
         raise Fail(f"/tokenize counts did not grow with the prompt: {c8} for 8 lines, {c24} for 24")
     needle = count(build_haystack(8, 1.0, "XXXX-XXXX-XXXX")) - c8
-    n_lines = max(1, int((min(lengths) - c8 - needle - 4) / per_line) + 8)
+    n_lines = max(1, math.floor((min(lengths) - c8 - needle - 4) / per_line) + 8)
     rng = random.Random(s.seed)
     depths = list(s.long_context_depths)
     plan = (
