@@ -14,10 +14,12 @@ The contract (docs/health-verdict.md, "The canary"), in one place:
   it, so the judgement is insensitive to it (a random-weight model's greedy answer still
   equals the reference recorded once). vLLM names its answer after it (``id`` is
   ``chatcmpl-<request_id>``).
-- **Freshness** (:class:`Freshness`): an answer's ``id`` must be one no earlier answer had,
-  must name the request when the server's answers did so at the baseline, and ``created``
-  must not go back more than :data:`CREATED_SKEW_S` behind the newest answer seen: a cache or
-  proxy replaying an answer fails here, whatever the answer says.
+- **Freshness** (:class:`Freshness`): an answer's ``id`` must be one no earlier answer had and
+  it must carry ``created``; when the server's answers named their request at the baseline,
+  the ``id`` must name this one, else ``created`` must not go back more than
+  :data:`CREATED_SKEW_S` behind the newest answer seen (a server clock stepped back is no
+  replay when the id names the request). A cache or proxy replaying an answer fails here,
+  whatever the answer says.
 - **Right**: with a trained model (the profile's ``checks.semantic``), the first expected
   answer and its ``finish_reason``; otherwise the text and ``finish_reason`` that the
   baseline tick, right after the suite passed, gave (:meth:`CanaryMixin.record_reference`).
@@ -146,6 +148,8 @@ class Freshness:
             )
         if ans.created is None:
             return "the answer carries no created timestamp; wanted the time it was made"
+        if self.names_requests:
+            return ""  # named after this request's nonce: made for it (created may step with the clock)
         if self.newest_created is not None and ans.created < self.newest_created - CREATED_SKEW_S:
             return (
                 f"the answer was created at {ans.created}, {self.newest_created - ans.created} s before an "

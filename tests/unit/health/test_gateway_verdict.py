@@ -184,17 +184,23 @@ def test_freshness_refuses_a_repeated_id_one_not_naming_the_request_and_an_older
     a = DecodeAnswer(ok=True, text="x", id="chatcmpl-sparkpair-canary-1", created=1000, completion_tokens=1)
     assert f.problem(a, "sparkpair-canary-1") == ""
     f.record(a)
+    # a server that does not name answers after requests: ids must be new, created must not go back
+    f.learn([(a.model_copy(update={"id": "chatcmpl-abc"}), "sparkpair-canary-1")])
+    assert f.names_requests is False
+    assert "one an earlier answer had" in f.problem(a, "sparkpair-canary-2")
+    old = a.model_copy(update={"id": "chatcmpl-other", "created": 990})
+    assert "replayed from a cache" in f.problem(old, "sparkpair-canary-3")
+    skew = a.model_copy(update={"id": "chatcmpl-other", "created": 999})
+    assert f.problem(skew, "sparkpair-canary-4") == "", "a second back is the clock's rounding"
+    # vLLM names each answer after the request's nonce: an id that does not is not fresh, and
+    # one that does is, even when the server's clock stepped back
     f.learn([(a, "sparkpair-canary-1")])
     assert f.names_requests is True
-    assert "one an earlier answer had" in f.problem(a, "sparkpair-canary-2")
     other = a.model_copy(update={"id": "chatcmpl-abc", "created": 1001})
     assert "does not name this request" in f.problem(other, "sparkpair-canary-2")
-    old = a.model_copy(update={"id": "chatcmpl-sparkpair-canary-3", "created": 990})
-    assert "replayed from a cache" in f.problem(old, "sparkpair-canary-3")
-    skew = a.model_copy(update={"id": "chatcmpl-sparkpair-canary-4", "created": 999})
-    assert f.problem(skew, "sparkpair-canary-4") == "", "a second back is the clock's rounding"
-    bare = a.model_copy(update={"id": None})
-    assert "no id" in f.problem(bare, "x")
+    stepped = a.model_copy(update={"id": "chatcmpl-sparkpair-canary-5", "created": 900})
+    assert f.problem(stepped, "sparkpair-canary-5") == ""
+    assert "no id" in f.problem(a.model_copy(update={"id": None}), "x")
     assert "no created" in f.problem(a.model_copy(update={"id": "new", "created": None}), "new")
 
 
