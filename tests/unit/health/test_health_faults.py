@@ -245,3 +245,21 @@ def test_a_server_dripping_bytes_is_cut_at_the_overall_deadline_by_both_clients(
             with pytest.raises(RequestTimeout, match="overall deadline"):
                 post_chat(ctx, body, Deadline(60.0, "check"), "chat", timeout_s=2.0)
             assert time.monotonic() - t0 < 2.5
+
+
+def test_health_sweep_runs_the_whole_thinking_table_after_the_readiness_checks(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+
+    with FaultServer() as srv:
+        r = subprocess.run(
+            [sys.executable, "-m", "sparkpair_cli.main", "health", "--base-url", srv.base_url, "--profile",
+             "tiny-demo", "--only", "thinking_modes", "--only", "thinking_table", "--sweep",
+             "--report-json", str(tmp_path / "r.json")],
+            capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"},
+        )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    checks = {c["id"]: c for c in json.loads((tmp_path / "r.json").read_text())["checks"]}
+    assert checks["thinking_modes"]["message"].startswith("3 thinking modes")
+    assert checks["thinking_table"]["message"].startswith("64 thinking modes"), checks["thinking_table"]
