@@ -7,14 +7,27 @@ machine in ``ps``). It is never parsed (no JSON, no YAML) and never printed: it 
 :class:`pydantic.SecretStr` (``repr``/``str``/``model_dump_json`` print ``**********``), and
 :func:`redact` -- the one redaction of the health package -- removes it from everything the
 suite and the gateway print or write (a server or proxy may echo the ``Authorization``
-header in an error body). Messages about the key name its *source* (:func:`api_key_source`).
+header in an error body, or a model may repeat it token by token in a streamed answer).
+Messages about the key name its *source* (:func:`api_key_source`).
+
+What :func:`redact` removes (docs/health.md, "The API key"): any run of :data:`MIN_RUN` or
+more consecutive characters of the key, in each spelling the key can take on the way to an
+output (as is, JSON- or ``repr``-escaped, percent-encoded, base64 of any text holding it such
+as the ``Authorization`` header), so a key cut short, split, or quoted in part is caught as
+well as a whole one; a masked echo (``sk-abc…****wxyz``: a start and/or end of the key around
+``*``, ``…``, ``•``, ``#`` or ``...``); and every ``Bearer <token>``. Callers apply it where a
+field is assembled (a body decoded, a stream's deltas joined), before anything cuts or
+stores the field, and again on everything they print, serve or write.
 """
 
 from __future__ import annotations
 
+import base64
+import functools
 import json
 import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,6 +46,21 @@ ENV_KEY_FILE = "SPARKPAIR_API_KEY_FILE"
 """Environment variable naming a file whose content is the key."""
 
 REDACTED = "<redacted-api-key>"
+"""What every removed piece of the key is replaced by."""
+
+MIN_RUN = 8
+"""Consecutive characters of the key (in any of its spellings) that identify it: a run this
+long is removed wherever it appears; shorter keys are removed whole. Eight characters of a
+random key leave 2^40 or more candidates for the rest of even a 13-character key of
+lowercase letters and digits; fewer would start to blank ordinary words of a key made of
+words."""
+
+MASK_MIN_SHOWN = 4
+"""A masked echo (a start and/or end of the key around mask characters) is removed when it
+shows at least this many of the key's characters (``sk-…`` alone shows only a common prefix)."""
+
+_MASK = re.compile(r"(?:[*•●·…#]|\.{3})+")
+"""The mask characters of a masked key (``sk-abc…****wxyz``, ``abcd********``, ``ab...yz``)."""
 
 _BEARER = re.compile(r"(?i)(bearer\s+)(?!<redacted-api-key>)[^\s\"'\\,;}\]<>]+")
 """``Bearer <token>`` as an echoed ``Authorization`` header shows it: the token is replaced
@@ -129,21 +157,102 @@ def api_key_source(
     return f"no API key configured ({ENV_KEY_FILE} / {ENV_KEY} unset)"
 
 
+class _Spellings:
+    """The ways one key can appear in an output, precomputed for :func:`redact`.
+
+    Attributes:
+        grams: run length -> every run of that many consecutive characters of each spelling.
+        candidate: matches the runs of text made only of characters some spelling uses and at
+            least as long as the shortest run; only those are looked at.
+        secret: the key as is (for masked echoes).
+    """
+
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+        grams: dict[int, set[str]] = {}
+        for form in spellings(secret):
+            n = min(MIN_RUN, len(form))
+            grams.setdefault(n, set()).update(form[i : i + n] for i in range(len(form) - n + 1))
+        self.grams = grams
+        chars = sorted({c for form in spellings(secret) for c in form})
+        cls = "".join("\\" + c if c in "\\]^-[" else c for c in chars)
+        self.candidate = re.compile(f"[{cls}]{{{min(grams)},}}")
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """The ``[start, end)`` character ranges of ``text`` that show the key, merged."""
+        out: list[tuple[int, int]] = []
+        for m in self.candidate.finditer(text):
+            run = m.group(0)
+            for n, grams in self.grams.items():
+                for i in range(len(run) - n + 1):
+                    if run[i : i + n] in grams:
+                        out.append((m.start() + i, m.start() + i + n))
+        key = self.secret
+        for m in _MASK.finditer(text):
+            a, b = m.span()
+            k = next((k for k in range(min(len(key), a), 0, -1) if text[a - k : a] == key[:k]), 0)
+            e = next(
+                (e for e in range(min(len(key), len(text) - b), 0, -1) if text[b : b + e] == key[-e:]), 0
+            )
+            if k + e >= min(MASK_MIN_SHOWN, len(key)):
+                out.append((a - k, b + e))
+        merged: list[tuple[int, int]] = []
+        for a, b in sorted(out):
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+            else:
+                merged.append((a, b))
+        return merged
+
+
+def spellings(secret: str) -> list[str]:
+    """The ways the key ``secret`` can be written in an output, itself first.
+
+    As is; JSON-escaped (a body that quotes it); ``repr``-escaped (a message quoting a body);
+    percent-encoded (a URL); and base64 of any text that holds it, at each of the three byte
+    alignments a base64 encoder can meet it (``Authorization: Bearer <key>`` encoded whole,
+    as a proxy's log or an error body may show it), standard and URL-safe alphabets: only the
+    characters that depend on the key's bytes alone.
+    """
+    forms = [secret, json.dumps(secret)[1:-1], repr(secret)[1:-1], urllib.parse.quote(secret, safe="")]
+    raw = secret.encode()
+    for offset in range(3):
+        enc = base64.b64encode(b"\0" * offset + raw + b"\0\0").decode()
+        core = enc[-(-8 * offset // 6) : (8 * (offset + len(raw))) // 6]
+        forms += [core, core.translate(str.maketrans("+/", "-_"))]
+    out: list[str] = []
+    for f in forms:
+        if f and f not in out:
+            out.append(f)
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _spellings(secret: str) -> _Spellings:
+    return _Spellings(secret)
+
+
 def redact(obj: Any, key: SecretStr | None) -> Any:
     """Return ``obj`` (str, or nested dict/list/tuple of them, keys included) with the key removed.
 
-    Replaced by ``<redacted-api-key>``: the key as is, the key as JSON escapes it (a body that
-    quotes it), and every ``Bearer <token>`` (an echoed header, even one cut short). Applied
+    Each range of a string that shows the key -- a run of :data:`MIN_RUN` or more consecutive
+    characters of any of its :func:`spellings` (the whole key when it is shorter), or a masked
+    echo showing :data:`MASK_MIN_SHOWN` or more of its characters -- is replaced by
+    ``<redacted-api-key>`` (overlapping and touching ranges as one), and so is every
+    ``Bearer <token>`` (an echoed header, even one cut short, whatever the token). Applied
     whether or not a key is configured (``key=None`` still removes ``Bearer`` tokens). Other
-    types are returned unchanged.
+    types are returned unchanged. This is the health package's one redaction.
     """
     secret = key.get_secret_value() if key is not None else ""
     if isinstance(obj, str):
         if secret:
-            obj = obj.replace(secret, REDACTED)
-            escaped = json.dumps(secret)[1:-1]
-            if escaped != secret:
-                obj = obj.replace(escaped, REDACTED)
+            spans = _spellings(secret).spans(obj)
+            if spans:
+                parts, at = [], 0
+                for a, b in spans:
+                    parts += [obj[at:a], REDACTED]
+                    at = b
+                obj = "".join([*parts, obj[at:]])
         return _BEARER.sub(lambda m: m.group(1) + REDACTED, obj)
     if isinstance(obj, dict):
         return {redact(k, key): redact(v, key) for k, v in obj.items()}

@@ -9,16 +9,18 @@ message that says so instead of hanging or passing.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
 from pydantic import SecretStr
 
 from .apikey import redact
+from .sse import OpenAIStream, parse_openai_stream
 
 T = TypeVar("T")
 
@@ -123,12 +125,29 @@ def within(seconds: float, fn: Callable[[], T], on_late: Callable[[], BaseExcept
     return results[0]
 
 
+@dataclass
+class Streamed:
+    """A streaming request's answer (:meth:`HealthClient.stream`).
+
+    Attributes:
+        response: status and headers; when ``stream`` is ``None`` also the whole body, read
+            (at most :data:`MAX_BODY_BYTES`) and scrubbed.
+        stream: the parsed, scrubbed SSE stream when the answer was HTTP 200
+            ``text/event-stream``; else ``None``.
+    """
+
+    response: httpx.Response
+    stream: OpenAIStream | None
+
+
 class HealthClient:
     """A thin httpx client for an OpenAI-compatible vLLM server.
 
     Every request has an overall deadline (:func:`within`), and every answer the caller sees
-    has the API key removed (:func:`sparkpair_health.apikey.redact`): a server or proxy that
-    echoes the ``Authorization`` header cannot bring the key into a message or a report.
+    has the API key removed (:func:`sparkpair_health.apikey.redact`) where it is assembled: a
+    body as read and as its JSON decodes (escapes can spell the key), a stream once its
+    chunks are joined. A server or proxy that echoes the ``Authorization`` header, or a model
+    that repeats the key token by token, cannot bring it into a message or a report.
 
     Args:
         base_url: ``http://host:port`` (no trailing ``/v1``).
@@ -178,14 +197,33 @@ class HealthClient:
             return ServerGone(f"{where}: {type(e).__name__}: {what}")
         return SuiteError(f"{where}: {type(e).__name__}: {what}")
 
+    def redact(self, obj: Any) -> Any:
+        """``obj`` with this client's key removed (:func:`sparkpair_health.apikey.redact`)."""
+        return redact(obj, self.key)
+
+    def redact_body(self, text: str) -> str:
+        """An answer body with the key removed from its text and from every string its JSON
+        decodes to (a body may spell the key in ``\\u`` escapes); a JSON body whose decoded
+        strings held it is re-encoded from the redacted values."""
+        clean = self.redact(text)
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            return str(clean)
+        red = self.redact(obj)
+        if red == obj:
+            return str(clean)
+        return str(self.redact(json.dumps(red, ensure_ascii=False)))
+
     def scrub(self, resp: httpx.Response) -> httpx.Response:
-        """``resp`` (already read) with the API key and any ``Bearer`` token removed from its body.
+        """``resp`` (already read) with the API key and any ``Bearer`` token removed from its body
+        (:meth:`redact_body`).
 
         The status, headers (less content-length/-encoding: the body is decoded) and request
         are kept; a body with nothing to remove is returned as is.
         """
         text = resp.text
-        clean = redact(text, self.key)
+        clean = self.redact_body(text)
         if clean == text:
             return resp
         return _with_body(resp, clean.encode())
@@ -255,27 +293,33 @@ class HealthClient:
         """``POST path`` with a JSON body (see :meth:`request`)."""
         return self.request("POST", path, json=body, timeout_s=timeout_s)
 
-    @contextmanager
-    def stream_lines(
+    def stream(
         self, path: str, body: Any, *, deadline: Deadline, chunk_timeout_s: float | None = None
-    ) -> Iterator[tuple[httpx.Response, Iterator[str]]]:
-        """POST ``body`` and yield ``(response, raw line iterator)`` for an SSE answer.
+    ) -> Streamed:
+        """POST ``body`` and read the SSE answer into a parsed, scrubbed :class:`Streamed`.
 
-        The iterator stops with :class:`RequestTimeout` when the check's ``deadline`` is spent
-        (checked on every chunk of bytes, not only on whole lines, so a server dripping bytes
-        without a newline is cut within one chunk gap) or no byte arrives for
-        ``chunk_timeout_s`` seconds, and with :class:`ServerGone` when the connection drops
-        mid-stream. Lines have the API key scrubbed; a non-200 response is yielded already read
-        and scrubbed (see :meth:`scrub`), with no lines.
+        The stream is read until it ends, stopping with :class:`RequestTimeout` when the
+        ``deadline`` is spent (checked on every chunk of bytes, not only on whole lines, so a
+        server dripping bytes without a newline is cut within one chunk gap) or no byte
+        arrives for ``chunk_timeout_s`` seconds (default: the client's request timeout), and
+        with :class:`ServerGone` when the connection drops mid-stream. The raw lines never
+        leave this method: the key is removed where the stream is assembled
+        (:func:`~sparkpair_health.sse.parse_openai_stream` with :meth:`redact`). An answer that
+        is not HTTP 200 ``text/event-stream`` is read whole (bounded) and scrubbed instead.
+
+        Raises:
+            RequestTimeout / ServerGone / SuiteError: as above, and an SSE line longer than
+                :data:`MAX_BODY_BYTES`.
         """
         t = min(chunk_timeout_s or self.request_timeout_s, deadline.left())
+        where = f"POST {self.base_url}{path}"
         self.requests += 1
         try:
             with self._http.stream("POST", path, json=body, timeout=self._timeout(t)) as resp:
-                if resp.status_code != 200:
-                    where = f"POST {self.base_url}{path}"
-                    yield self.scrub(self._read_bounded(resp, where, t, time.monotonic() + t)), iter(())
-                    return
+                ctype = resp.headers.get("content-type", "")
+                if resp.status_code != 200 or "text/event-stream" not in ctype:
+                    read = self._read_bounded(resp, where, t, min(time.monotonic() + t, deadline.t_end))
+                    return Streamed(self.scrub(read), None)
 
                 def lines() -> Iterator[str]:
                     buf = ""
@@ -288,18 +332,17 @@ class HealthClient:
                                 done, buf = [*done, buf], ""
                             if len(buf) > MAX_BODY_BYTES:
                                 raise SuiteError(
-                                    f"POST {self.base_url}{path}: an SSE line longer than "
-                                    f"{MAX_BODY_BYTES} characters (client.MAX_BODY_BYTES); read no "
-                                    "further; wanted `data: ...` lines"
+                                    f"{where}: an SSE line longer than {MAX_BODY_BYTES} characters "
+                                    "(client.MAX_BODY_BYTES); read no further; wanted `data: ...` lines"
                                 )
                             for ln in done:
-                                yield redact(ln.rstrip("\r\n"), self.key)
+                                yield ln.rstrip("\r\n")
                         if buf:
-                            yield redact(buf, self.key)
+                            yield buf
                     except httpx.HTTPError as e:
                         raise self._translate(e, "POST", path, t) from e
 
-                yield resp, lines()
+                return Streamed(resp, parse_openai_stream(lines(), scrub=self.redact))
         except httpx.HTTPError as e:
             raise self._translate(e, "POST", path, t) from e
 

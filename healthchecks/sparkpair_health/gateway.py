@@ -10,7 +10,7 @@ Endpoints:
   ``canary_timeout_s``). Otherwise 503 with ``failing_check`` (the check id, ``canary``,
   ``peer``, ``readiness``, ``gateway``, ``stability``, ``recovery``) and ``cause``.
 - ``GET /report``: the latest suite report (JSON, as ``Report.to_json``) plus ``peer_down``
-  when a dead peer was named; 503 before the first.
+  while a peer is named down (dead, paused, frozen, ...); 503 before the first.
 - ``GET /metrics``: Prometheus text, every name prefixed ``sparkpair_``
   (:mod:`sparkpair_health.gateway_metrics`).
 - ``GET /status``: an HTML page for people: verdict, failing check with evidence, kernel
@@ -21,14 +21,15 @@ Modules: settings (:mod:`~sparkpair_health.gateway_settings`), metrics, canary
 status page; this one holds the state and the worker thread.
 
 Background (one daemon thread): wait for readiness -> run the suite (health v1 checks plus
-the DeepSeek-V4 checks: :func:`sparkpair_health.checks.check_list`) -> record the canary's
-reference answer -> a canary every ``canary_interval_s`` seconds: the readiness gate's
-decode probe (:func:`sparkpair_health.suite.decode_probe`) whose answer is judged
-(:meth:`Gateway.judge_canary`). Every exception in the suite or a canary is a verdict
-(503 naming it), never the end of the thread. A peer node that dies is named from the
-evidence :mod:`sparkpair_health.peers` reads. With ``recovery`` on, each canary tick is
-also shown to the wedge recovery (:mod:`sparkpair_health.recovery`), which may restart the
-pair within its budget (docs/observability.md). When the server never becomes ready within
+the DeepSeek-V4 checks: :func:`sparkpair_health.checks.check_list`) -> the baseline canary
+tick (the reference answer) -> a canary tick every ``canary_interval_s`` seconds: the
+readiness gate's decode probe sent non-streamed and streamed, each with a nonce, each answer
+judged decoded, fresh and right (the contract: :mod:`sparkpair_health.gateway_canary`).
+Every exception in the suite or a canary is a verdict (503 naming it), never the end of the
+thread. A peer node that dies, freezes or restarts is named, with its state, from the
+evidence :mod:`sparkpair_health.peers` reads. With ``recovery`` on, each canary tick is also
+shown to the wedge recovery (:mod:`sparkpair_health.recovery`), which may restart the pair
+within its budget (docs/observability.md). When the server never becomes ready within
 ``ready_timeout_s`` or refuses the API key, the gateway gives up: :func:`serve` returns
 and the command exits non-zero (2), so compose's ``restart: on-failure`` applies.
 
@@ -52,7 +53,7 @@ from fastapi import FastAPI
 from .apikey import redact
 from .client import HealthClient
 from .gateway_app import THREAD_ENDED, listen_socket
-from .gateway_canary import CANARY_HISTORY, CanaryMixin
+from .gateway_canary import CANARY_HISTORY, CanaryMixin, Freshness
 from .gateway_metrics import GatewayMetrics
 from .gateway_settings import (
     ENV_PREFIX,
@@ -64,7 +65,7 @@ from .gateway_settings import (
     GatewaySettingsError,
     default_ready_timeout_s,
 )
-from .peers import PeerDeath, PeerWatch
+from .peers import PeerDown, PeerWatch
 from .recovery import Recovery, RestartBudget, TokenProgress, restart_pair
 from .stability import StabilityMonitor
 from .suite import DecodeAnswer
@@ -125,7 +126,7 @@ class Gateway(CanaryMixin):
     ) -> None:
         self.s = settings
         self.key = settings.resolved_api_key()
-        self.metrics = GatewayMetrics()
+        self.metrics = GatewayMetrics(self.key)
         self._clock = clock
         self._lock = threading.Lock()
         self.phase = "starting"
@@ -136,8 +137,9 @@ class Gateway(CanaryMixin):
         self.last_ok_at: float | None = None
         self.canary_failures = 0
         self.reference: DecodeAnswer | None = None
+        self.freshness = Freshness()
         self.canary_history: deque[dict[str, Any]] = deque(maxlen=CANARY_HISTORY)
-        self.peer_down: PeerDeath | None = None
+        self.peer_down: PeerDown | None = None
         self.gave_up: str | None = None
         self.on_give_up: Callable[[str], None] | None = None
         self._stop = threading.Event()
@@ -195,7 +197,11 @@ class Gateway(CanaryMixin):
                             f"{self.s.canary_timeout_s:g})"
                         ),
                     }
-            body: dict[str, Any] = {"ready": failing is None, "phase": self.phase}
+            phase = self.phase
+            if failing is not None and phase == "ready":
+                # judged at this call (a stale canary, an ended thread): the phase says so too
+                phase = "canary_stale" if failing["check"] == "canary" else "worker_ended"
+            body: dict[str, Any] = {"ready": failing is None, "phase": phase}
             if failing:
                 body["failing_check"] = failing["check"]
                 body["cause"] = self._red(failing["cause"])
@@ -259,7 +265,9 @@ class Gateway(CanaryMixin):
         ready = d.get("ready") or {}
         if d.get("passed"):
             self.suite_ok = True
-            self._set("ready", None)
+            self._set(
+                "baseline_canary", {"check": "canary", "cause": "the suite passed; the baseline canary runs"}
+            )
             return
         self.suite_ok = False
         if not ready.get("ready"):
@@ -287,15 +295,24 @@ class Gateway(CanaryMixin):
     # ---------------------------------------------------------------- canary
 
     def _canary_tick(self) -> None:
-        ok, cause, lat = self.canary_once()
+        res = self.canary_once()
+        done_at = self._clock()
+        ok, cause, lat = res.ok, res.cause, res.latency_s
         self.metrics.canary_last_latency.set(lat)
         self.metrics.canary_total.labels("ok" if ok else "fail").inc()
         peer = self.peers.look(ok) if self.peers is not None else None
+        self.metrics.record_peer(peer)
         with self._lock:
-            self.last_canary = {"ok": ok, "latency_s": round(lat, 3), "at": time.time(), "cause": cause}
+            self.last_canary = {
+                "ok": ok,
+                "kind": res.kind,
+                "latency_s": round(lat, 3),
+                "at": time.time(),
+                "cause": cause,
+            }
             self.canary_history.append(self.last_canary)
             if ok and peer is None:
-                self.last_ok_at = self._clock()
+                self.last_ok_at = done_at
             self.peer_down = peer
         if ok and peer is None:
             self.canary_failures = 0
@@ -319,7 +336,7 @@ class Gateway(CanaryMixin):
         self.metrics.canary_consecutive_failures.set(self.canary_failures)
         self._recover(ok, cause, peer)
 
-    def _recover(self, ok: bool, cause: str, peer: PeerDeath | None) -> None:
+    def _recover(self, ok: bool, cause: str, peer: PeerDown | None) -> None:
         """Wedge recovery's look at this canary tick (only once the pair has served: suite passed)."""
         rec = self.recovery
         if rec is None or not self.suite_ok:
@@ -376,6 +393,9 @@ class Gateway(CanaryMixin):
             self.peers.look(canary_ok=True)
         with self._lock:
             self.last_ok_at = self._clock()
+        self._set(
+            *(("stability_failing", self.stability_failing) if self.stability_failing else ("ready", None))
+        )
 
     def work(self) -> None:
         """Run the suite once, then the canary until :meth:`stop` or :meth:`give_up`; never raises."""

@@ -1,10 +1,37 @@
-"""The gateway's canary: one greedy completion every ``canary_interval_s``, judged.
+"""The gateway's canary: what a real client sends, every ``canary_interval_s``, judged.
 
-The canary *is* the readiness gate's decode test (:func:`sparkpair_health.suite.decode_probe`,
-the same request and the same judgement of the answer, :func:`~sparkpair_health.suite.
-judge_decode`), not a second copy; this module only adds what a repeated probe needs: which
-answer is right (the profile's expected answer, or the reference recorded when the suite
-passed) and how a failure reads in ``/readyz`` (engine died, wedged, server gone).
+The contract (docs/health-verdict.md, "The canary"), in one place:
+
+- **A tick** sends the canary request twice, one after the other, within one overall deadline
+  of ``canary_timeout_s``: non-streamed, then streamed (``stream: true`` with
+  ``stream_options.include_usage``), as most clients ask. Both are the readiness gate's decode
+  probe (:func:`sparkpair_health.suite.decode_probe`) and both answers are judged the same way
+  (:meth:`CanaryMixin.judge_tick`): decoded (:func:`~sparkpair_health.suite.judge_decode`,
+  :func:`~sparkpair_health.suite.judge_stream`: a stream that ends without content fails
+  here), fresh (:class:`Freshness`), right (:meth:`CanaryMixin.judge_canary`).
+- **A nonce** (:func:`nonce`) goes with every request, as vLLM's ``request_id`` and the
+  OpenAI ``user`` field: no cache can have seen the request before, and the model never sees
+  it, so the judgement is insensitive to it (a random-weight model's greedy answer still
+  equals the reference recorded once). vLLM names its answer after it (``id`` is
+  ``chatcmpl-<request_id>``).
+- **Freshness** (:class:`Freshness`): an answer's ``id`` must be one no earlier answer had and
+  it must carry ``created``; when the server's answers named their request at the baseline,
+  the ``id`` must name this one, else ``created`` must not go back more than
+  :data:`CREATED_SKEW_S` behind the newest answer seen (a server clock stepped back is no
+  replay when the id names the request). A cache or proxy replaying an answer fails here,
+  whatever the answer says.
+- **Right**: with a trained model (the profile's ``checks.semantic``), the first expected
+  answer and its ``finish_reason``; otherwise the text and ``finish_reason`` that the
+  baseline tick, right after the suite passed, gave (:meth:`CanaryMixin.record_reference`).
+- **The outcome** is a :class:`CanaryResult`: ``ok``, ``kind`` (:data:`CANARY_KINDS`),
+  ``cause`` (which request, and why), the latency, and the answers. A timeout is its own kind
+  (``timeout``), with how long the tick waited, so a judgement of slow answers can replace it
+  without touching the rest.
+- **The bound**: ``/readyz`` follows the last successful tick, which is at most
+  ``canary_interval_s + canary_timeout_s`` old on a healthy pair
+  (:attr:`~sparkpair_health.gateway_settings.GatewaySettings.stale_after_s`); a backend gone
+  bad in any way turns ``/readyz`` 503 within that plus :data:`POLL_SLACK_S`
+  (:func:`verdict_bound_s`).
 
 :class:`CanaryMixin` is a part of :class:`sparkpair_health.gateway.Gateway` (which holds the
 settings, the key and the state these methods read), kept apart so each file reads as one
@@ -14,8 +41,10 @@ concern. Runs in the slim client.
 from __future__ import annotations
 
 import time
-from collections import deque
-from typing import Any
+import uuid
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from .apikey import redact
 from .client import ENGINE_DEAD_MARKERS, HealthClient
@@ -26,20 +55,138 @@ CANARY_HISTORY = 50
 """Canary results the gateway keeps for the status page (the newest last); one an interval,
 50 cover 12.5 minutes at the default 15 s."""
 
+POLL_SLACK_S = 5.0
+"""Seconds a poller of ``/readyz`` may add to the canary's own bound (its poll interval and
+scheduling; docs/health-verdict.md, "The canary")."""
 
-class CanaryMixin:
-    """The canary's request, probe and judgement (methods of the gateway).
+CREATED_SKEW_S = 2
+"""How far (seconds) an answer's ``created`` may lie behind the newest one seen before it
+counts as replayed: vLLM stamps ``created`` with whole seconds of the server's clock, and two
+answers of one tick may cross a second boundary in either order."""
+
+SEEN_IDS = 4096
+"""Answer ids remembered (two a tick: 4.5 hours at the default 15 s interval)."""
+
+CANARY_MODES: tuple[Literal["chat", "stream"], ...] = ("chat", "stream")
+"""The requests of one tick, in order: non-streamed, then streamed."""
+
+CANARY_KINDS = ("ok", "answer", "replayed", "timeout", "engine_died", "server_gone", "auth", "defect")
+"""What a tick's outcome is: judged right; an answer judged wrong (not decoded, a stream without
+content, another text); a replayed answer (:class:`Freshness`); no whole answer within the
+deadline; the engine's dead error; the server gone; the key refused; a defect of the gateway."""
+
+NONCE_PREFIX = "sparkpair-canary-"
+
+
+def nonce() -> str:
+    """A request id no server or cache has seen: ``sparkpair-canary-<32 hex digits>`` (uuid4)."""
+    return NONCE_PREFIX + uuid.uuid4().hex
+
+
+def verdict_bound_s(settings: GatewaySettings) -> float:
+    """The longest ``/readyz`` may stay 200 after the backend went bad, seconds, as a poller
+    sees it: ``canary_interval_s + canary_timeout_s`` (the staleness bound) plus
+    :data:`POLL_SLACK_S`."""
+    return settings.stale_after_s + POLL_SLACK_S
+
+
+def mode_label(mode: str) -> str:
+    """How a cause names the request: ``canary`` (non-streamed) or ``streamed canary``."""
+    return "streamed canary" if mode == "stream" else "canary"
+
+
+@dataclass
+class CanaryResult:
+    """One tick's outcome (see the module docstring).
 
     Attributes:
-        reference: the answer recorded right after the suite passed (random-weight models),
-            else ``None``.
+        ok: both answers judged right.
+        kind: one of :data:`CANARY_KINDS`.
+        cause: ``""`` when ok; else which request (``canary``, ``streamed canary``) and why,
+            key redacted.
+        latency_s: seconds from the first request to the last answer (or the failure).
+        answers: the decoded answers, in :data:`CANARY_MODES` order (fewer when one failed).
+    """
+
+    ok: bool
+    kind: str
+    cause: str
+    latency_s: float
+    answers: list[DecodeAnswer] = field(default_factory=list)
+
+
+class Freshness:
+    """Whether an answer was made for the request that got it, not replayed from memory.
+
+    Attributes:
+        names_requests: whether the server names each answer after its request's nonce (vLLM
+            does: ``chatcmpl-<request_id>``), learnt from the baseline tick
+            (:meth:`learn`); ``None`` before it.
+        newest_created: the newest ``created`` seen, unix seconds.
+    """
+
+    def __init__(self) -> None:
+        self._seen: OrderedDict[str, float] = OrderedDict()
+        self.names_requests: bool | None = None
+        self.newest_created: int | None = None
+
+    def problem(self, ans: DecodeAnswer, request_id: str) -> str:
+        """Why ``ans`` (the answer to ``request_id``) is not fresh, or ``""``."""
+        if ans.id is None:
+            return "the answer carries no id; wanted a fresh one for each request"
+        if ans.id in self._seen:
+            ago = time.monotonic() - self._seen[ans.id]
+            return (
+                f"the answer's id {ans.id!r} is one an earlier answer had ({ago:.0f} s ago): an answer "
+                "replayed from a cache, not made for this request"
+            )
+        if self.names_requests and request_id not in ans.id:
+            return (
+                f"the answer's id {ans.id!r} does not name this request ({request_id}), as the "
+                "server's answers did when the canary started: not made for this request (a cache "
+                "or proxy answered)"
+            )
+        if ans.created is None:
+            return "the answer carries no created timestamp; wanted the time it was made"
+        if self.names_requests:
+            return ""  # named after this request's nonce: made for it (created may step with the clock)
+        if self.newest_created is not None and ans.created < self.newest_created - CREATED_SKEW_S:
+            return (
+                f"the answer was created at {ans.created}, {self.newest_created - ans.created} s before an "
+                f"earlier answer ({self.newest_created}): an answer replayed from a cache"
+            )
+        return ""
+
+    def record(self, ans: DecodeAnswer) -> None:
+        """Remember ``ans`` (judged or not): its id may not come again."""
+        if ans.id is not None:
+            self._seen[ans.id] = time.monotonic()
+            while len(self._seen) > SEEN_IDS:
+                self._seen.popitem(last=False)
+        if ans.created is not None:
+            self.newest_created = max(ans.created, self.newest_created or ans.created)
+
+    def learn(self, pairs: list[tuple[DecodeAnswer, str]]) -> None:
+        """From the baseline tick's (answer, request id) pairs: does the server name each answer
+        after its request?"""
+        self.names_requests = bool(pairs) and all(a.id is not None and rid in a.id for a, rid in pairs)
+
+
+class CanaryMixin:
+    """The canary's requests, judgement and outcome (methods of the gateway).
+
+    Attributes:
+        reference: the answer recorded by the baseline tick right after the suite passed
+            (random-weight models), else ``None``.
+        freshness: see :class:`Freshness`.
         canary_history: the latest :data:`CANARY_HISTORY` canaries, dicts with ``ok``,
-            ``latency_s``, ``at`` (unix seconds) and ``cause``.
+            ``kind``, ``latency_s``, ``at`` (unix seconds) and ``cause``.
     """
 
     s: GatewaySettings
     key: Any
     reference: DecodeAnswer | None
+    freshness: Freshness
     canary_history: deque[dict[str, Any]]
     _client: HealthClient | None
     _prof: Any
@@ -72,7 +219,7 @@ class CanaryMixin:
             return qa.prompt, qa.max_tokens, qa.contains, qa.finish_reason
         return self.s.canary_prompt, self.s.canary_max_tokens, None, None
 
-    def _probe(self) -> DecodeAnswer:
+    def _probe(self, mode: str, request_id: str, timeout_s: float) -> DecodeAnswer:
         from .suite import decode_probe
 
         if self._client is None:
@@ -85,7 +232,9 @@ class CanaryMixin:
             self._suite_settings,
             prompt=prompt,
             max_tokens=max_tokens,
-            timeout_s=self.s.canary_timeout_s,
+            timeout_s=timeout_s,
+            fields={"request_id": request_id, "user": request_id},
+            stream=mode == "stream",
         )
 
     def judge_canary(self, ans: DecodeAnswer) -> str:
@@ -111,46 +260,86 @@ class CanaryMixin:
             )
         return ""
 
-    def record_reference(self) -> str:
-        """Run the canary request once and keep its answer as the reference (random-weight models).
+    def judge_tick(self, ans: DecodeAnswer, request_id: str) -> tuple[str, str]:
+        """(kind, why) for one answer of a tick: ``("ok", "")``, or the first problem of:
+        decoded, fresh, right. The answer is remembered either way (its id may not come again)."""
+        try:
+            if not ans.ok:
+                return "answer", ans.problem
+            stale = self.freshness.problem(ans, request_id)
+            if stale:
+                return "replayed", stale
+            why = self.judge_canary(ans)
+            return ("answer", why) if why else ("ok", "")
+        finally:
+            self.freshness.record(ans)
 
-        Returns ``""`` or why no reference could be recorded.
+    def record_reference(self) -> str:
+        """The baseline tick, right after the suite passed: records the reference answer
+        (random-weight models: the non-streamed answer; the streamed one must equal it) and
+        learns whether the server names answers after their requests (:meth:`Freshness.learn`).
+
+        Returns ``""`` or why the baseline failed.
         """
         self.reference = None
-        if self.canary_request()[2] is not None:
-            return ""
-        ans = self._probe()
-        if not ans.ok:
-            return f"the reference canary failed: {ans.problem}"
-        self.reference = ans
+        self.freshness = Freshness()
+        res = self.canary_once(baseline=True)
+        if not res.ok:
+            self.reference = None
+            return f"the reference canary failed: {res.cause}"
         return ""
 
-    def canary_once(self) -> tuple[bool, str, float]:
-        """One canary: (ok, cause when not ok, latency s). Never raises.
+    def canary_once(self, baseline: bool = False) -> CanaryResult:
+        """One tick (see the module docstring); never raises.
 
-        Any exception (transport, a malformed answer, a bug) is a failed canary naming it.
+        Any exception (transport, a malformed answer, a bug) is a failed tick naming it. With
+        ``baseline`` (:meth:`record_reference`), a random-weight model's non-streamed answer
+        becomes the reference before it is judged.
         """
         from .client import RequestTimeout, SuiteError
         from .suite import NotReady
 
         t0 = time.monotonic()
+        end = t0 + self.s.canary_timeout_s
+        answers: list[DecodeAnswer] = []
+        pairs: list[tuple[DecodeAnswer, str]] = []
+        mode = CANARY_MODES[0]
+        kind, cause = "ok", ""
         try:
-            cause = self.judge_canary(self._probe())
-            if cause:
-                dead = any(m in cause for m in ENGINE_DEAD_MARKERS)
-                cause = ("engine died: " if dead else "") + f"canary: {cause}"
+            for mode in CANARY_MODES:
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise RequestTimeout(
+                        f"the {mode_label(mode)} was not sent: the tick's deadline was spent"
+                    )
+                rid = nonce()
+                ans = self._probe(mode, rid, left)
+                answers.append(ans)
+                pairs.append((ans, rid))
+                if baseline and mode == "chat" and ans.ok and self.canary_request()[2] is None:
+                    self.reference = ans
+                kind, why = self.judge_tick(ans, rid)
+                if why:
+                    cause = f"{mode_label(mode)}: {why}"
+                    if any(m in why for m in ENGINE_DEAD_MARKERS):
+                        kind, cause = "engine_died", f"engine died: {cause}"
+                    break
         except RequestTimeout as e:
+            kind = "timeout"
             cause = (
-                f"no whole answer within canary_timeout_s={self.s.canary_timeout_s:g} s (engine wedged or "
-                f"a peer gone?): {e}"
+                f"no whole answer within canary_timeout_s={self.s.canary_timeout_s:g} s (waited "
+                f"{time.monotonic() - t0:.1f} s; engine wedged or a peer gone?): {mode_label(mode)}: {e}"
             )
         except NotReady as e:  # AuthRefused: the key stopped working
-            cause = str(e)
+            kind, cause = "auth", str(e)
         except SuiteError as e:
+            kind = "server_gone"
             cause = (
-                f"server went away: {e}. vLLM stops its API server when the engine core "
-                "dies, so the engine most likely died"
+                f"server went away: {mode_label(mode)}: {str(e).rstrip('.')}. vLLM stops its API server "
+                "when the engine core dies, so the engine most likely died"
             )
         except Exception as e:  # noqa: BLE001 - no input may end the canary thread
-            cause = f"canary defect: {type(e).__name__}: {e}"
-        return not cause, self._red(cause), time.monotonic() - t0
+            kind, cause = "defect", f"canary defect: {type(e).__name__}: {e}"
+        if baseline and not cause:
+            self.freshness.learn(pairs)
+        return CanaryResult(not cause, kind, self._red(cause), time.monotonic() - t0, answers)

@@ -9,14 +9,23 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from pydantic import SecretStr
+
+from .apikey import redact
 
 
 class GatewayMetrics:
-    """The gateway's Prometheus metrics, in their own registry (all ``sparkpair_``-prefixed)."""
+    """The gateway's Prometheus metrics, in their own registry (all ``sparkpair_``-prefixed).
+
+    Args:
+        key: the server's API key: every label value that is not the gateway's own word passes
+            :func:`~sparkpair_health.apikey.redact` with it.
+    """
 
     STATUSES = ("pass", "fail", "skip", "error")
 
-    def __init__(self) -> None:
+    def __init__(self, key: SecretStr | None = None) -> None:
+        self.key = key
         r = self.registry = CollectorRegistry()
         self.ready = Gauge("sparkpair_ready", "1 when /readyz answers 200", registry=r)
         self.check_status = Gauge(
@@ -74,6 +83,13 @@ class GatewayMetrics:
             registry=r,
         )
 
+        self.peer_down = Gauge(
+            "sparkpair_peer_down",
+            "1 for each peer the gateway names down, labelled with how (peers.PEER_STATES)",
+            ["peer", "state"],
+            registry=r,
+        )
+
         self.recovery_restarts = Counter(
             "sparkpair_recovery_restarts", "pair restarts done by the wedge recovery", registry=r
         )
@@ -83,24 +99,36 @@ class GatewayMetrics:
             registry=r,
         )
 
+    def _label(self, value: Any) -> str:
+        return str(redact(str(value), self.key))
+
     def record_stability(self, rep: Any) -> None:
         self.stability_findings.clear()
         counts: dict[tuple[str, str], int] = {}
         for f in rep.findings:
             counts[(f.node, f.severity)] = counts.get((f.node, f.severity), 0) + 1
         for (node, sev), n in counts.items():
-            self.stability_findings.labels(node, sev).set(n)
+            self.stability_findings.labels(self._label(node), sev).set(n)
         for c in rep.containers:
-            self.container_restarts.labels(c.node, c.name).set(c.restart_count)
-            self.container_oom_killed.labels(c.node, c.name).set(1.0 if c.oom_killed else 0.0)
+            node, name = self._label(c.node), self._label(c.name)
+            self.container_restarts.labels(node, name).set(c.restart_count)
+            self.container_oom_killed.labels(node, name).set(1.0 if c.oom_killed else 0.0)
+
+    def record_peer(self, peer: Any) -> None:
+        """``sparkpair_peer_down``: the peer named down (a
+        :class:`~sparkpair_health.peers.PeerDown`), or none."""
+        self.peer_down.clear()
+        if peer is not None:
+            self.peer_down.labels(self._label(peer.name), peer.state).set(1.0)
 
     def record_report(self, checks: list[dict[str, Any]], passed: bool, duration_s: float) -> None:
         self.check_status.clear()
         self.check_duration.clear()
         for c in checks:
+            cid = self._label(c["id"])
             for st in self.STATUSES:
-                self.check_status.labels(c["id"], st).set(1.0 if c["status"] == st else 0.0)
-            self.check_duration.labels(c["id"]).set(float(c.get("latency_ms", 0.0)) / 1000.0)
+                self.check_status.labels(cid, st).set(1.0 if c["status"] == st else 0.0)
+            self.check_duration.labels(cid).set(float(c.get("latency_ms", 0.0)) / 1000.0)
             if c["id"] == "spec_acceptance":
                 rate = (c.get("evidence") or {}).get("acceptance_rate")
                 self.spec_acceptance.set(float("nan") if rate is None else float(rate))

@@ -94,7 +94,7 @@ class GatewaySettings(BaseSettings):
             last byte, not per read).
         canary_max_tokens: tokens the canary asks for (when the profile has no expected answer).
         canary_prompt: the canary's user message (when the profile has no expected answer).
-        peers / head_log / peer_probe_port: how a dead peer is named (:mod:`sparkpair_health.peers`).
+        peers / head_log / peer_probe_port: how a peer that is down is named (:mod:`sparkpair_health.peers`).
         dsv4_checks: add the DeepSeek-V4 checks to the suite.
         dsv4: removed (refused when given): the model-check settings are the profile's ``checks.dsv4``.
         only: run only these health-v1 check ids.

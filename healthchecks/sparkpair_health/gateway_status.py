@@ -5,8 +5,9 @@ What it shows, top to bottom:
 - the verdict badge (``#verdict``): ``READY`` on green (:data:`COLOURS` ``ready``) when
   ``/readyz`` answers 200; ``NOT READY`` on red (``fail``) when a check, the canary, a peer or
   stability fails; ``WAITING`` on amber (``waiting``) while the server loads or the suite runs;
-- the failing check and its cause (``/readyz``'s ``failing_check`` and ``cause``), and for
-  each failed check of the latest suite report its message and evidence (JSON);
+- the failing check and its cause (``/readyz``'s ``failing_check`` and ``cause``), the peer
+  named down and how (``peer_down``: dead, paused, frozen, OOM-killed, ...), and for each
+  failed check of the latest suite report its message and evidence (JSON);
 - the kernel plan the head wrote (``plan_file``), as JSON, or why it is not shown;
 - the canary history: the latest canaries (newest first) with result, latency and cause, and
   a bar per canary (height: latency; colour: result) drawn in inline SVG;
@@ -112,6 +113,13 @@ def status_page(gw: Gateway) -> str:
         failing = (
             f'<p id="failing">failing check: <b>{escape(str(body.get("failing_check", "?")))}</b> '
             f"&mdash; {escape(str(body.get('cause', '')))}</p>"
+        )
+    peer = body.get("peer_down")
+    if isinstance(peer, dict):
+        failing += (
+            f'<p id="peer">peer <b>{escape(str(peer.get("name")))}</b> ({escape(str(peer.get("address")))}) '
+            f"is <b>{escape(str(peer.get('state')))}</b> &mdash; {escape(str(peer.get('source')))}: "
+            f"{escape(str(peer.get('evidence')))}</p>"
         )
     recovery = ""
     rec = getattr(gw, "recovery", None)

@@ -1,21 +1,25 @@
-"""Which peer node died: evidence the health service can read, turned into a named verdict.
+"""Which peer node is down, and how: evidence the health service can read, turned into a named verdict.
 
-When a peer (a worker node) dies, the head's engine fails or hangs and the gateway's canary
-fails; the canary alone cannot say *which* node went. This module looks for evidence that
-names it, from three sources, each optional and each cheap enough to run on every canary
-tick (docs/health-verdict.md, "A dead peer is named"):
+When a peer (a worker node) dies, freezes or restarts, the head's engine fails or hangs and
+the gateway's canary fails; the canary alone cannot say *which* node went, or how. This module
+looks for evidence that names it and its state (:data:`PEER_STATES`), from three sources,
+each optional and each cheap enough to run on every canary tick (docs/health-verdict.md, "A
+peer that is down is named"):
 
 1. **The head's log** on the shared state volume (``/var/lib/sparkpair/state/head.log``,
    written by the head node; the health service mounts the volume read-only). New lines are
    read from where the previous look stopped and matched against
    :data:`PEER_DEATH_PATTERNS`: the lines the head writes when a remote rank goes away
-   (docs/health-verdict.md, "A dead peer is named"). Works in a real two-box deployment and in
-   the simulation.
+   (docs/health-verdict.md, "A peer that is down is named, and how"). Works in a real two-box
+   deployment and in the simulation.
 2. **The peer's container** through the Docker SDK, where the peer names a ``container``
-   (and, for another machine's engine, a ``docker_url``): missing, not running, or restarted
-   since the pair last served (its restart count or start time changed: a restart policy
-   brings a killed container back within a second). Works where a Docker socket is
-   reachable (the simulation, or a ``tcp://``/``ssh://`` engine URL).
+   (and, for another machine's engine, a ``docker_url``): missing, paused (``docker pause``:
+   ``State.Paused``, while ``Running`` stays true), frozen (its processes stopped by SIGSTOP:
+   ``T`` in the ``ps`` state that ``docker top`` reads on the engine's host), OOM-killed
+   (``State.OOMKilled``, or an ``oom`` event since the pair last served), restarting, exited,
+   or restarted since the pair last served (its restart count or start time changed: a
+   restart policy brings a killed container back within a second). Works where a Docker
+   socket is reachable (the simulation, or a ``tcp://``/``ssh://`` engine URL).
 3. **A TCP liveness probe** of the peer's address on ``probe_port``: a refused connection
    means the host answers (alive); no answer within ``probe_timeout_s`` or "no route to
    host" means the node is gone. It tells a dead box, not a dead container on a live box.
@@ -31,6 +35,7 @@ import ipaddress
 import json
 import re
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,8 +65,8 @@ PEER_DEATH_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 """Head-log lines that say a remote rank is gone: (what it means, pattern with the peer's
 address in group ``addr``). Only lines read in a real log are listed: the head log of a
 two-node ``mp`` run on vLLM 0.32 CPU whose worker was killed (the test log named above;
-docs/health-verdict.md, "A dead peer is named"). NCCL's wording on the GPU pair has not been captured
-yet; there the Docker and TCP evidence name the peer."""
+docs/health-verdict.md, "A peer that is down is named, and how"). NCCL's wording on the GPU
+pair has not been captured yet; there the Docker and TCP evidence name the peer."""
 
 
 class Peer(BaseModel):
@@ -156,7 +161,7 @@ def check_unique_peers(peers: list[Peer]) -> list[Peer]:
 
 
 class PeerSettings(BaseModel):
-    """How the gateway looks for a dead peer.
+    """How the gateway looks for a peer that is down (dead, paused, frozen, restarting, ...).
 
     Attributes:
         peers: the head's peers (env ``SPARKPAIR_PEERS``: ``name=address[,name=address]`` or a
@@ -194,27 +199,57 @@ def parse_peers(raw: str) -> list[dict[str, str]]:
     return out
 
 
+PEER_STATES = (
+    "dead",
+    "missing",
+    "paused",
+    "frozen",
+    "oom-killed",
+    "restarting",
+    "exited",
+    "restarted",
+    "unreachable",
+)
+"""How a peer is down, as the verdict names it: ``dead`` (the head's log: a collective to it
+failed), ``missing`` (no such container), ``paused`` (``docker pause``), ``frozen`` (its
+processes stopped, SIGSTOP), ``oom-killed``, ``restarting``, ``exited`` (not running and not
+restarting), ``restarted`` (running again since the pair last served), ``unreachable`` (the
+TCP probe got no answer)."""
+
+FROZEN_STAT = ("T", "t")
+"""First letters of ``ps`` STAT for a stopped process: ``T`` stopped by a job-control signal
+(SIGSTOP), ``t`` stopped by a tracer (procps ps(1), PROCESS STATE CODES)."""
+
+
 @dataclass
-class PeerDeath:
-    """A dead peer and the evidence that names it.
+class PeerDown:
+    """A peer that is down, its state and the evidence that names it.
 
     Attributes:
         name / address: the peer (:class:`Peer`).
+        state: one of :data:`PEER_STATES`.
         source: ``head log``, ``docker`` or ``tcp probe``.
         evidence: one line: the log line, the container state, or the probe's outcome.
     """
 
     name: str
     address: str
+    state: str
     source: str
     evidence: str
 
     def cause(self) -> str:
-        """One line for ``/readyz``: the node, its address, and the evidence."""
-        return f"peer node {self.name!r} ({self.address}) is down: {self.source}: {self.evidence}"
+        """One line for ``/readyz``: the node, its address, its state and the evidence."""
+        return f"peer node {self.name!r} ({self.address}) is {self.state}: {self.source}: {self.evidence}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "address": self.address, "source": self.source, "evidence": self.evidence}
+        return {
+            "name": self.name,
+            "address": self.address,
+            "state": self.state,
+            "source": self.source,
+            "evidence": self.evidence,
+        }
 
 
 class PeerWatch:
@@ -232,8 +267,9 @@ class PeerWatch:
         self.s = settings
         self.clients = dict(docker_clients or {})
         self._offset = self._size()
-        self._seen: PeerDeath | None = None
+        self._seen: PeerDown | None = None
         self._lives: dict[str, tuple[int, str | None]] = {}
+        self._since = time.time()
 
     def _size(self) -> int:
         p = self.s.head_log
@@ -244,7 +280,7 @@ class PeerWatch:
 
     # ---------------------------------------------------------------- sources
 
-    def _from_log(self) -> PeerDeath | None:
+    def _from_log(self) -> PeerDown | None:
         p = self.s.head_log
         if p is None or not self.s.peers:
             return None
@@ -272,17 +308,23 @@ class PeerWatch:
                 if peer is None and len(self.s.peers) == 1:
                     peer = self.s.peers[0]  # a pair: the only peer (its address may be spelled otherwise)
                 if peer is not None:
-                    return PeerDeath(peer.name, peer.address, "head log", f"{meaning}: {line.strip()[-300:]}")
+                    return PeerDown(
+                        peer.name, peer.address, "dead", "head log", f"{meaning}: {line.strip()[-300:]}"
+                    )
         return None
+
+    def _client(self, peer: Peer) -> Any:
+        client = self.clients.get(peer.name)
+        if client is None:
+            from .stability import docker_client
+
+            client = self.clients[peer.name] = docker_client(peer.docker_url, self.s.docker_timeout_s)
+        return client
 
     def _inspect(self, peer: Peer) -> dict[str, Any] | None:
         """The peer container's ``docker inspect`` (``{}``: no such container; ``None``: no answer)."""
         try:
-            client = self.clients.get(peer.name)
-            if client is None:
-                from .stability import docker_client
-
-                client = self.clients[peer.name] = docker_client(peer.docker_url, self.s.docker_timeout_s)
+            client = self._client(peer)
             import docker.errors
 
             try:
@@ -292,8 +334,36 @@ class PeerWatch:
         except Exception:  # noqa: BLE001 - an unreachable engine is no evidence either way
             return None
 
+    def _stopped(self, peer: Peer) -> tuple[list[str], int] | None:
+        """The container's stopped processes (``"<pid> <command>"``) and how many it has, from
+        ``docker top`` (``ps`` on the engine's host); ``None`` when it cannot be read."""
+        try:
+            top = self._client(peer).api.top(peer.container, ps_args="-eo pid,stat,comm")
+            titles = [t.upper() for t in top.get("Titles") or []]
+            i_pid, i_stat, i_cmd = titles.index("PID"), titles.index("STAT"), titles.index("COMMAND")
+            procs = top.get("Processes") or []
+            stopped = [f"{p[i_pid]} {p[i_cmd]}" for p in procs if str(p[i_stat]).startswith(FROZEN_STAT)]
+            return stopped, len(procs)
+        except Exception:  # noqa: BLE001 - no ps on the engine's host, or no answer: no evidence
+            return None
+
+    def _oom_since(self, peer: Peer) -> bool:
+        """Whether the engine reported an ``oom`` event for the peer's container since the pair
+        last served (a restart policy hides ``State.OOMKilled`` once the container runs again)."""
+        try:
+            events = self._client(peer).events(
+                since=self._since,
+                until=time.time(),
+                filters={"container": peer.container, "event": "oom"},
+                decode=True,
+            )
+            return any(True for _ in events)
+        except Exception:  # noqa: BLE001 - no events: no evidence
+            return False
+
     def _baseline(self) -> None:
         # While the pair serves: remember each peer container's life (restart count, start).
+        self._since = time.time()
         for peer in self.s.peers:
             if peer.container:
                 a = self._inspect(peer)
@@ -301,39 +371,57 @@ class PeerWatch:
                     life = (int(a.get("RestartCount", 0)), a.get("State", {}).get("StartedAt"))
                     self._lives[peer.name] = life
 
-    def _from_docker(self, peer: Peer) -> PeerDeath | None:
+    def _from_docker(self, peer: Peer) -> PeerDown | None:
         if not peer.container:
             return None
         where = peer.docker_url or "the local Docker engine"
         a = self._inspect(peer)
         if a is None:
             return None
+
+        def down(state: str, evidence: str) -> PeerDown:
+            return PeerDown(peer.name, peer.address, state, "docker", f"{evidence} on {where}")
+
         if not a:
-            return PeerDeath(peer.name, peer.address, "docker", f"no container {peer.container!r} on {where}")
+            return down("missing", f"no container {peer.container!r}")
         st = a.get("State", {})
-        if not st.get("Running") or st.get("Restarting"):
-            return PeerDeath(
-                peer.name,
-                peer.address,
-                "docker",
-                f"container {peer.container} is {st.get('Status', '?')} "
-                f"(exit code {st.get('ExitCode')}) on {where}",
+        name, code = peer.container, st.get("ExitCode")
+        if st.get("Paused"):
+            return down("paused", f"container {name} is paused (docker pause; State.Paused)")
+        if st.get("Restarting"):
+            if st.get("OOMKilled"):
+                return down(
+                    "oom-killed", f"container {name} was OOM-killed (State.OOMKilled) and is restarting"
+                )
+            return down("restarting", f"container {name} is restarting (exit code {code})")
+        if not st.get("Running"):
+            if st.get("OOMKilled"):
+                return down(
+                    "oom-killed", f"container {name} was OOM-killed (State.OOMKilled, exit code {code})"
+                )
+            return down("exited", f"container {name} is {st.get('Status', '?')} (exit code {code})")
+        stopped = self._stopped(peer)
+        if stopped and stopped[0]:
+            shown = ", ".join(stopped[0][:4]) + (", ..." if len(stopped[0]) > 4 else "")
+            return down(
+                "frozen",
+                f"container {name} runs, but {len(stopped[0])} of its {stopped[1]} processes are stopped "
+                f"(SIGSTOP; ps state T): {shown}",
             )
         # A restart policy brings a killed container back within a second: a new life since
         # the pair last served is the death (seen in the two-container simulation).
         before = self._lives.get(peer.name)
         now = (int(a.get("RestartCount", 0)), st.get("StartedAt"))
         if before is not None and now != before:
-            return PeerDeath(
-                peer.name,
-                peer.address,
-                "docker",
-                f"container {peer.container} died and was restarted (RestartCount {before[0]} -> {now[0]}, "
-                f"last exit at {st.get('FinishedAt')}) on {where}",
-            )
+            what = f"RestartCount {before[0]} -> {now[0]}, last exit at {st.get('FinishedAt')}"
+            if self._oom_since(peer):
+                return down(
+                    "oom-killed", f"container {name} was OOM-killed (an oom event) and restarted ({what})"
+                )
+            return down("restarted", f"container {name} died and was restarted ({what})")
         return None
 
-    def _from_probe(self, peer: Peer) -> PeerDeath | None:
+    def _from_probe(self, peer: Peer) -> PeerDown | None:
         port = self.s.probe_port
         if port is None:
             return None
@@ -348,12 +436,14 @@ class PeerWatch:
             if e.errno not in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN):
                 return None
             why = e.strerror or str(e)
-        return PeerDeath(peer.name, peer.address, "tcp probe", f"connect to {peer.address}:{port}: {why}")
+        return PeerDown(
+            peer.name, peer.address, "unreachable", "tcp probe", f"connect to {peer.address}:{port}: {why}"
+        )
 
     # ---------------------------------------------------------------- API
 
-    def look(self, canary_ok: bool = False) -> PeerDeath | None:
-        """The dead peer the evidence names, or ``None``. Never raises.
+    def look(self, canary_ok: bool = False) -> PeerDown | None:
+        """The peer the evidence names as down, or ``None``. Never raises.
 
         New head-log lines are read on every look: a death line names the peer at once, and
         it stays named until a later look with ``canary_ok`` (the pair served again since).

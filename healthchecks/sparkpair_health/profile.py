@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -253,6 +253,10 @@ REMOVED_DSV4_SETTINGS: dict[str, str] = {
     "tools_enabled": "checks.tools.enabled",
     "expected_answers": "checks.semantic.expected_answers",
     "answer_max_tokens": "checks.semantic.expected_answers[].max_tokens",
+    "long_context_shifts": "the needle probe's exact prompt lengths around checks.dsv4.long_context_tokens "
+    "(every residue modulo 4, one token either side of multiples of 64 and 128)",
+    "long_context_tolerance": "an exact comparison: usage.prompt_tokens must equal the server's /tokenize "
+    "count of the prompt sent",
 }
 """Settings of the removed ``DSV4CheckSettings`` (once given as ``SPARKPAIR_DSV4`` JSON or
 ``checks.extra.dsv4``) that are not fields of :class:`DSV4Spec`, and what replaces each."""
@@ -293,12 +297,12 @@ class DSV4Spec(_Strict):
 
     Attributes:
         seed: sampling seed of the model checks' requests.
-        long_context_tokens: target prompt length of the needle probe, tokens.
-        long_context_depths: where the needle sits, as fractions of the haystack.
-        long_context_shifts: neighbouring prompt lengths: this many extra filler words
-            (``"so "``, a few tokens each: 3 on the tiny demo's tokenizer) before the haystack,
-            so the needle meets different token boundaries.
-        long_context_tolerance: allowed ``|usage.prompt_tokens - target| / target``.
+        long_context_tokens: target prompt length of the needle probe, tokens (at least 192);
+            the probe's exact lengths lie around the largest multiple of 128 not above it
+            (``checks.long_context.probe_lengths``: every residue modulo 4, one token either
+            side of multiples of 64 and 128).
+        long_context_depths: where the needle sits, as fractions of the prompt: 0 the very
+            start, 1 the very end (just before the question); each in [0, 1].
         long_context_answer_tokens: ``max_tokens`` of a needle answer.
         soak_requests: sequential soak requests; 0 turns the soak off (it is not part of the
             3-minute suite).
@@ -308,10 +312,10 @@ class DSV4Spec(_Strict):
     """
 
     seed: int = 0
-    long_context_tokens: int = Field(default=48_000, gt=0)
-    long_context_depths: list[float] = Field(default_factory=lambda: [0.1, 0.5, 0.9])
-    long_context_shifts: list[int] = Field(default_factory=lambda: [0, 1, 2])
-    long_context_tolerance: float = Field(default=0.05, gt=0, lt=1)
+    long_context_tokens: int = Field(default=48_000, ge=192)
+    long_context_depths: list[Annotated[float, Field(ge=0.0, le=1.0)]] = Field(
+        default_factory=lambda: [0.0, 0.5, 1.0]
+    )
     long_context_answer_tokens: int = Field(default=32, gt=0)
     soak_requests: int = Field(default=0, ge=0)
     soak_long_tokens: int = Field(default=1000, gt=0)

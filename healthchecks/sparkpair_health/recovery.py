@@ -220,7 +220,7 @@ class Recovery:
     ) -> str:
         """Why the pair counts as wedged now, or ``""`` (pure: no action)."""
         if peer_down:
-            return f"engine dead: {peer_down}"
+            return f"a peer is down: {peer_down}"
         if not canary_ok and any(m in canary_cause for m in DEAD_CAUSES):
             return f"engine dead: {canary_cause}"
         if not canary_ok and failures >= self.after_failures:

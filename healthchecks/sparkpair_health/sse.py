@@ -9,12 +9,18 @@ Framing follows the WHATWG HTML "server-sent events" parsing rules: a line ``fie
 (one optional space after the colon is dropped), a line starting with ``:`` is a comment,
 an empty line dispatches the event being built; several ``data`` lines of one event are
 joined with ``\\n``.
+
+Secrets: a server may repeat the API key across many chunks (a model echoing it token by
+token), so no single line holds it. :func:`parse_openai_stream` takes the one redaction
+(``scrub``) and applies it where the stream is assembled: to every stored chunk and payload,
+and to the joined content, reasoning and tool-call arguments after joining, before anything
+stores or cuts them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,7 +97,8 @@ class OpenAIStream:
         reasoning: concatenated ``delta.reasoning_content`` / ``delta.reasoning``.
         mixed_chunks: indices of chunks whose delta carries both reasoning and content (B11).
         finish_reasons: every non-null ``finish_reason`` seen, in order.
-        tool_call_deltas: ``delta.tool_calls`` entries, in order.
+        tool_call_deltas: ``delta.tool_calls`` entries, in order (each fragment as sent).
+        tool_calls: the calls joined from the fragments (:func:`assemble_tool_calls`).
         raw_line_count: lines read.
     """
 
@@ -106,6 +113,7 @@ class OpenAIStream:
     mixed_chunks: list[int] = field(default_factory=list)
     finish_reasons: list[str] = field(default_factory=list)
     tool_call_deltas: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[dict[str, str]] = field(default_factory=list)
     raw_line_count: int = 0
 
     def framing_problems(self, *, want_usage: bool | None = None) -> list[str]:
@@ -149,13 +157,25 @@ class OpenAIStream:
         return out
 
 
-def parse_openai_stream(lines: Iterable[str]) -> OpenAIStream:
+def _keep(obj: Any) -> Any:
+    return obj
+
+
+def parse_openai_stream(lines: Iterable[str], scrub: Callable[[Any], Any] | None = None) -> OpenAIStream:
     """Decode an OpenAI-style SSE stream from raw lines (see :class:`OpenAIStream`).
 
-    Never raises on bad framing: every defect is recorded for the caller to judge.
+    ``scrub`` (the client's redaction, :meth:`sparkpair_health.client.HealthClient.redact`) is
+    applied to every chunk and payload as it is stored, and to ``content``, ``reasoning`` and
+    each call's ``arguments`` once joined: a key split across chunks is whole there. The
+    joining itself reads the chunks as sent. Never raises on bad framing: every defect is
+    recorded for the caller to judge.
     """
+    scrub = scrub or _keep
     s = OpenAIStream()
     counted: list[str] = []
+    content: list[str] = []
+    reasoning: list[str] = []
+    deltas: list[dict[str, Any]] = []
 
     def counting() -> Iterator[str]:
         for ln in lines:
@@ -168,41 +188,47 @@ def parse_openai_stream(lines: Iterable[str]) -> OpenAIStream:
             s.done_count += 1
             continue
         if s.done_count:
-            s.events_after_done.append(payload[:200])
+            s.events_after_done.append(scrub(payload)[:200])
         try:
             obj = json.loads(payload)
         except json.JSONDecodeError:
-            s.non_json.append(payload[:200])
+            s.non_json.append(scrub(payload)[:200])
             continue
         if not isinstance(obj, dict):
-            s.non_json.append(payload[:200])
+            s.non_json.append(scrub(payload)[:200])
             continue
-        s.chunks.append(obj)
+        kept = scrub(obj)
+        s.chunks.append(kept)
         if "error" in obj:
-            s.error_chunks.append(obj)
+            s.error_chunks.append(kept)
         if obj.get("usage"):
-            s.usage_chunks.append(obj)
+            s.usage_chunks.append(kept)
         for choice in obj.get("choices") or []:
-            if choice.get("index", 0) != 0:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta")
             if isinstance(delta, dict):
                 c = delta.get("content")
                 r = delta.get("reasoning_content") or delta.get("reasoning")
-                if c:
-                    s.content += c
-                if r:
-                    s.reasoning += r
+                if isinstance(c, str) and c:
+                    content.append(c)
+                if isinstance(r, str) and r:
+                    reasoning.append(r)
                 if c and r:
                     s.mixed_chunks.append(len(s.chunks) - 1)
                 for tc in delta.get("tool_calls") or []:
-                    s.tool_call_deltas.append(tc)
+                    if isinstance(tc, dict):
+                        deltas.append(tc)
+                        s.tool_call_deltas.append(scrub(tc))
             elif isinstance(choice.get("text"), str):
-                s.content += choice["text"]
+                content.append(choice["text"])
             fr = choice.get("finish_reason")
             if fr:
                 s.finish_reasons.append(fr)
     s.raw_line_count = len(counted)
+    s.content = scrub("".join(content))
+    s.reasoning = scrub("".join(reasoning))
+    s.tool_calls = [scrub(c) for c in assemble_tool_calls(deltas)]
     return s
 
 

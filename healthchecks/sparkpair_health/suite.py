@@ -28,12 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, fi
 from rich.console import Console
 
 from .apikey import redact
-from .checks import CHECKS, CheckContext, CheckSpec, Fail, Passed, Skip
+from .checks import CHECKS, SWEEP_CHECKS, CheckContext, CheckSpec, Fail, Passed, Skip
 from .client import (
     Deadline,
     HealthClient,
     RequestTimeout,
     ServerGone,
+    Streamed,
     SuiteError,
     diagnose_server,
     engine_dead_in,
@@ -138,7 +139,7 @@ class SuiteSettings(BaseModel):
     @field_validator("only")
     @classmethod
     def _only(cls, v: list[str] | None) -> list[str] | None:
-        known = [c.id for c in CHECKS]
+        known = [c.id for c in [*CHECKS, *SWEEP_CHECKS]]
         for x in v or []:
             if x not in known:
                 raise ValueError(f"only={x!r}: no such check; known: {known}")
@@ -187,14 +188,21 @@ def auth_refused_message(status: int, what: str, settings: SuiteSettings) -> str
 
 
 class DecodeAnswer(BaseModel):
-    """One judged chat completion (the readiness probe and the gateway's canary).
+    """One judged chat completion (the readiness probe and the gateway's canary), streamed or not.
 
     Attributes:
-        ok: HTTP 200, a JSON object with a ``choices[0]`` object and ``usage.completion_tokens`` >= 1.
+        ok: HTTP 200, an OpenAI answer (a JSON object with a ``choices[0]`` object, or a stream
+            framed as OpenAI's) and ``usage.completion_tokens`` >= 1.
         problem: why not ``ok`` (one line, key redacted by the caller), else ``""``.
-        text: ``choices[0].message.content`` when it is a string, else ``""``.
-        finish_reason: ``choices[0].finish_reason`` when it is a string, else ``None``.
-        completion_tokens: ``usage.completion_tokens`` when it is an int, else ``None``.
+        text: ``choices[0].message.content`` (streamed: the joined ``delta.content``) when it
+            is a string, else ``""``.
+        finish_reason: ``choices[0].finish_reason`` (streamed: the last one) when it is a
+            string, else ``None``.
+        completion_tokens: ``usage.completion_tokens`` (streamed: the usage chunk's) when it is
+            an int, else ``None``.
+        id: the answer's ``id`` (streamed: every chunk's) when it is a non-empty string, else ``None``.
+        created: the answer's ``created`` (unix seconds) when it is an int, else ``None``.
+        streamed: whether the answer came as a stream.
     """
 
     ok: bool
@@ -202,6 +210,13 @@ class DecodeAnswer(BaseModel):
     text: str = ""
     finish_reason: str | None = None
     completion_tokens: int | None = None
+    id: str | None = None
+    created: int | None = None
+    streamed: bool = False
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def judge_decode(status: int, body: str) -> DecodeAnswer:
@@ -223,11 +238,16 @@ def judge_decode(status: int, body: str) -> DecodeAnswer:
     choices = d.get("choices")
     ch = choices[0] if isinstance(choices, list) and choices else None
     usage = d.get("usage")
-    n = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    n = n if isinstance(n, int) and not isinstance(n, bool) else None
+    n = _int(usage.get("completion_tokens")) if isinstance(usage, dict) else None
+    ident = d.get("id") if isinstance(d.get("id"), str) and d.get("id") else None
+    created = _int(d.get("created"))
     if not isinstance(ch, dict):
         return DecodeAnswer(
-            ok=False, completion_tokens=n, problem=f"HTTP 200 without a choices[0] object: {body[:200]!r}"
+            ok=False,
+            completion_tokens=n,
+            id=ident,
+            created=created,
+            problem=f"HTTP 200 without a choices[0] object: {body[:200]!r}",
         )
     msg = ch.get("message")
     text = msg.get("content") if isinstance(msg, dict) else None
@@ -237,11 +257,68 @@ def judge_decode(status: int, body: str) -> DecodeAnswer:
         text=text if isinstance(text, str) else "",
         finish_reason=fr if isinstance(fr, str) else None,
         completion_tokens=n,
+        id=ident,
+        created=created,
     )
     if n is None or n < 1:
         ans.problem = f"HTTP 200 without a decoded token (usage.completion_tokens={n!r}): {body[:200]!r}"
         return ans
     ans.ok = True
+    return ans
+
+
+def judge_stream(got: Streamed) -> DecodeAnswer:
+    """Judge a streamed chat-completion answer (asked with ``stream_options.include_usage``) as
+    :func:`judge_decode` judges a whole one; never raises.
+
+    Beyond a non-200 answer or another content type, a problem is: a stream that ends without
+    content (no chunk, no content delta and no usage before ``[DONE]``), framing defects
+    (:meth:`~sparkpair_health.sse.OpenAIStream.framing_problems`), chunks naming different
+    ``id`` values, or no decoded token in the usage chunk.
+    """
+    s = got.stream
+    r = got.response
+    if s is None:
+        if r.status_code != 200:
+            return DecodeAnswer(
+                ok=False, streamed=True, problem=f"HTTP {r.status_code}, wanted 200: {r.text[:300]!r}"
+            )
+        ctype = r.headers.get("content-type", "")
+        return DecodeAnswer(
+            ok=False,
+            streamed=True,
+            problem=f"HTTP 200 but content-type {ctype!r}, wanted text/event-stream: {r.text[:200]!r}",
+        )
+    ids = {c.get("id") for c in s.chunks}
+    first = s.chunks[0] if s.chunks else {}
+    ident = first.get("id") if isinstance(first.get("id"), str) and first.get("id") else None
+    usage = s.usage_chunks[-1].get("usage") if s.usage_chunks else None
+    n = _int(usage.get("completion_tokens")) if isinstance(usage, dict) else None
+    ans = DecodeAnswer(
+        ok=False,
+        streamed=True,
+        text=s.content,
+        finish_reason=s.finish_reasons[-1] if s.finish_reasons else None,
+        completion_tokens=n,
+        id=ident,
+        created=_int(first.get("created")),
+    )
+    framing = s.framing_problems(want_usage=True)
+    if not s.content and not s.tool_calls and not s.usage_chunks:
+        ans.problem = (
+            f"the stream ended without content: {len(s.chunks)} chunk(s), no content delta and no usage "
+            f"before {s.done_count} 'data: [DONE]'" + (f" ({'; '.join(framing)})" if framing else "")
+        )
+    elif framing:
+        ans.problem = "stream framing: " + "; ".join(framing)
+    elif len(ids) > 1:
+        ans.problem = (
+            f"the stream's chunks carry {len(ids)} different ids {sorted(map(str, ids))[:3]}; wanted one"
+        )
+    elif n is None or n < 1:
+        ans.problem = f"the stream's usage chunk has no decoded token (usage.completion_tokens={n!r})"
+    else:
+        ans.ok = True
     return ans
 
 
@@ -252,10 +329,13 @@ def decode_probe(
     prompt: str = "Hi",
     max_tokens: int = 2,
     timeout_s: float | None = None,
+    fields: dict[str, Any] | None = None,
+    stream: bool = False,
 ) -> DecodeAnswer:
-    """POST one greedy chat completion (the profile's request fields) and judge it (:func:`judge_decode`).
+    """POST one greedy chat completion (the profile's request fields, plus ``fields``) and judge
+    it (:func:`judge_decode`; streamed, with ``stream_options.include_usage``: :func:`judge_stream`).
 
-    The readiness gate's decode test; the gateway's canary runs the same probe.
+    The readiness gate's decode test; the gateway's canary runs the same probe, both ways.
 
     Raises:
         AuthRefused: HTTP 401/403 (the message names the key's source).
@@ -269,14 +349,19 @@ def decode_probe(
         "temperature": 0.0,
         "seed": 0,
         **settings.resolved_profile().checks.request_extra,
+        **(fields or {}),
     }
-    r = client.post(
-        "/v1/chat/completions",
-        body,
-        timeout_s=settings.timeouts.decode_probe_s if timeout_s is None else timeout_s,
-    )
+    t = settings.timeouts.decode_probe_s if timeout_s is None else timeout_s
+    path = "/v1/chat/completions"
+    if stream:
+        body.update(stream=True, stream_options={"include_usage": True})
+        got = client.stream(path, body, deadline=Deadline(t, "the streamed decode probe"), chunk_timeout_s=t)
+        if got.response.status_code in (401, 403):
+            raise AuthRefused(auth_refused_message(got.response.status_code, f"POST {path}", settings))
+        return judge_stream(got)
+    r = client.post(path, body, timeout_s=t)
     if r.status_code in (401, 403):
-        raise AuthRefused(auth_refused_message(r.status_code, "POST /v1/chat/completions", settings))
+        raise AuthRefused(auth_refused_message(r.status_code, f"POST {path}", settings))
     return judge_decode(r.status_code, r.text)
 
 
@@ -589,6 +674,7 @@ __all__ = [
     "NotReady",
     "decode_probe",
     "judge_decode",
+    "judge_stream",
     "redact_report",
     "ProgressFn",
     "ServerGone",

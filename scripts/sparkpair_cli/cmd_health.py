@@ -1,5 +1,6 @@
 # ruff: noqa: B008  (typer declares options as argument defaults)
-"""``sparkpair health``: gate on a real decode, run the functional suite, write the reports.
+"""``sparkpair health``: gate on a real decode, run the functional suite (with ``--sweep``, the
+longer sweep after it), write the reports.
 
 Exit codes: 0 every applicable check passed; 1 a check failed or errored; 2 the server
 never became ready, refused the API key, or went away under the suite (engine died);
@@ -52,6 +53,12 @@ def register(app: typer.Typer) -> None:
         ready_timeout: float = typer.Option(600.0, help="seconds to wait for a real decode to succeed"),
         request_timeout: float = typer.Option(60.0, help="seconds per ordinary request"),
         only: list[str] = typer.Option(None, help="run only this check id (repeatable)"),
+        sweep: bool = typer.Option(
+            False,
+            "--sweep",
+            help="after the readiness suite, the longer sweep: every row of the thinking table and every "
+            "needle length at every depth (run it against a ready pair; docs/health-verdict.md)",
+        ),
         api_key_file: Path = typer.Option(
             None,
             help="file holding the server's API key [or SPARKPAIR_API_KEY_FILE; or the key in "
@@ -119,7 +126,7 @@ def register(app: typer.Typer) -> None:
         # The reports are written here, not inside the suite: a write that fails must not
         # lose the verdict (the table is printed first, then the error names the path).
         run = settings.model_copy(update={"report_json": None, "junit_xml": None})
-        checks = check_list(run.resolved_profile(), only=run.only)
+        checks = check_list(run.resolved_profile(), only=run.only, sweep=sweep)
         report = run_suite(run, console=console, checks=checks)
         try:
             report.write(report_json, junit)

@@ -1,5 +1,6 @@
 # ruff: noqa: E501  (docker/compose command lines read better unwrapped)
-"""Kill the worker of the two-container pair: the verdict names it, and the pair comes back.
+"""Pause, freeze, then kill the worker of the two-container pair: the verdict names it and how,
+and the pair comes back.
 
 The real compose.yaml plus the simulation override (tests/docker/compose.sim.yaml), brought
 up as tests/docker/test_sim_pair.py does, plus one more override written by this test: the
@@ -12,7 +13,14 @@ tests/unit/health/test_gateway_peers.py against a real head log.)
 The worker "dies" as a node does: its container's init process is SIGKILLed from the host
 (exit 137, which compose's ``restart: on-failure`` restarts, unlike ``docker kill``/``stop``).
 
-Bars: ``/readyz`` answers 503 within one canary interval (plus the canary's
+First the worker is paused (``docker pause``: its container stays "running", ``State.Paused``)
+and then frozen (every process of it stopped with SIGSTOP, as a hung box is): each time
+``/readyz`` answers 503 naming the worker and its state (``paused``, ``frozen``) within one
+canary interval plus the canary's deadline plus 5 s of polling slack
+(:func:`sparkpair_health.gateway_canary.verdict_bound_s`), and after ``docker unpause`` /
+SIGCONT it is 200 again within the same bound, with neither container restarted.
+
+Then the kill. Bars: ``/readyz`` answers 503 within one canary interval (plus the canary's
 deadline and the time one ``docker exec`` poll takes) with the worker's name in the cause;
 then the pair comes back under the restart policy and ``/readyz`` is 200 again. The second
 half needs the head to exit non-zero when its peer dies (the node entrypoint's part); without
@@ -22,19 +30,19 @@ that it fails here at "head restarted".
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 
 import pytest
 from dockerlib import sh
+from sparkpair_health.gateway_canary import POLL_SLACK_S  # one docker exec poll of /readyz and scheduling
 from test_sim_pair import WORKER_IP, Sim, sim_factory, wait_for  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 CANARY_INTERVAL_S = 5.0
 CANARY_TIMEOUT_S = 10.0
-POLL_SLACK_S = 5.0
-"""One ``docker exec`` poll of /readyz plus scheduling on a loaded CI machine, seconds."""
 
 SIM_NET, OWN_NET = "172.31.77.", "172.31.79."
 """test_sim_pair.py's fabric prefix, and this test's."""
@@ -50,6 +58,51 @@ def readyz(sim: Sim) -> dict:
     if r.returncode != 0:
         return {"status": None, "body": {"error": (r.stdout + r.stderr)[-300:]}}
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def lives(sim: Sim) -> list[tuple[str, str]]:
+    """(RestartCount, StartedAt) of head and worker: equal before and after means no restart."""
+    out = []
+    for svc in ("head", "worker"):
+        st = sh("docker", "inspect", "-f", "{{.RestartCount}} {{.State.StartedAt}}", sim.name(svc)).stdout
+        out.append(tuple(st.split()))
+    return out
+
+
+def signal_all(sim: Sim, service: str, sig: signal.Signals) -> int:
+    """Send ``sig`` to every process of ``service``'s container (host PIDs from ``docker top``)."""
+    out = sh("docker", "top", sim.name(service), "-eo", "pid").stdout.split()[1:]
+    for pid in out:
+        sh("kill", f"-{sig.name.removeprefix('SIG')}", pid, check=False)
+    return len(out)
+
+
+def named_within(sim: Sim, state: str, bound: float) -> tuple[float, dict]:
+    """Poll /readyz until it is 503 naming the worker ``state``; (seconds taken, body)."""
+    t0 = time.monotonic()
+    seen: list[tuple[float, dict]] = []
+    while True:
+        got = readyz(sim)
+        seen.append((time.monotonic() - t0, got))
+        body = got["body"]
+        if (
+            got["status"] == 503
+            and "'sim-worker'" in body.get("cause", "")
+            and f"is {state}" in body["cause"]
+        ):
+            return time.monotonic() - t0, body
+        assert time.monotonic() - t0 < bound, (
+            f"/readyz did not name the worker {state} within {bound:.0f} s: {seen[-3:]}"
+        )
+        time.sleep(0.5)
+
+
+def ready_within(sim: Sim, bound: float, what: str) -> float:
+    t0 = time.monotonic()
+    while readyz(sim)["status"] != 200:
+        assert time.monotonic() - t0 < bound, f"/readyz not 200 within {bound:.0f} s after {what}"
+        time.sleep(0.5)
+    return time.monotonic() - t0
 
 
 def test_killing_the_worker_names_it_in_readyz_within_one_canary_interval_and_the_pair_comes_back(
@@ -79,13 +132,39 @@ def test_killing_the_worker_names_it_in_readyz_within_one_canary_interval_and_th
     sim.compose("up", "-d", "--no-deps", "worker")
     time.sleep(5)
     sim.compose("up", "-d")
-    wait_for(lambda: readyz(sim)["status"] == 200, 1200, "/readyz 200 before the kill", sim)
+    wait_for(lambda: readyz(sim)["status"] == 200, 1200, "/readyz 200 before the pause", sim)
+    bound = CANARY_INTERVAL_S + CANARY_TIMEOUT_S + POLL_SLACK_S
+
+    # Paused: Docker says the worker runs (State.Running) and is paused (State.Paused).
+    before = lives(sim)
+    sh("docker", "pause", sim.name("worker"))
+    try:
+        took, body = named_within(sim, "paused", bound)
+    finally:
+        sh("docker", "unpause", sim.name("worker"))
+    print(f"paused: /readyz 503 naming it after {took:.1f} s: {body['cause'][:200]}")
+    assert body["failing_check"] == "peer" and body["peer_down"]["state"] == "paused", body
+    back = ready_within(sim, bound, "docker unpause")
+    assert lives(sim) == before, "unpaused: ready again with no restart"
+    print(f"unpaused: /readyz 200 after {back:.1f} s, no restart")
+
+    # Frozen: every process of the worker stopped (SIGSTOP), the container still running.
+    n = signal_all(sim, "worker", signal.SIGSTOP)
+    try:
+        took, body = named_within(sim, "frozen", bound)
+    finally:
+        signal_all(sim, "worker", signal.SIGCONT)
+    print(f"frozen ({n} processes): /readyz 503 naming it after {took:.1f} s: {body['cause'][:200]}")
+    assert body["peer_down"]["state"] == "frozen", body
+    back = ready_within(sim, bound, "SIGCONT")
+    assert lives(sim) == before, "thawed: ready again with no restart"
+    print(f"thawed: /readyz 200 after {back:.1f} s, no restart")
+
     head_restarts = int(sh("docker", "inspect", "-f", "{{.RestartCount}}", sim.name("head")).stdout.strip())
 
     pid = sh("docker", "inspect", "-f", "{{.State.Pid}}", sim.name("worker")).stdout.strip()
     sh("kill", "-KILL", pid)  # the worker container's init: the node is gone
     t_kill = time.monotonic()
-    bound = CANARY_INTERVAL_S + CANARY_TIMEOUT_S + POLL_SLACK_S
     seen: list[tuple[float, dict]] = []
     while True:
         got = readyz(sim)

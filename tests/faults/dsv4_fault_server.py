@@ -20,6 +20,11 @@ the needle, "Paris", usage). Each fault reproduces one field bug:
 | ``needle_chatty`` | the needle comes back inside a sentence ("The secret code is …") | — |
 | ``needle_split_odd`` | the needle is garbled only at odd prompt token counts (boundary bug) | — |
 | ``leak_when_unspecified`` | streamed, no thinking field: ``<think>``, ``<｜end▁of▁sentence｜>`` | [T] |
+| ``null_key_kept`` | a null thinking key: prompt thinks, parser not: ``</think>`` in content | [T] |
+| ``think_split_boundary`` | thinking: reasoning ends ``</thi``, content starts ``nk>`` | [T] |
+| ``think_split_chunks`` | streamed: ``<think>`` opens content, sent as ``<th`` + ``ink>`` | [T] |
+| ``needle_residue`` | the needle is garbled only when the prompt length is 3 modulo 4 (one residue) | — |
+| ``drops_head`` | the first 4 % of the prompt is silently dropped (usage still counts it) | — |
 | ``truncates_prompt`` | prompts longer than 512 tokens are cut (usage says 512) | — |
 | ``garbage`` | "capital of France" answers repeated junk, ``length``; /health still 200 | B15 |
 | ``nondeterministic`` | every answer carries a request counter | B15 (determinism) |
@@ -35,6 +40,7 @@ import json
 import re
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +48,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from vllm_thinking import vllm_thinks
 
 D = "｜DSML｜"
 FAULTS = {
@@ -56,7 +63,12 @@ FAULTS = {
     "needle_chatty",
     "needle_split_odd",
     "leak_when_unspecified",
+    "null_key_kept",
+    "think_split_boundary",
+    "think_split_chunks",
     "truncates_prompt",
+    "needle_residue",
+    "drops_head",
     "garbage",
     "nondeterministic",
     "stream_drops_chunk",
@@ -75,6 +87,8 @@ class FaultState:
     api_key: str | None = None
     wedge_after: int = 3
     wedge_s: float = 30.0
+    default_chat_kwargs: dict[str, Any] = field(default_factory=dict)
+    """The server's ``--default-chat-template-kwargs``."""
     chat_requests: int = 0
     seen_models: list[str] = field(default_factory=list)
     seen_auth: list[str] = field(default_factory=list)
@@ -88,15 +102,10 @@ class FaultState:
 def _thinking(body: dict[str, Any], st: FaultState) -> bool:
     ck = body.get("chat_template_kwargs") or {}
     effort = body.get("reasoning_effort")
-    if effort and effort != "none" and "enable_thinking" not in ck and "conflict_ignored" not in st.faults:
-        # protocol.py injection (docs/reference/vllm-code-paths.md#thinking)
-        ck = {**ck, "enable_thinking": True}
-    on = bool(ck.get("thinking")) or bool(ck.get("enable_thinking"))
-    if "thinking" not in ck and "enable_thinking" not in ck:
-        on = True
-    if effort == "none":
-        on = False
-    return on
+    if "conflict_ignored" in st.faults and effort not in (None, "none") and "enable_thinking" not in ck:
+        # reasoning_effort adds no enable_thinking: thinking:false + effort=high does not think
+        body = {k: v for k, v in body.items() if k != "reasoning_effort"}
+    return vllm_thinks(body, st.default_chat_kwargs)
 
 
 def _last_user(body: dict[str, Any]) -> str:
@@ -107,9 +116,11 @@ def _last_user(body: dict[str, Any]) -> str:
     return ""
 
 
-def _prompt_tokens(body: dict[str, Any], st: FaultState) -> int:
+def _prompt_tokens(body: dict[str, Any], st: FaultState | None = None) -> int:
+    """The prompt's length in this server's tokens (4 characters each, 12 for the template),
+    as served (``truncates_prompt`` cuts it; ``st=None``: as ``/tokenize`` counts it)."""
     n = 12 + sum(len(str(m.get("content") or "")) // 4 for m in body.get("messages") or [])
-    return min(n, 512) if "truncates_prompt" in st.faults else n
+    return min(n, 512) if st is not None and "truncates_prompt" in st.faults else n
 
 
 def _pick_tool(prompt: str, tools: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
@@ -158,6 +169,7 @@ def _answer(body: dict[str, Any], st: FaultState, n_req: int) -> Answer:
     reasoning: str | None = None
     finish = "stop"
     tool = None
+    ck = body.get("chat_template_kwargs") or {}
     tools = body.get("tools") or []
     if tools and body.get("tool_choice", "auto") != "none":
         name, args = _pick_tool(prompt, tools)
@@ -171,10 +183,13 @@ def _answer(body: dict[str, Any], st: FaultState, n_req: int) -> Answer:
         else:
             content, tool, finish = None, (name, json.dumps(args)), "tool_calls"
     elif "secret code" in prompt:
-        m = re.search(r"The secret code is (\S+)\.", prompt)
+        seen = prompt[len(prompt) * 4 // 100 :] if "drops_head" in st.faults else prompt
+        m = re.search(r"The secret code is (\S+)\.", seen)
         code = m.group(1) if m else "none"
         if "truncates_prompt" in st.faults:
             code = "I do not see a code."
+        elif "needle_residue" in st.faults and _prompt_tokens(body, st) % 4 == 3:
+            code = code[:4] + code[5:]
         elif "needle_off_by_one" in st.faults:
             code = code[:-1] + ("X" if code[-1] != "X" else "Y")
         elif "needle_split_odd" in st.faults and _prompt_tokens(body, st) % 2:
@@ -203,7 +218,11 @@ def _answer(body: dict[str, Any], st: FaultState, n_req: int) -> Answer:
         reasoning = "Thinking although it was turned off."
     if "think_in_content" in st.faults and reasoning:
         content, reasoning = f"<think>{reasoning}</think>{content or ''}", None
-    ck = body.get("chat_template_kwargs") or {}
+    nulls = any(k in ck and ck[k] is None for k in ("thinking", "enable_thinking"))
+    if "null_key_kept" in st.faults and reasoning and nulls and not st.default_chat_kwargs:
+        content, reasoning = f"{reasoning}</think>{content or ''}", None
+    if "think_split_boundary" in st.faults and reasoning:
+        reasoning, content = reasoning + "</thi", "nk>" + (content or "")
     unspecified = not any(k in ck for k in ("thinking", "enable_thinking")) and "reasoning_effort" not in body
     if "leak_when_unspecified" in st.faults and unspecified and body.get("stream") and content is not None:
         content = f"<think>{content}<｜end▁of▁sentence｜>"
@@ -241,6 +260,17 @@ def make_app(st: FaultState) -> FastAPI:
             }
         )
 
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> JSONResponse:
+        if (bad := _auth(request)) is not None:
+            return bad
+        body = await request.json()
+        if "messages" in body:
+            n = _prompt_tokens(body)
+        else:
+            n = max(1, len(str(body.get("prompt") or "")) // 4)
+        return JSONResponse({"count": n, "max_model_len": st.max_model_len, "tokens": [0] * n})
+
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         if (bad := _auth(request)) is not None:
@@ -275,6 +305,8 @@ def make_app(st: FaultState) -> FastAPI:
             "completion_tokens": a.completion_tokens,
             "total_tokens": pt + a.completion_tokens,
         }
+        rid = body.get("request_id")
+        ident = f"chatcmpl-{rid if isinstance(rid, str) and rid else uuid.uuid4().hex}"
         if not body.get("stream"):
             msg: dict[str, Any] = {"role": "assistant", "content": a.content, "reasoning": a.reasoning}
             if a.tool:
@@ -287,14 +319,15 @@ def make_app(st: FaultState) -> FastAPI:
                 ]
             return JSONResponse(
                 {
-                    "id": f"chatcmpl-{n_req}",
+                    "id": ident,
                     "object": "chat.completion",
+                    "created": int(time.time()),
                     "model": st.served_model_name,
                     "choices": [{"index": 0, "message": msg, "finish_reason": a.finish}],
                     "usage": usage,
                 }
             )
-        return StreamingResponse(_stream(a, body, usage, st), media_type="text/event-stream")
+        return StreamingResponse(_stream(a, body, usage, st, ident), media_type="text/event-stream")
 
     return app
 
@@ -304,12 +337,15 @@ def _pieces(text: str) -> list[str]:
 
 
 async def _stream(
-    a: Answer, body: dict[str, Any], usage: dict[str, int], st: FaultState
+    a: Answer, body: dict[str, Any], usage: dict[str, int], st: FaultState, ident: str
 ) -> AsyncIterator[str]:
+    created = int(time.time())
+
     def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
         obj = {
-            "id": "chatcmpl-s",
+            "id": ident,
             "object": "chat.completion.chunk",
+            "created": created,
             "model": st.served_model_name,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
         }
@@ -318,6 +354,9 @@ async def _stream(
     yield chunk({"role": "assistant", "content": ""})
     for p in _pieces(a.reasoning or "") if a.reasoning else []:
         yield chunk({"reasoning": p})
+    if "think_split_chunks" in st.faults and a.content:
+        yield chunk({"content": "<th"})
+        yield chunk({"content": "ink>"})
     if a.content:
         for i, p in enumerate(_pieces(a.content)):
             if i == 1 and "stream_drops_chunk" in st.faults:
@@ -342,7 +381,7 @@ async def _stream(
             yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": frag}}]})
     yield chunk({}, a.finish)
     if (body.get("stream_options") or {}).get("include_usage"):
-        yield f"data: {json.dumps({'id': 'chatcmpl-s', 'choices': [], 'usage': usage})}\n\n"
+        yield f"data: {json.dumps({'id': ident, 'created': created, 'choices': [], 'usage': usage})}\n\n"
     yield "data: [DONE]\n\n"
 
 

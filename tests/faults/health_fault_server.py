@@ -17,7 +17,10 @@ Faults (strings in :attr:`FaultServer.faults`):
     no thinking field gets ``<think>`` in content, ``<|im_end|>`` at the end of content, or a
     reasoning field; with ``unspecified_stream_only`` only when streamed),
     echo_auth (every error body quotes the request's ``Authorization`` header, as a careless
-    proxy does),
+    proxy does), echo_key (with ``api_key`` set: every chat answer repeats the key in every
+    way a server can, :func:`key_echo_pieces`: whole, split across 2..n stream chunks at every
+    offset, masked, base64 of the ``Authorization`` header, spelt in JSON ``\\u`` escapes; tool
+    arguments carry it; error bodies quote the header and its base64),
     spec_not_drafting (speculation counters exported but never rising), batch_differs (a chat
     answer served while another is in flight gets other text; each answer then takes 0.3 s).
 
@@ -26,20 +29,29 @@ counters; each chat answer of ``n`` tokens adds ``ceil(n / (k + 1))`` drafts of 
 which the fraction ``acceptance`` is accepted.
 
 Malformed answers (:attr:`FaultServer.chat_mode`, for non-streamed chat requests: what the
-gateway's canary sends), one of :data:`CHAT_MODES`. ``api_key``: when set, every request
-without ``Authorization: Bearer <api_key>`` gets HTTP 401 (quoting the header it got).
+gateway's canary sends first), one of :data:`CHAT_MODES`; streamed ones
+(:attr:`FaultServer.stream_mode`), one of :data:`STREAM_MODES`. :attr:`FaultServer.replay`: a
+caching proxy in front of the server: every chat request gets the last answer given before
+(same bytes, same ``id`` and ``created``). Answers are named as vLLM names them:
+``chatcmpl-<request_id>`` (the body's ``request_id``, else a fresh uuid), ``created`` now.
+``api_key``: when set, every request without ``Authorization: Bearer <api_key>`` gets HTTP
+401 (quoting the header it got).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import socket
 import sys
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from vllm_thinking import vllm_thinks
 
 CHAT_MODES = (
     "ok",
@@ -57,6 +69,12 @@ CHAT_MODES = (
 )
 """Non-streamed chat behaviours the gateway fault walk drives through (``FaultServer.chat_mode``)."""
 
+STREAM_MODES = (
+    "ok",
+    "empty",  # 200 text/event-stream carrying only `data: [DONE]`: a stream that ends without content
+)
+"""Streamed chat behaviours (``FaultServer.stream_mode``)."""
+
 ENDLESS_MODES = (
     "endless",  # 200, a chunked body that never ends, 64 KiB chunks as fast as they are read
     "endless_slow",  # 200, a chunked body that never ends, 1 KiB every 10 ms (under any size cap)
@@ -65,6 +83,38 @@ ENDLESS_MODES = (
 the client's own test measures what they make it read, ``FaultServer.body_bytes_sent``)."""
 
 WORDS = "hello pair of sparks the quick brown fox jumps over the lazy dog again and again".split()
+
+ESCAPED_MARK = "\u00ab{}\u00bb"
+"""Brackets (« ») around the copy of the key that ``echo_key`` writes in ``\\u`` escapes."""
+
+
+def masked(key: str) -> str:
+    """``key`` as a careful log masks it: its first 12 and last 4 characters around ``…****``."""
+    return key[:12] + "\u2026****" + key[-4:]
+
+
+def key_echo_pieces(key: str) -> list[str]:
+    """The stream deltas of ``echo_key``'s echo (joined: the non-streamed echo): the key split in
+    two at every offset, split into n equal-ish chunks for every n from 2 to its length, whole,
+    masked, base64 of ``Authorization: Bearer <key>``, and once bracketed (the copy spelt in
+    ``\\u`` escapes on the wire)."""
+    out: list[str] = []
+    for j in range(1, len(key)):
+        out += [" " + key[:j], key[j:]]
+    for n in range(2, len(key) + 1):
+        cuts = [round(i * len(key) / n) for i in range(n + 1)]
+        out += [" " + key[cuts[0] : cuts[1]], *(key[a:b] for a, b in zip(cuts[1:-1], cuts[2:], strict=True))]
+    header = base64.b64encode(f"Authorization: Bearer {key}".encode()).decode()
+    out += [" " + key, " " + masked(key), " " + header, " " + ESCAPED_MARK.format(key)]
+    return out
+
+
+def escape_key(text: str, key: str) -> str:
+    """A JSON text with the bracketed copy of ``key`` written in ``\\u`` escapes (no run of the key left)."""
+    spelt = "".join(f"\\u{ord(c):04x}" for c in key)
+    return text.replace(
+        json.dumps(ESCAPED_MARK.format(key), ensure_ascii=False)[1:-1], "\\u00ab" + spelt + "\\u00bb"
+    )
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -86,9 +136,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---------------------------------------------------------------- plumbing
     def _send(self, code: int, obj: Any) -> None:
-        if code != 200 and "echo_auth" in self.faults and isinstance(obj, dict):
-            obj = {**obj, "echo": f"request headers: Authorization: {self.headers.get('authorization', '')}"}
-        body = json.dumps(obj).encode()
+        auth = self.headers.get("authorization", "")
+        if code != 200 and {"echo_auth", "echo_key"} & self.faults and isinstance(obj, dict):
+            obj = {**obj, "echo": f"request headers: Authorization: {auth}"}
+            if "echo_key" in self.faults:
+                obj["b64"] = base64.b64encode(f"Authorization: {auth}".encode()).decode()
+        text = json.dumps(obj, ensure_ascii=False)
+        if "echo_key" in self.faults and self.server.owner.api_key:
+            text = escape_key(text, self.server.owner.api_key)
+        body = text.encode()
         self.send_response(code)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
@@ -100,7 +156,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("connection", "close")
         self.end_headers()
+        key = self.server.owner.api_key
         for p in payloads:
+            if "echo_key" in self.faults and key:
+                p = escape_key(p, key)
             self.wfile.write(f"data: {p}\n\n".encode())
             self.wfile.flush()
         self.close_connection = True
@@ -299,7 +358,17 @@ class _Handler(BaseHTTPRequestHandler):
             dead = "engine_dies" in self.faults and o.chat_count > o.die_after
         if "wedge" in self.faults and o.chat_count > o.die_after:
             time.sleep(o.hang_s)  # a wedged engine: /health still 200, requests never answered (B08)
-        if not body.get("stream") and self._malformed(o.chat_mode, body):
+        stream = bool(body.get("stream"))
+        if o.replay and stream in o.cached:
+            if stream:
+                self._sse(o.cached[stream])
+            else:
+                self._send(200, o.cached[stream])
+            return
+        if not stream and self._malformed(o.chat_mode, body):
+            return
+        if stream and o.stream_mode == "empty":
+            self._sse(["[DONE]"])
             return
         if dead or "chat_500" in self.faults:
             self._send(
@@ -316,8 +385,11 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             )
             return
-        stream = bool(body.get("stream"))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        rid = body.get("request_id")
+        ident = f"chatcmpl-{rid if isinstance(rid, str) and rid else uuid.uuid4().hex}"
+        created = int(time.time())
+        echo = key_echo_pieces(o.api_key) if "echo_key" in self.faults and o.api_key else []
         ptoks = 11
         msg: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": []}
         tc = body.get("tool_choice")
@@ -330,6 +402,8 @@ class _Handler(BaseHTTPRequestHandler):
                 args = "true"
             if "tool_args_invalid" in self.faults:
                 args = '{"city": "Rome", "unit": "celsius"}'
+            if echo:
+                args = json.dumps({"city": o.api_key, "unit": masked(o.api_key)})
             fr = "stop" if isinstance(tc, dict) else "tool_calls"
             if "tool_finish_stop" in self.faults:
                 fr = "stop"
@@ -362,11 +436,12 @@ class _Handler(BaseHTTPRequestHandler):
                     o.spec["num_drafts"] += drafts
                     o.spec["num_draft_tokens"] += drafts * o.spec_k
                     o.spec["num_accepted_tokens"] += round(drafts * o.spec_k * o.acceptance)
-            msg["content"] = text
+            msg["content"] = text + "".join(echo)
             if "chat_empty" in self.faults:
                 msg["content"] = ""
             kw = body.get("chat_template_kwargs") or {}
-            if "reasoning_when_off" in self.faults or kw.get("thinking"):
+            thinks = o.thinking_defaults is not None and vllm_thinks(body, o.thinking_defaults)
+            if "reasoning_when_off" in self.faults or thinks:
                 msg["reasoning"] = "let me think"
             if o.chat_mode == "other_text":
                 msg["content"] = "something else entirely"
@@ -386,18 +461,18 @@ class _Handler(BaseHTTPRequestHandler):
         if "usage_wrong" in self.faults:
             usage["total_tokens"] += 3
         if not stream:
-            self._send(
-                200,
-                {
-                    "id": "chatcmpl-1",
-                    "object": "chat.completion",
-                    "model": o.model,
-                    "choices": [{"index": 0, "message": msg, "finish_reason": fr}],
-                    "usage": usage,
-                },
-            )
+            answer = {
+                "id": ident,
+                "object": "chat.completion",
+                "created": created,
+                "model": o.model,
+                "choices": [{"index": 0, "message": msg, "finish_reason": fr}],
+                "usage": usage,
+            }
+            o.cached[False] = answer
+            self._send(200, answer)
             return
-        base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": o.model}
+        base = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": o.model}
         out = [
             json.dumps(
                 {
@@ -461,22 +536,17 @@ class _Handler(BaseHTTPRequestHandler):
                         }
                     )
                 )
-            pieces = (msg["content"] or "").split(" ")
+            said = msg["content"] or ""
+            said = said[: len(said) - len("".join(echo))] if echo else said
+            words = said.split(" ")
             if "stream_differs" in self.faults:
-                pieces[0] = pieces[0].upper()
-            for i, w in enumerate(pieces):
+                words[0] = words[0].upper()
+            pieces = [w if i == 0 else " " + w for i, w in enumerate(words)] + echo
+            for w in pieces:
                 out.append(
                     json.dumps(
-                        {
-                            **base,
-                            "choices": [
-                                {
-                                    "index": 0,
-                                    "delta": {"content": w if i == 0 else " " + w},
-                                    "finish_reason": None,
-                                }
-                            ],
-                        }
+                        {**base, "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]},
+                        ensure_ascii=False,
                     )
                 )
         out.append(json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": fr}]}))
@@ -490,6 +560,7 @@ class _Handler(BaseHTTPRequestHandler):
         out.append("[DONE]")
         if "double_done" in self.faults:
             out.append("[DONE]")
+        o.cached[True] = out
         self._sse(out)
 
 
@@ -517,6 +588,9 @@ class FaultServer:
             request is held open.
         drip_s: with the ``drip`` chat mode, seconds between two bytes.
         api_key: require ``Authorization: Bearer <api_key>`` (else HTTP 401).
+        thinking_defaults: ``None``: a model without a thinking mode (no reasoning, ever);
+            else a thinking model served with these ``--default-chat-template-kwargs``: it
+            reasons exactly when vLLM's DeepSeek-V4 encoder would think (``vllm_thinking``).
     """
 
     def __init__(
@@ -531,13 +605,20 @@ class FaultServer:
         api_key: str | None = None,
         spec_k: int | None = None,
         acceptance: float = 0.7,
+        thinking_defaults: dict[str, Any] | None = None,
     ) -> None:
         self.faults = set(faults or ())
+        self.thinking_defaults = thinking_defaults
         self.spec_k = spec_k
         self.acceptance = acceptance
         self.spec = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
         self.in_flight = 0
         self.chat_mode = "ok"
+        self.stream_mode = "ok"
+        """One of :data:`STREAM_MODES`."""
+        self.replay = False
+        """Answer every chat request with the last answer given before (a caching proxy)."""
+        self.cached: dict[bool, Any] = {}
         self.body_bytes_sent = 0
         """Body bytes the ``endless`` chat modes wrote (what the client let through its socket)."""
         self.drip_s = drip_s

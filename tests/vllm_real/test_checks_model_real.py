@@ -1,6 +1,7 @@
 """The model checks that a random-weight tiny model can answer, run by the suite's runner against
 the real vLLM CPU server (session fixture): stream equality, long context within max_model_len
-2048 with ``usage`` verification, a short soak with one ≥1000-token output; and the refusal above it.
+2048 (prompts of exact lengths sized with the server's /tokenize, ``usage`` equal to each), the
+sweep's thinking table, a short soak with one ≥1000-token output; and the refusal above it.
 """
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sparkpair_health.checks import CHECKS, MODEL_CHECKS, CheckContext
+from sparkpair_health.checks import CHECKS, MODEL_CHECKS, SWEEP_CHECKS, CheckContext
+from sparkpair_health.checks.long_context import probe_lengths
 from sparkpair_health.client import HealthClient
 from sparkpair_health.profile import Profile
 from sparkpair_health.report import CheckResult
@@ -16,7 +18,7 @@ from sparkpair_health.suite import run_check
 
 pytestmark = [pytest.mark.vllm_real, pytest.mark.slow]
 
-SPECS = {c.id: c for c in MODEL_CHECKS}
+SPECS = {c.id: c for c in [*CHECKS, *MODEL_CHECKS, *SWEEP_CHECKS]}
 
 
 def with_dsv4(profile: Profile, **dsv4: Any) -> Profile:
@@ -36,21 +38,34 @@ def test_stream_equality_on_the_real_server(vllm_server, tiny_profile) -> None: 
     assert r.status == "pass", r.model_dump()
 
 
-def test_long_context_prompt_length_verified_from_usage(vllm_server, tiny_profile) -> None:  # type: ignore[no-untyped-def]
-    prof = with_dsv4(tiny_profile, long_context_tokens=1800, long_context_depths=[0.1, 0.9])
+def test_long_context_prompts_of_exact_lengths_are_served_at_exactly_those_lengths(
+    vllm_server, tiny_profile
+) -> None:  # type: ignore[no-untyped-def]
+    prof = with_dsv4(tiny_profile, long_context_tokens=1800)
     r, _ = run(vllm_server, prof, "dsv4.long_context")
     assert r.status == "pass", r.model_dump()
     assert r.evidence["max_model_len"] == 2048
     probes = r.evidence["probes"]
-    assert len(probes) == 2 * 3, "two depths times three neighbouring prompt lengths"
-    for p in probes:
-        assert abs(p["prompt_tokens"] - 1800) <= 0.05 * 1800
-    for depth in (0.1, 0.9):
-        lengths = [p["prompt_tokens"] for p in probes if p["depth"] == depth]
-        assert lengths == sorted(lengths) and len(set(lengths)) == 3, f"not neighbouring lengths: {lengths}"
-        # The tiny demo's tokenizer splits each "so " in 3 tokens (1800, 1803, 1806 seen).
-        assert lengths[-1] - lengths[0] <= 3 * 2, lengths
-    assert "3 neighbouring lengths" in r.message and "needle retrieval not judged" in r.message
+    want = probe_lengths(1800)  # 1791, 1792, 1793, 1794, 1727, 1728, 1729: about 14 x 128 and 27 x 64
+    assert [p["prompt_tokens_served"] for p in probes] == want == [p["prompt_tokens_sent"] for p in probes]
+    assert {n % 4 for n in want} == {0, 1, 2, 3}
+    assert [p["depth"] for p in probes] == [0.0, 0.5, 1.0, 0.0, 0.5, 1.0, 0.0], "start, middle, end in turn"
+    assert "needle retrieval not judged" in r.message
+
+
+def test_the_sweep_sends_every_length_at_every_depth_and_every_thinking_row(
+    vllm_server, tiny_profile
+) -> None:  # type: ignore[no-untyped-def]
+    # short prompts and answers: the sweep's coverage, not its length, is what this shows
+    r, _ = run(vllm_server, with_dsv4(tiny_profile, long_context_tokens=400), "dsv4.long_context_sweep")
+    assert r.status == "pass", r.model_dump()
+    assert len(r.evidence["probes"]) == 7 * 3
+    assert all(p["prompt_tokens_served"] == p["prompt_tokens_sent"] for p in r.evidence["probes"])
+    short = tiny_profile.model_copy(deep=True)
+    short.checks.max_tokens = 2
+    r, sent = run(vllm_server, short, "thinking_table")
+    assert r.status == "pass", r.model_dump()
+    assert len(r.evidence["modes"]) == 64 and sent == 128, "every row, streamed and not"
 
 
 def test_long_context_refuses_beyond_the_real_max_model_len(vllm_server, tiny_profile) -> None:  # type: ignore[no-untyped-def]

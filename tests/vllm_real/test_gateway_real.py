@@ -1,5 +1,6 @@
-"""The gateway against a real vLLM CPU server: ready after the real suite, 503 naming the cause
-within one canary interval once the engine core is killed.
+"""The gateway against a real vLLM CPU server: ready after the real suite, its canary (streamed
+and not, with a nonce, judged fresh) passing tick after tick, then 503 naming the cause within
+one canary interval once the engine core is killed.
 
 Starts its own server (the session fixture must not be broken) and serves the gateway on
 127.0.0.1 with uvicorn in a thread.
@@ -71,6 +72,9 @@ def test_gateway_ready_on_a_real_server_then_503_naming_the_dead_engine(  # type
             # canaries succeed against the real engine: the greedy answer equals the reference
             # the same request gave right after the suite passed (random weights: no expected text)
             assert gw.reference is not None and gw.reference.ok, gw.reference
+            # vLLM names each answer after the canary's nonce (chatcmpl-<request_id>), streamed
+            # or not: from now on an answer that does not is not fresh
+            assert gw.freshness.names_requests is True
 
             def good() -> float:
                 return gw.metrics.registry.get_sample_value("sparkpair_canary_total", {"result": "ok"}) or 0.0
@@ -81,6 +85,8 @@ def test_gateway_ready_on_a_real_server_then_503_naming_the_dead_engine(  # type
                 assert time.monotonic() < t_end, f"not 3 good canaries in a row: {gw.last_canary}"
                 assert httpx.get(g.base_url + "/readyz").status_code == 200, gw.last_canary
                 time.sleep(0.2)
+            last = list(gw.canary_history)[-3:]
+            assert all(c["ok"] and c["kind"] == "ok" for c in last), last
             metrics = httpx.get(g.base_url + "/metrics").text
             assert "sparkpair_ready 1.0" in metrics and "sparkpair_canary_latency_seconds_count" in metrics
 

@@ -20,8 +20,15 @@ from .base import (
     post_chat,
     stream_chat,
 )
-from .registry import CHECKS, MODEL_CHECKS, check_list
-from .thinking import THINKING_VARIANTS, ThinkingVariant, judge_thinking, thinking_modes
+from .registry import CHECKS, MODEL_CHECKS, SWEEP_CHECKS, check_list
+from .thinking import (
+    THINKING_TABLE,
+    THINKING_VARIANTS,
+    ThinkingVariant,
+    judge_thinking,
+    resolve_thinking,
+    thinking_modes,
+)
 from .tools import TOOLS, judge_tool_call, judge_tool_calls
 
 __all__ = [
@@ -29,7 +36,9 @@ __all__ = [
     "DSML_MARKERS",
     "LEAK_PATTERNS",
     "MODEL_CHECKS",
+    "SWEEP_CHECKS",
     "NO_THINKING",
+    "THINKING_TABLE",
     "THINKING_VARIANTS",
     "TOOLS",
     "CheckContext",
@@ -42,6 +51,7 @@ __all__ = [
     "check_list",
     "find_leaks",
     "judge_thinking",
+    "resolve_thinking",
     "judge_tool_call",
     "judge_tool_calls",
     "post_chat",

@@ -25,7 +25,7 @@ import httpx
 
 from ..client import Deadline, HealthClient, ServerGone, engine_dead_in
 from ..profile import Profile
-from ..sse import OpenAIStream, parse_openai_stream
+from ..sse import OpenAIStream
 
 JSON = dict[str, Any]
 """A decoded JSON object (an OpenAI request or answer body)."""
@@ -97,11 +97,15 @@ full-width bar U+FF5C, and the ``<tool_call>`` tags of hermes-style parsers)."""
 
 LEAK_PATTERNS: dict[str, re.Pattern[str]] = {
     "think tag": re.compile(r"<\s*/?\s*think\s*>", re.IGNORECASE),
+    # the start of a think tag at the very end of a field: a tag cut there (by the parser
+    # or the stream), its rest in the next field or chunk
+    "cut think tag": re.compile(r"<\s*/?\s*th(?:i(?:nk?)?)?\s*$", re.IGNORECASE),
     # Both bar variants of DSML: full-width U+FF5C and ASCII '|' (B10).
     "DSML marker": re.compile(r"[｜|]\s*DSML\s*[｜|]"),
     "special token": re.compile(r"<｜[^<>｜\n]{1,64}｜>|<\|[A-Za-z_▁][^<>|\n]{0,63}\|>"),
 }
-"""What must never reach ``content`` or ``reasoning``: think tags, DSML markup, special tokens."""
+"""What must never reach ``content`` or ``reasoning``: think tags (whole, or cut at a field's
+end), DSML markup, special tokens."""
 
 NO_THINKING: JSON = {"chat_template_kwargs": {"thinking": False, "enable_thinking": False}}
 """Request fields that turn DeepSeek-V4 thinking off (``enable_thinking`` too: vLLM's request
@@ -215,18 +219,14 @@ def stream_chat(
     """
     b = dict(body, stream=True)
     gap = ctx.request_timeout_s if timeout_s is None else timeout_s
-    with ctx.client.stream_lines("/v1/chat/completions", b, deadline=deadline, chunk_timeout_s=gap) as (
-        resp,
-        lines,
-    ):
-        if resp.status_code != 200:
-            resp.read()
-            raise_for_status(resp, what)
-        ctype = resp.headers.get("content-type", "")
-        if "text/event-stream" not in ctype:
-            resp.read()
-            raise Fail(f"{what}: content-type {ctype!r}, wanted text/event-stream", {"body": resp.text[:300]})
-        return parse_openai_stream(lines)
+    got = ctx.client.stream("/v1/chat/completions", b, deadline=deadline, chunk_timeout_s=gap)
+    if got.stream is None:
+        raise_for_status(got.response, what)
+        ctype = got.response.headers.get("content-type", "")
+        raise Fail(
+            f"{what}: content-type {ctype!r}, wanted text/event-stream", {"body": got.response.text[:300]}
+        )
+    return got.stream
 
 
 def message_of(d: JSON) -> tuple[JSON, str | None]:

@@ -12,7 +12,6 @@ from typing import Any
 
 from ..client import Deadline
 from ..profile import ExpectedAnswer
-from ..sse import assemble_tool_calls
 from .base import (
     JSON,
     NO_THINKING,
@@ -178,9 +177,7 @@ def check_stream_equality(ctx: CheckContext, deadline: Deadline) -> Passed:
                 )
         n_calls = [json.loads(tc["function"]["arguments"] or "null") for tc in msg.get("tool_calls") or []]
         try:
-            s_calls = [
-                json.loads(tc["arguments"] or "null") for tc in assemble_tool_calls(st.tool_call_deltas)
-            ]
+            s_calls = [json.loads(tc["arguments"] or "null") for tc in st.tool_calls]
         except ValueError as e:
             s_calls = []
             probs.append(f"[{label}] streamed tool arguments do not join into JSON: {e}")

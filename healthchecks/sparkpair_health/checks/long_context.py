@@ -1,17 +1,24 @@
 """Long prompts: near and over ``max_model_len`` (``long_prompt_*``) and the needle probe of
-the model checks (``dsv4.long_context``: exact retrieval at several depths and neighbouring
-prompt lengths, the prompt length verified from ``usage``).
+the model checks (``dsv4.long_context``: exact retrieval with the needle at the very start,
+the middle and the very end of prompts of exactly chosen lengths -- every residue modulo 4,
+and one token either side of multiples of 64 and 128 -- each length asserted from ``usage``).
+
+The lengths follow DeepSeek-V4's attention: it compresses its KV cache at ratios 4 and 128
+and DSpark aligns its sliding-window index to 64
+(docs/reference/vllm-code-paths.md#kv-compression-and-alignment), so an off-by-one at a block
+edge shows at one length residue or one side of such a multiple.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..client import Deadline, RequestTimeout, ServerGone, SuiteError, engine_dead_in
 from .base import (
-    JSON,
     NO_THINKING,
     CheckContext,
     Fail,
@@ -128,15 +135,39 @@ def needle_code(rng: random.Random) -> str:
     return "-".join("".join(rng.choice(alphabet) for _ in range(4)) for _ in range(3))
 
 
-def build_haystack(n_lines: int, depth: float | None, code: str, shift: int = 0) -> str:
-    """``n_lines`` filler lines with ``The secret code is <code>.`` at fraction ``depth`` of them,
-    after ``shift`` extra words (``"so "`` each: a few tokens; 3 on the tiny demo's tokenizer,
-    where the real server gave 1800, 1803, 1806 tokens) that move every later token
-    boundary: neighbouring prompt lengths."""
+_PAD = "and the sacks of grain wait by the mill door for the cart "
+
+
+def build_haystack(n_lines: int, depth: float | None, code: str, pad: int = 0, variant: int = 0) -> str:
+    """``n_lines`` filler lines, then a line of ``pad`` characters of plain words (they set the
+    prompt's length to the token: one more character is mostly one more token or none), with
+    ``The secret code is <code>.`` at fraction ``depth`` of it all: ``0`` before the first
+    filler line (the very start), ``1`` after the pad (the very end, just before the question).
+    ``variant`` starts the pad's words elsewhere (another place for the tokenizer to cut them).
+    """
     lines = [_FILLER.format(i=i) for i in range(n_lines)]
+    if pad:
+        words = _PAD[variant * 7 % len(_PAD) :] + _PAD * (pad // len(_PAD) + 1)
+        lines.append(words[:pad].rstrip() + ".")
     if depth is not None:
-        lines.insert(min(n_lines, round(depth * n_lines)), f"The secret code is {code}.")
-    return "so " * shift + "\n".join(lines) + "\n\n" + _QUESTION
+        at = len(lines) if depth >= 1 else min(n_lines, round(depth * n_lines))
+        lines.insert(at, f"The secret code is {code}.")
+    return "\n".join(lines) + "\n\n" + _QUESTION
+
+
+def probe_lengths(target: int) -> list[int]:
+    """The prompt lengths (tokens) the needle probe uses near ``target``: with ``m`` the largest
+    multiple of 128 not above it, ``m - 1, m, m + 1, m + 2`` (every residue modulo 4; one token
+    either side of a multiple of 128) and ``m - 65, m - 64, m - 63`` (either side of an odd
+    multiple of 64).
+
+    Raises:
+        ValueError: ``target`` below 192 (no odd multiple of 64 below a multiple of 128 fits).
+    """
+    m = target // 128 * 128
+    if m < 192:
+        raise ValueError(f"long_context_tokens={target} is below 192; wanted a longer prompt")
+    return [m - 1, m, m + 1, m + 2, m - 65, m - 64, m - 63]
 
 
 NEEDLE_NORMALISATION = (
@@ -184,110 +215,207 @@ def server_max_model_len(ctx: CheckContext, deadline: Deadline) -> int:
     return mml
 
 
+def _haystack_of(n_lines: int, depth: float, code: str) -> Callable[[int, int], str]:
+    def make(pad: int, variant: int) -> str:
+        return build_haystack(n_lines, depth, code, pad, variant)
+
+    return make
+
+
+FIT_TRIES = 16
+"""``/tokenize`` calls allowed to size one prompt to its exact length with one pad variant
+(typically 3 to 7: the count grows about linearly with the pad, so interpolation finds it)."""
+
+FIT_VARIANTS = 4
+"""Pad variants tried when one skips the length (one more character made two more tokens)."""
+
+
 def check_long_context(ctx: CheckContext, deadline: Deadline) -> Passed:
-    """A needle at each of ``checks.dsv4.long_context_depths`` in prompts of about
-    ``long_context_tokens`` tokens (and neighbouring lengths): ``usage.prompt_tokens`` within
-    the tolerance of the target and within ``max_model_len``; with a trained model the answer
-    is exactly the needle (after :data:`NEEDLE_NORMALISATION`).
+    """The readiness needle probe: each length of :func:`probe_lengths` once, the needle at the
+    depths of ``checks.dsv4.long_context_depths`` in turn (see :func:`needle_probe`)."""
+    return needle_probe(ctx, deadline, every=False)
+
+
+def check_long_context_sweep(ctx: CheckContext, deadline: Deadline) -> Passed:
+    """The sweep: every length of :func:`probe_lengths` at every depth (see :func:`needle_probe`)."""
+    return needle_probe(ctx, deadline, every=True)
+
+
+def needle_probe(ctx: CheckContext, deadline: Deadline, *, every: bool) -> Passed:
+    """Needles in prompts of exact lengths: each prompt is sized with the server's own
+    ``/tokenize`` (the chat template applied) to exactly one of :func:`probe_lengths` of
+    ``long_context_tokens``, sent as a chat request, and ``usage.prompt_tokens`` must equal that
+    length exactly; with a trained model the answer must be exactly the needle (after
+    :data:`NEEDLE_NORMALISATION`). The needle sits at each of ``long_context_depths`` (0: the
+    very start, 1: the very end), so a server that drops or alters the head, the middle or the
+    tail of a prompt fails, as does one that mangles a single length residue.
 
     Raises:
-        SuiteError: the target does not fit the server's ``max_model_len`` (nothing is sent).
+        SuiteError: the longest length does not fit the server's ``max_model_len`` (nothing is
+            sent), ``/tokenize`` gives no count, or no prompt of the exact length could be built.
     """
     s = ctx.profile.checks.dsv4
     if not s.long_context_depths:
         raise Skip("no depths configured (checks.dsv4.long_context_depths=[])")
     mml = server_max_model_len(ctx, deadline)
-    need = s.long_context_tokens + s.long_context_answer_tokens
+    try:
+        lengths = probe_lengths(s.long_context_tokens)
+    except ValueError as e:
+        raise SuiteError(f"checks.dsv4.{e}") from None
+    need = max(lengths) + s.long_context_answer_tokens
     if need > mml:
         raise SuiteError(
-            f"checks.dsv4.long_context_tokens={s.long_context_tokens} + answer "
-            f"{s.long_context_answer_tokens} = {need} tokens exceeds the server's max_model_len {mml}; "
-            f"wanted long_context_tokens <= {mml - s.long_context_answer_tokens} (refusing to send it)"
+            f"checks.dsv4.long_context_tokens={s.long_context_tokens} gives prompts up to {max(lengths)} "
+            f"tokens + answer {s.long_context_answer_tokens} = {need} tokens, which exceeds the server's "
+            f"max_model_len {mml}; wanted long_context_tokens <= {mml - s.long_context_answer_tokens - 2} "
+            "(refusing to send it)"
         )
     extra = NO_THINKING if ctx.profile.checks.thinking.enabled else {}
     t = ctx.long_prompt_timeout_s
 
-    def ask(text: str, max_tokens: int) -> tuple[JSON, float]:
-        t0 = time.monotonic()
-        body = user_chat(ctx, text, max_tokens, temperature=0, **extra)
-        return post_chat(ctx, body, deadline, "long-context prompt", timeout_s=t), time.monotonic() - t0
+    def count(text: str) -> int:
+        body = {"model": ctx.model, "messages": [{"role": "user", "content": text}], **extra}
+        r = ctx.client.post("/tokenize", body, timeout_s=min(ctx.request_timeout_s, deadline.left()))
+        raise_for_status(r, "POST /tokenize (chat messages)")
+        n = (answer_json(r, "POST /tokenize") or {}).get("count")
+        if not isinstance(n, int) or n <= 0:
+            raise SuiteError(
+                f"POST /tokenize gave count={n!r} for a chat prompt; wanted a positive token count"
+            )
+        return n
 
-    def prompt_tokens(text: str) -> int:
-        u = ask(text, 1)[0].get("usage") or {}
-        if not isinstance(u.get("prompt_tokens"), int):
-            raise Fail(f"answer carries no usage.prompt_tokens: usage={u!r}")
-        return int(u["prompt_tokens"])
-
-    # Calibrate tokens per filler line from two short prompts (no tokenizer on the client).
-    n1, n2 = 8, 24
-    p1 = prompt_tokens(build_haystack(n1, None, ""))
-    p2 = prompt_tokens(build_haystack(n2, None, ""))
-    per_line = (p2 - p1) / (n2 - n1)
+    # Tokens per filler line and for the needle, from the server's tokenizer; enough lines to
+    # come just below the shortest length, the pad then takes up the rest exactly.
+    c8, c24 = count(build_haystack(8, None, "")), count(build_haystack(24, None, ""))
+    per_line = (c24 - c8) / 16
     if per_line <= 0:
-        raise Fail(f"usage.prompt_tokens did not grow with the prompt: {p1} for {n1} lines, {p2} for {n2}")
-    base = p1 - n1 * per_line
-    n_lines = max(1, int((s.long_context_tokens - base) / per_line))
+        raise Fail(f"/tokenize counts did not grow with the prompt: {c8} for 8 lines, {c24} for 24")
+    needle = count(build_haystack(8, 1.0, "XXXX-XXXX-XXXX")) - c8
+    n_lines = max(1, math.floor((min(lengths) - c8 - needle - 4) / per_line) + 8)
     rng = random.Random(s.seed)
+    depths = list(s.long_context_depths)
+    plan = (
+        [(n, d) for n in lengths for d in depths]
+        if every
+        else [(n, depths[i % len(depths)]) for i, n in enumerate(lengths)]
+    )
     probs: list[str] = []
     seen: list[dict[str, Any]] = []
     not_judged = model_checks_reason(ctx.profile)
-    shifts = s.long_context_shifts or [0]
-    for depth in s.long_context_depths:
-        for shift in shifts:
-            code = needle_code(rng)
-            resp, lat = ask(build_haystack(n_lines, depth, code, shift), s.long_context_answer_tokens)
-            msg, finish = message_of(resp)
-            got = content_of(msg)
-            norm = normalise_needle_answer(got)
-            pt = (resp.get("usage") or {}).get("prompt_tokens")
-            where = f"[depth {depth:.2f}, +{shift} words, {pt} prompt tokens]"
-            if not isinstance(pt, int):
-                probs.append(f"{where} no usage.prompt_tokens in the answer")
-            else:
-                off = abs(pt - s.long_context_tokens) / s.long_context_tokens
-                if off > s.long_context_tolerance:
-                    probs.append(
-                        f"{where} usage.prompt_tokens={pt}, wanted {s.long_context_tokens} "
-                        f"±{s.long_context_tolerance:.0%} (the prompt sent was not the prompt served)"
-                    )
-                if pt > mml:
-                    probs.append(f"{where} usage.prompt_tokens={pt} > max_model_len {mml}")
-            if not_judged is None and norm != code:
-                probs.append(
-                    f"{where} answer {short(got, 60)!r} (normalised: {short(norm, 60)!r}) is not the "
-                    f"needle {code!r}; compared exactly after {NEEDLE_NORMALISATION}"
-                )
-            seen.append(
-                {
-                    "depth": depth,
-                    "shift_words": shift,
-                    "prompt_tokens": pt,
-                    "needle": code,
-                    "answer": short(got, 80),
-                    "normalised": short(norm, 80),
-                    "exact": norm == code,
-                    "finish_reason": finish,
-                    "latency_s": round(lat, 3),
-                }
+    for n, depth in plan:
+        code = needle_code(rng)
+        text = fit_prompt(_haystack_of(n_lines, depth, code), count, n)
+        t0 = time.monotonic()
+        body = user_chat(ctx, text, s.long_context_answer_tokens, temperature=0, **extra)
+        resp = post_chat(ctx, body, deadline, "long-context prompt", timeout_s=t)
+        lat = time.monotonic() - t0
+        msg, finish = message_of(resp)
+        got = content_of(msg)
+        norm = normalise_needle_answer(got)
+        pt = (resp.get("usage") or {}).get("prompt_tokens")
+        where = f"[{n} tokens (= {n % 4} mod 4), needle at depth {depth:g}]"
+        if pt != n:
+            probs.append(
+                f"{where} usage.prompt_tokens={pt!r}, wanted exactly {n} (the server's /tokenize count of "
+                "the prompt sent): the prompt served is not the prompt sent"
             )
-    lengths = sorted({x["prompt_tokens"] for x in seen if isinstance(x["prompt_tokens"], int)})
+        if not_judged is None and norm != code:
+            probs.append(
+                f"{where} answer {short(got, 60)!r} (normalised: {short(norm, 60)!r}) is not the "
+                f"needle {code!r}; compared exactly after {NEEDLE_NORMALISATION}"
+            )
+        seen.append(
+            {
+                "prompt_tokens_sent": n,
+                "prompt_tokens_served": pt,
+                "depth": depth,
+                "needle": code,
+                "answer": short(got, 80),
+                "normalised": short(norm, 80),
+                "exact": norm == code,
+                "finish_reason": finish,
+                "latency_s": round(lat, 3),
+            }
+        )
     ev = {
         "max_model_len": mml,
         "target_tokens": s.long_context_tokens,
+        "lengths": lengths,
+        "depths": depths,
         "tokens_per_line": per_line,
         "lines": n_lines,
         "normalisation": NEEDLE_NORMALISATION,
         "probes": seen,
     }
     if probs:
-        raise Fail("; ".join(probs[:4]), {"problems": probs, **ev})
+        raise Fail(
+            "; ".join(probs[:4]) + (f" (+{len(probs) - 4} more)" if len(probs) > 4 else ""),
+            {"problems": probs, **ev},
+        )
     judged = (
         f"answer == needle exactly (after {NEEDLE_NORMALISATION}) at every probe"
         if not_judged is None
         else f"needle retrieval not judged ({not_judged})"
     )
     return Passed(
-        f"{len(seen)} prompt(s): depths {list(s.long_context_depths)} x {len(shifts)} neighbouring lengths "
-        f"(prompt_tokens {lengths}, usage verified, max_model_len {mml}); {judged}",
+        f"{len(seen)} prompt(s) of exactly {lengths} tokens, needle at depths {depths} "
+        f"({'every depth at every length' if every else 'in turn'}), usage.prompt_tokens exact "
+        f"(max_model_len {mml}); {judged}",
         ev,
     )
+
+
+def fit_prompt(make: Callable[[int, int], str], count: Callable[[str], int], n: int) -> str:
+    """``make(pad, variant)`` for a ``pad`` (characters) whose prompt is exactly ``n`` tokens by
+    ``count``: for each variant up to :data:`FIT_VARIANTS`, the smallest such pad, found by
+    bracketing ``n`` between a pad that counts fewer tokens and one that counts as many or
+    more, then narrowing the bracket by interpolation (bisecting when that stalls), at most
+    :data:`FIT_TRIES` counts a variant.
+
+    Raises:
+        SuiteError: the prompt without pad is already longer than ``n``, or no pad of any
+            variant gives exactly ``n`` tokens (the message lists the counts seen).
+    """
+    seen: list[dict[int, int]] = []
+    for variant in range(FIT_VARIANTS):
+        tried: dict[int, int] = {}
+        seen.append(tried)
+
+        def at(pad: int, variant: int = variant, tried: dict[int, int] = tried) -> int:
+            if pad not in tried:
+                if len(tried) >= FIT_TRIES:
+                    raise _Skipped
+                tried[pad] = count(make(pad, variant))
+            return tried[pad]
+
+        try:
+            lo = 0
+            if at(lo) >= n:
+                if at(lo) == n:
+                    return make(lo, variant)
+                raise SuiteError(f"the prompt without pad is {at(lo)} tokens already; wanted at most {n}")
+            hi = 4 * (n - at(lo)) + 4  # at most 4 characters a token on the tokenizers seen
+            while at(hi) < n:
+                lo, hi = hi, 2 * hi
+            # at(lo) < n <= at(hi); the count grows with the pad
+            while hi - lo > 1 and at(hi) != n:
+                span = hi - lo
+                guess = lo + round((n - at(lo)) * span / max(at(hi) - at(lo), 1))
+                for mid in (min(max(guess, lo + 1), hi - 1), (lo + hi) // 2):
+                    if lo < mid < hi and hi - lo > span // 2:  # the second: bisect if that did not halve it
+                        if at(mid) < n:
+                            lo = mid
+                        else:
+                            hi = mid
+            if at(hi) == n:
+                return make(hi, variant)
+        except _Skipped:
+            pass
+    raise SuiteError(
+        f"could not build a prompt of exactly {n} tokens with the server's /tokenize: pad characters -> "
+        f"tokens, per variant: {[dict(sorted(t.items())) for t in seen]}; wanted one count equal to {n}"
+    )
+
+
+class _Skipped(Exception):
+    """One pad variant spent its counts."""

@@ -1,6 +1,10 @@
-"""The one check list: the protocol checks, then the model checks, in run order.
+"""The one check list: the protocol checks, then the model checks, in run order; with
+``sweep``, the longer sweep after them.
 
-``sparkpair health``, ``sparkpair demo`` and the gateway all run :func:`check_list`.
+``sparkpair health``, ``sparkpair demo`` and the gateway all run :func:`check_list`; the
+readiness suite is bounded (docs/health-verdict.md, time budget), the sweep
+(:data:`SWEEP_CHECKS`: every thinking mode of the one table, every needle length at every
+depth) runs only when asked (``sparkpair health --sweep``), against a pair that is ready.
 """
 
 from __future__ import annotations
@@ -11,10 +15,15 @@ from ..profile import Profile
 from .api import check_chat, check_models, check_stream, check_stream_no_usage
 from .base import CheckSpec
 from .greedy import check_determinism, check_greedy_sanity, check_semantic, check_stream_equality
-from .long_context import check_long_context, check_long_prompt_accepted, check_long_prompt_rejected
+from .long_context import (
+    check_long_context,
+    check_long_context_sweep,
+    check_long_prompt_accepted,
+    check_long_prompt_rejected,
+)
 from .soak import check_soak
 from .speculation import SPEC_FIRST, SPEC_LAST
-from .thinking import check_thinking, check_thinking_modes
+from .thinking import check_thinking, check_thinking_modes, check_thinking_table
 from .tools import check_tool_calls, check_tool_named, check_tool_required
 
 CHECKS: list[CheckSpec] = [
@@ -53,11 +62,12 @@ CHECKS: list[CheckSpec] = [
     CheckSpec("thinking", "reasoning when thinking is on, none when off", "B11", check_thinking, 300),
     CheckSpec(
         "thinking_modes",
-        "every thinking mode (unspecified too, every way to ask with a model that answers), streamed "
-        "and not: no leaks, reasoning only when thinking, answer in content",
-        "B11, thinking/reasoning_effort conflict (leaks only in one mode)",
+        "the thinking table's readiness rows (every pair of thinking / enable_thinking / "
+        "reasoning_effort values, unset and null too), streamed and not: no leaks (split ones "
+        "too), reasoning only when thinking, answer in content",
+        "B11, thinking/reasoning_effort conflict, null thinking keys (leaks only in one mode)",
         check_thinking_modes,
-        600,
+        900,
     ),
 ]
 """The protocol checks, in run order (``only`` selects among these)."""
@@ -86,10 +96,11 @@ MODEL_CHECKS: list[CheckSpec] = [
     ),
     CheckSpec(
         "dsv4.long_context",
-        "needle returned exactly at several depths and neighbouring prompt lengths; usage verified",
-        "B13 envelope, truncation",
+        "needle returned exactly at the start, middle and end of prompts of exact lengths (every "
+        "residue mod 4, either side of multiples of 64 and 128); usage.prompt_tokens exact",
+        "B13 envelope, truncation, a dropped head/tail, an off-by-one at a KV block edge",
         check_long_context,
-        600,
+        900,
     ),
     CheckSpec(
         "dsv4.soak",
@@ -102,23 +113,47 @@ MODEL_CHECKS: list[CheckSpec] = [
 """The model checks (settings: the profile's ``checks.dsv4``); each skips with the profile's
 reason where it does not apply."""
 
+SWEEP_CHECKS: list[CheckSpec] = [
+    CheckSpec(
+        "thinking_table",
+        "every row of the thinking table (64 ways to set or leave the mode), streamed and not",
+        "B11, thinking/reasoning_effort conflicts, null thinking keys",
+        check_thinking_table,
+        3600,
+    ),
+    CheckSpec(
+        "dsv4.long_context_sweep",
+        "the needle at every depth in prompts of every probe length",
+        "a dropped head/tail, an off-by-one at a KV block edge",
+        check_long_context_sweep,
+        3600,
+    ),
+]
+"""The sweep (``sparkpair health --sweep``): the readiness suite's two covering checks run over
+their whole space, after it. ``dsv4.long_context_sweep`` is a model check (``model_checks``)."""
+
 
 def check_list(
-    profile: Profile, *, only: Collection[str] | None = None, model_checks: bool = True
+    profile: Profile,
+    *,
+    only: Collection[str] | None = None,
+    model_checks: bool = True,
+    sweep: bool = False,
 ) -> list[CheckSpec]:
     """Every check one run of the suite makes for ``profile``, in run order.
 
     Args:
         profile: the model profile; each check reads its settings from it and skips with
             the profile's reason where it does not apply.
-        only: protocol and speculation check ids to keep (``None``: all); the model checks
-            are not filtered.
+        only: protocol, speculation and sweep check ids to keep (``None``: all); the model
+            checks are not filtered.
         model_checks: add :data:`MODEL_CHECKS` (the gateway's ``dsv4_checks``).
+        sweep: add :data:`SWEEP_CHECKS` after the model checks (``sparkpair health --sweep``).
 
     Raises:
-        ValueError: ``only`` names an id that is not a protocol or speculation check.
+        ValueError: ``only`` names an id that is not a protocol, speculation or sweep check.
     """
-    known = [c.id for c in [*SPEC_FIRST, *CHECKS, *SPEC_LAST]]
+    known = [c.id for c in [*SPEC_FIRST, *CHECKS, *SPEC_LAST, *SWEEP_CHECKS]]
     bad = sorted(set(only or ()) - set(known))
     if bad:
         raise ValueError(f"profile {profile.name!r}: no such check {bad}; wanted ids from {known}")
@@ -129,4 +164,5 @@ def check_list(
     # speculation checks skip unless the profile sets server.speculation: spec_active first
     # (before any request moves the counters), spec_acceptance last (over the whole suite)
     model = MODEL_CHECKS if model_checks else []
-    return [*kept(SPEC_FIRST), *kept(CHECKS), *model, *kept(SPEC_LAST)]
+    swept = [c for c in SWEEP_CHECKS if sweep and (model_checks or not c.id.startswith("dsv4."))]
+    return [*kept(SPEC_FIRST), *kept(CHECKS), *model, *kept(swept), *kept(SPEC_LAST)]

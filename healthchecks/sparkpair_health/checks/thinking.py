@@ -9,6 +9,8 @@ clients ask: ``thinking`` / ``enable_thinking`` / ``reasoning_effort`` and their
 from __future__ import annotations
 
 import copy
+import itertools
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +36,8 @@ from .base import (
 
 
 def check_thinking(ctx: CheckContext, deadline: Deadline) -> Passed:
-    """Thinking on gives reasoning and an answer; thinking off gives no reasoning
+    """Thinking on gives reasoning and an answer; thinking off gives no reasoning; no think tag
+    (whole, cut, or split between reasoning and content) either way
     (docs/reference/vllm-code-paths.md#thinking)."""
     spec = ctx.profile.checks.thinking
     if not spec.enabled:
@@ -63,8 +66,11 @@ def check_thinking(ctx: CheckContext, deadline: Deadline) -> Passed:
         problems.append(f"thinking on: empty content (finish_reason {fr_on!r})")
     if r_off:
         problems.append("thinking off: the message still carries reasoning")
-    if "<think>" in (m_on.get("content") or "") or "</think>" in (m_off.get("content") or ""):
-        problems.append("think markers leaked into content")
+    for label, m in (("thinking on", m_on), ("thinking off", m_off)):
+        r = reasoning_of(m)  # leaks only: whether reasoning came is judged above
+        problems += judge_thinking(
+            f"{label}:", bool(r), r, content_of(m), None, judge_answer=False, max_tokens=1
+        )
     if problems:
         raise Fail("; ".join(problems), ev)
     return Passed("reasoning present when on, absent when off", ev)
@@ -72,6 +78,19 @@ def check_thinking(ctx: CheckContext, deadline: Deadline) -> Passed:
 
 THINKING_KEYS = ("thinking", "enable_thinking")
 """``chat_template_kwargs`` keys that switch DeepSeek-V4-style thinking (docs/reference/vllm-0.33.md)."""
+
+UNSET = "unset"
+"""A field the request leaves out (in :data:`THINKING_AXES`; JSON ``null`` is ``None``)."""
+
+THINKING_AXES: dict[str, tuple[Any, ...]] = {
+    "thinking": (UNSET, True, False, None),
+    "enable_thinking": (UNSET, True, False, None),
+    "reasoning_effort": (UNSET, None, "none", "high"),
+}
+"""Every way a request can set or leave the thinking mode: each of the two
+``chat_template_kwargs`` keys left out, true, false or null, and ``reasoning_effort`` left out,
+null, ``"none"`` or one that thinks (``"high"``; ``low``/``medium``/``max`` switch the mode the
+same way and change only the effort; docs/reference/vllm-code-paths.md#thinking)."""
 
 
 @dataclass(frozen=True)
@@ -88,32 +107,57 @@ class ThinkingVariant:
     label: str
     fields: JSON
     thinking: bool | None
-    streamed: bool = False
+    streamed: bool = True
 
 
-THINKING_VARIANTS: tuple[ThinkingVariant, ...] = (
-    ThinkingVariant("no thinking kwargs", {}, None, True),
-    ThinkingVariant("thinking=false", {"chat_template_kwargs": {"thinking": False}}, False, True),
-    ThinkingVariant("enable_thinking=false", {"chat_template_kwargs": {"enable_thinking": False}}, False),
-    ThinkingVariant("thinking=true", {"chat_template_kwargs": {"thinking": True}}, True, True),
-    ThinkingVariant("enable_thinking=true", {"chat_template_kwargs": {"enable_thinking": True}}, True),
-    ThinkingVariant("reasoning_effort=none", {"reasoning_effort": "none"}, False),
-    # reasoning_effort != "none" makes vLLM inject enable_thinking=True unless the client set
-    # it, and the tokenizer ORs it with 'thinking': this still thinks (docs/reference/vllm-0.33.md).
-    ThinkingVariant(
-        "thinking=false + reasoning_effort=high",
-        {"chat_template_kwargs": {"thinking": False}, "reasoning_effort": "high"},
-        True,
-        True,
-    ),
-    ThinkingVariant(
-        "enable_thinking=false + reasoning_effort=high",
-        {"chat_template_kwargs": {"enable_thinking": False}, "reasoning_effort": "high"},
-        False,
-    ),
+def _label(values: dict[str, Any]) -> str:
+    said = [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in values.items() if v is not UNSET]
+    return " + ".join(said) or "thinking unspecified"
+
+
+def _fields(values: dict[str, Any]) -> JSON:
+    ck = {k: values[k] for k in THINKING_KEYS if values[k] is not UNSET}
+    out: JSON = {"chat_template_kwargs": ck} if ck else {}
+    if values["reasoning_effort"] is not UNSET:
+        out["reasoning_effort"] = values["reasoning_effort"]
+    return out
+
+
+def _row(t: Any, e: Any, r: Any) -> ThinkingVariant:
+    values = {"thinking": t, "enable_thinking": e, "reasoning_effort": r}
+    return ThinkingVariant(_label(values), _fields(values), None)
+
+
+THINKING_TABLE: tuple[ThinkingVariant, ...] = tuple(
+    _row(t, e, r) for t, e, r in itertools.product(*THINKING_AXES.values())
 )
-"""Every way a DeepSeek-V4 client asks for thinking; sent when the profile's model thinks and
-answers (``checks.thinking`` and ``checks.semantic`` enabled)."""
+"""The one table: every combination of :data:`THINKING_AXES` (64 rows), each sent non-streamed
+and streamed. What each row must do follows :func:`resolve_thinking` and the profile;
+``sparkpair health --sweep`` sends all of it."""
+
+_PAIRWISE = tuple(THINKING_TABLE[16 * i + 4 * j + (i + j) % 4] for i in range(4) for j in range(4))
+"""16 rows of :data:`THINKING_TABLE` in which every pair of values of any two axes appears
+(an orthogonal array: row (i, j, (i + j) mod 4) of the three 4-valued axes)."""
+
+_SINGLED_OUT = ("thinking unspecified", "reasoning_effort=none", "reasoning_effort=high", "thinking=null")
+"""Rows the readiness suite always sends besides the pairwise ones: the server's default, and
+the ways to switch thinking with ``reasoning_effort`` alone or with a null."""
+
+THINKING_VARIANTS: tuple[ThinkingVariant, ...] = tuple(
+    v
+    for v in THINKING_TABLE
+    if v in _PAIRWISE
+    or v.label in _SINGLED_OUT
+    or v.label in ("thinking=false + reasoning_effort=high", "enable_thinking=false + reasoning_effort=high")
+)
+"""The rows of :data:`THINKING_TABLE` the readiness suite sends (22 of 64): every pair of
+axis values (:data:`_PAIRWISE`), the default and ``reasoning_effort`` alone, a null, and the
+two three-way conflicts of ``false`` with ``reasoning_effort=high`` (one thinks, one does not:
+docs/reference/vllm-code-paths.md#thinking)."""
+
+NO_MODE_VARIANTS = ("thinking unspecified", "thinking=true", "reasoning_effort=high")
+"""Rows sent to a model without a thinking mode (``checks.thinking.enabled`` false): the
+default and the two ways a client asks for thinking; none may bring reasoning or a think tag."""
 
 THINKING_PROMPT = "What is 17 + 25? Reply with the number only."
 THINKING_ANSWER = "42"
@@ -121,39 +165,61 @@ ANSWER_MAX_TOKENS = 64
 """``max_tokens`` of a judged answer in a mode that does not think (room for "42" and an end)."""
 
 
-def thinks_by_default(profile: Profile) -> bool:
-    """Whether a request naming no thinking field thinks: the profile's
-    ``--default-chat-template-kwargs`` when it sets a thinking key, else whether the model has
-    a thinking mode (vLLM's DeepSeek-V4 tokenizer defaults to on)."""
-    ck = server_default_chat_kwargs(list(profile.server.args))
-    if ck is not None and any(k in ck for k in THINKING_KEYS):
-        return any(bool(ck.get(k)) for k in THINKING_KEYS)
-    return profile.checks.thinking.enabled
+def resolve_thinking(fields: JSON, server_default: JSON | None) -> bool:
+    """Whether DeepSeek-V4's prompt encoder thinks for a request with ``fields`` on a server
+    started with ``--default-chat-template-kwargs server_default`` (vLLM 0.33,
+    docs/reference/vllm-code-paths.md#thinking).
+
+    The request's ``reasoning_effort`` other than ``"none"`` adds ``enable_thinking: true``
+    unless the request's own ``chat_template_kwargs`` names ``enable_thinking`` (even as
+    null); ``"none"`` adds ``enable_thinking: false``. The request's keys then override the
+    server's defaults, except those that are null (which leave the default, or nothing). With
+    neither thinking key left, thinking is on; otherwise it is either key true, unless
+    ``reasoning_effort`` is ``"none"``. ``tests/vllm_real/test_dsv4_parser.py`` checks every
+    row of :data:`THINKING_TABLE` against vLLM's own request merge and prompt encoder.
+    """
+    req = fields.get("chat_template_kwargs") or {}
+    effort = fields.get("reasoning_effort")
+    merged = dict(req)
+    if effort is not None:
+        merged["reasoning_effort"] = effort
+        if "enable_thinking" not in req:
+            merged["enable_thinking"] = effort != "none"
+    ck = {**(server_default or {}), **{k: v for k, v in merged.items() if v is not None}}
+    if ck.get("reasoning_effort") == "none":
+        return False
+    if not any(k in ck for k in THINKING_KEYS):
+        return True
+    return any(bool(ck.get(k)) for k in THINKING_KEYS)
 
 
-def thinking_modes(profile: Profile) -> list[ThinkingVariant]:
-    """Every thinking mode the suite sends for ``profile``, in order.
+def thinking_modes(profile: Profile, *, every: bool = False) -> list[ThinkingVariant]:
+    """Every thinking mode the suite sends for ``profile``, in order, with whether it must think.
 
-    Always ``thinking unspecified`` (no thinking field: the server's default decides,
-    :func:`thinks_by_default`); with ``checks.thinking.enabled`` also ``thinking on``
-    (``on_kwargs``) and ``thinking off`` (``off_kwargs``), all streamed too; and when the
-    model also answers (``checks.semantic.enabled``) every other :data:`THINKING_VARIANTS` entry.
+    A model with a thinking mode (``checks.thinking.enabled``): the readiness rows of the one
+    table (:data:`THINKING_VARIANTS`; with ``every``, the whole :data:`THINKING_TABLE`), and the
+    profile's ``on_kwargs`` (``thinking on``) and ``off_kwargs`` (``thinking off``) where the
+    table does not already hold them; each must think as :func:`resolve_thinking` says for
+    the profile's server defaults. A model without one: :data:`NO_MODE_VARIANTS` (with
+    ``every``, the whole table), none of which may think. All are sent streamed too.
     """
     t = profile.checks.thinking
-    modes = [ThinkingVariant("thinking unspecified", {}, thinks_by_default(profile), True)]
-    if t.enabled:
-        modes += [
-            ThinkingVariant("thinking on", copy.deepcopy(t.on_kwargs), True, True),
-            ThinkingVariant("thinking off", copy.deepcopy(t.off_kwargs), False, True),
-        ]
-        if model_checks_reason(profile) is None:
-            sent = [m.fields for m in modes]
-            modes += [v for v in THINKING_VARIANTS if v.fields not in sent]
-    default = modes[0].thinking
-    return [
-        m if m.thinking is not None else ThinkingVariant(m.label, m.fields, default, m.streamed)
-        for m in modes
-    ]
+    if not t.enabled:
+        rows = THINKING_TABLE if every else tuple(v for v in THINKING_TABLE if v.label in NO_MODE_VARIANTS)
+        return [ThinkingVariant(v.label, v.fields, False) for v in rows]
+    default = server_default_chat_kwargs(list(profile.server.args))
+    named = {
+        json.dumps(t.on_kwargs, sort_keys=True): "thinking on",
+        json.dumps(t.off_kwargs, sort_keys=True): "thinking off",
+    }
+    modes = []
+    for v in THINKING_TABLE if every else THINKING_VARIANTS:
+        label = named.pop(json.dumps(v.fields, sort_keys=True), v.label)
+        modes.append(ThinkingVariant(label, v.fields, resolve_thinking(v.fields, default)))
+    for key, label in named.items():
+        kw = json.loads(key)
+        modes.append(ThinkingVariant(label, kw, resolve_thinking(kw, default)))
+    return modes
 
 
 def _without_thinking_fields(body: JSON) -> JSON:
@@ -163,6 +229,11 @@ def _without_thinking_fields(body: JSON) -> JSON:
     if ck:
         out["chat_template_kwargs"] = ck
     return out
+
+
+SEAM_CHARS = 24
+"""Characters of reasoning's end and content's start joined to find a tag split across them
+(the longest tag looked for, a think tag with spaces, is far shorter)."""
 
 
 def judge_thinking(
@@ -177,7 +248,9 @@ def judge_thinking(
 ) -> list[str]:
     """Problems with one answer in a thinking mode (empty: correct).
 
-    Leaks (:func:`~sparkpair_health.checks.base.find_leaks`) in content or reasoning;
+    Leaks (:func:`~sparkpair_health.checks.base.find_leaks`) in content or reasoning (for a
+    stream: as joined from its chunks, so a tag split across chunks is whole), and across the
+    seam where reasoning ends and content begins (a tag the parser cut in two, part in each);
     reasoning in a mode that does not think; none in a mode that thinks (excused by
     ``finish_reason`` ``length`` unless ``judge_answer``); with ``judge_answer`` also
     ``finish_reason`` ``length`` and content without :data:`THINKING_ANSWER`.
@@ -185,6 +258,11 @@ def judge_thinking(
     probs: list[str] = []
     for fld, text in (("content", content), ("reasoning", reasoning)):
         probs += [f"{where} {leak} leaked into {fld}" for leak in find_leaks(text)]
+    tail, head = reasoning[-SEAM_CHARS:], content[:SEAM_CHARS]
+    seam = set(find_leaks(tail + head)) - set(find_leaks(tail)) - set(find_leaks(head))
+    probs += [
+        f"{where} {leak} split across the end of reasoning and the start of content" for leak in sorted(seam)
+    ]
     if reasoning and not thinks:
         probs.append(f"{where} reasoning came back in a mode that does not think: {short(reasoning, 80)!r}")
     if thinks and not reasoning and (judge_answer or finish != "length"):
@@ -198,24 +276,20 @@ def judge_thinking(
     return probs
 
 
-def check_thinking_modes(ctx: CheckContext, deadline: Deadline) -> Passed:
-    """In every thinking mode of :func:`thinking_modes`, non-streamed and (where marked)
-    streamed: no think tag / special token / DSML in content or reasoning, reasoning exactly
-    when the mode thinks, the stream equal to the non-streamed answer (greedy), and with a
-    model that answers, the right answer in content."""
+def _check_modes(ctx: CheckContext, deadline: Deadline, *, every: bool) -> Passed:
     c = ctx.profile.checks
     judge = c.thinking.enabled and model_checks_reason(ctx.profile) is None
     problems: list[str] = []
     ev: dict[str, Any] = {}
     t = ctx.long_prompt_timeout_s
-    for mode in thinking_modes(ctx.profile):
+    modes = thinking_modes(ctx.profile, every=every)
+    for mode in modes:
         thinks = bool(mode.thinking)
         mt = c.thinking.max_tokens if thinks else (ANSWER_MAX_TOKENS if judge else c.max_tokens)
         prompt = THINKING_PROMPT if judge else None
         body = {**_without_thinking_fields(base_chat(ctx, prompt, max_tokens=mt)), **mode.fields}
         msg, fr = message_of(post_chat(ctx, body, deadline, f"chat, {mode.label}", timeout_s=t))
         content, reasoning = content_of(msg), reasoning_of(msg)
-        name = mode.label.removeprefix("thinking ") if mode.label.startswith("thinking ") else mode.label
         seen: JSON = {
             "request": {k: body[k] for k in ("chat_template_kwargs", "reasoning_effort") if k in body},
             "thinks": thinks,
@@ -223,7 +297,7 @@ def check_thinking_modes(ctx: CheckContext, deadline: Deadline) -> Passed:
             "reasoning_chars": len(reasoning),
             "finish_reason": fr,
         }
-        ev[name] = seen
+        ev[mode.label] = seen
         problems += judge_thinking(
             f"[{mode.label}, non-streamed]", thinks, reasoning, content, fr, judge_answer=judge, max_tokens=mt
         )
@@ -258,7 +332,22 @@ def check_thinking_modes(ctx: CheckContext, deadline: Deadline) -> Passed:
     if problems:
         more = f" (+{len(problems) - 6} more)" if len(problems) > 6 else ""
         raise Fail("; ".join(problems[:6]) + more, {"problems": problems, "modes": ev})
+    thinking = sum(1 for m in modes if m.thinking)
     return Passed(
-        f"thinking modes {', '.join(ev)}: streamed == non-streamed, no leaks, reasoning as the mode",
+        f"{len(modes)} thinking modes ({thinking} thinking), each streamed and not: streamed == "
+        f"non-streamed, no leaks, reasoning as the mode ({', '.join(ev)[:300]})",
         {"modes": ev},
     )
+
+
+def check_thinking_modes(ctx: CheckContext, deadline: Deadline) -> Passed:
+    """In every thinking mode of :func:`thinking_modes` (the readiness rows), non-streamed and
+    streamed: no think tag / special token / DSML in content or reasoning or split across
+    them, reasoning exactly when the mode thinks, the stream equal to the non-streamed answer
+    (greedy), and with a model that answers, the right answer in content."""
+    return _check_modes(ctx, deadline, every=False)
+
+
+def check_thinking_table(ctx: CheckContext, deadline: Deadline) -> Passed:
+    """:func:`check_thinking_modes` over the whole :data:`THINKING_TABLE` (the sweep)."""
+    return _check_modes(ctx, deadline, every=True)

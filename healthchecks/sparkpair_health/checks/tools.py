@@ -13,7 +13,6 @@ from typing import Any
 import jsonschema
 
 from ..client import Deadline
-from ..sse import assemble_tool_calls
 from .base import (
     DSML_MARKERS,
     JSON,
@@ -181,7 +180,7 @@ def _tool_check(
         raise Fail("; ".join(problems), ev)
     # The same request streamed: reassembled arguments must parse to the same object (B11).
     s = stream_chat(ctx, body, deadline, "streamed forced tool call")
-    streamed = assemble_tool_calls(s.tool_call_deltas)
+    streamed = s.tool_calls
     ev["streamed_tool_calls"] = streamed
     sproblems = s.framing_problems(want_usage=None)
     want = [
@@ -394,7 +393,7 @@ def check_tool_calls(ctx: CheckContext, deadline: Deadline) -> Passed:
         if case.stream:
             st = stream_chat(ctx, body, deadline, f"tool call ({case.label}, streamed)", timeout_s=t)
             probs += [f"[{case.label}] {p}" for p in st.framing_problems()]
-            calls = assemble_tool_calls(st.tool_call_deltas)
+            calls = st.tool_calls
             finish = st.finish_reasons[-1] if st.finish_reasons else None
             content = st.content
         else:

@@ -13,9 +13,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sparkpair_health.checks import CHECKS, MODEL_CHECKS, CheckContext, CheckSpec, find_leaks, thinking_modes
+from sparkpair_health.checks import (
+    CHECKS,
+    MODEL_CHECKS,
+    SWEEP_CHECKS,
+    THINKING_TABLE,
+    THINKING_VARIANTS,
+    CheckContext,
+    CheckSpec,
+    check_list,
+    find_leaks,
+    resolve_thinking,
+    thinking_modes,
+)
+from sparkpair_health.checks.long_context import fit_prompt, probe_lengths
 from sparkpair_health.checks.soak import soak_plan
-from sparkpair_health.client import HealthClient
+from sparkpair_health.checks.thinking import THINKING_AXES, UNSET
+from sparkpair_health.client import HealthClient, SuiteError
 from sparkpair_health.profile import Profile, ProfileError, load_profile
 from sparkpair_health.report import CheckResult
 from sparkpair_health.suite import run_check
@@ -23,8 +37,8 @@ from sparkpair_health.suite import run_check
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
 from dsv4_fault_server import FaultState, serve  # noqa: E402
 
-SPECS: dict[str, CheckSpec] = {c.id: c for c in [*CHECKS, *MODEL_CHECKS]}
-ALL_MODEL = ["thinking_modes", *(c.id for c in MODEL_CHECKS)]
+SPECS: dict[str, CheckSpec] = {c.id: c for c in [*CHECKS, *MODEL_CHECKS, *SWEEP_CHECKS]}
+ALL_MODEL = ["thinking_modes", *(c.id for c in MODEL_CHECKS), *(c.id for c in SWEEP_CHECKS)]
 """The checks that were the DeepSeek-V4 framework's (its thinking check is ``thinking_modes`` now)."""
 
 
@@ -43,7 +57,6 @@ def fault_profile(semantic: bool = True, **dsv4: Any) -> Profile:
     d["checks"]["thinking"]["max_tokens"] = 1024
     d["checks"]["dsv4"] = {
         "long_context_tokens": 3000,
-        "long_context_depths": [0.1, 0.5, 0.9],
         "soak_requests": 4,
         "soak_long_tokens": 120,
         "soak_first_token_budget_s": 1.0,
@@ -116,12 +129,30 @@ def test_every_check_passes_against_a_correct_server() -> None:
         ("needle_off_by_one", "dsv4.long_context", "is not the needle"),
         ("needle_chatty", "dsv4.long_context", "(normalised: 'The secret code is"),
         ("needle_split_odd", "dsv4.long_context", "is not the needle"),
+        ("needle_residue", "dsv4.long_context", "[2943 tokens (= 3 mod 4), needle at depth 0] answer"),
+        ("drops_head", "dsv4.long_context", "needle at depth 0] answer 'none'"),
+        (
+            "null_key_kept",
+            "thinking_modes",
+            "[thinking=null, non-streamed] think tag '</think>' leaked into content",
+        ),
+        (
+            "think_split_boundary",
+            "thinking_modes",
+            "[thinking on, non-streamed] think tag '</think>' split across the end of reasoning and the "
+            "start of content",
+        ),
+        (
+            "think_split_chunks",
+            "thinking_modes",
+            "[thinking unspecified, streamed] think tag '<think>' leaked into content",
+        ),
         (
             "leak_when_unspecified",
             "thinking_modes",
             "[thinking unspecified, streamed] think tag '<think>' leaked",
         ),
-        ("truncates_prompt", "dsv4.long_context", "usage.prompt_tokens=512, wanted 3000"),
+        ("truncates_prompt", "dsv4.long_context", "usage.prompt_tokens=512, wanted exactly 2943"),
         (
             "garbage",
             "dsv4.greedy_sanity",
@@ -135,7 +166,8 @@ def test_every_check_passes_against_a_correct_server() -> None:
 def test_check_fails_naming_the_fault(fault: str, check: str, words: str) -> None:
     res = run({fault}, check)
     assert res.status == "fail", res.model_dump()
-    assert words in res.message, res.message
+    said = [res.message, *res.evidence.get("problems", [])]  # the message shows the first few
+    assert any(words in p for p in said), said
 
 
 def test_a_dead_engine_is_an_engine_died_error_that_stops_the_suite() -> None:
@@ -180,7 +212,9 @@ def test_semantic_checks_skip_with_the_profiles_reason_on_the_tiny_profile() -> 
         assert results[name].message == prof.checks.semantic.skip_reason
     assert results["thinking"].status == "skip"
     assert results["thinking"].message == prof.checks.thinking.skip_reason
-    assert [m.label for m in thinking_modes(prof)] == ["thinking unspecified"], "no thinking variants sent"
+    modes = thinking_modes(prof)
+    assert [m.label for m in modes] == ["thinking unspecified", "reasoning_effort=high", "thinking=true"]
+    assert not any(m.thinking for m in modes), "a model without a thinking mode never reasons"
     assert results["dsv4.soak"].status == "skip" and "soak_requests=0" in results["dsv4.soak"].message
 
 
@@ -256,7 +290,13 @@ def test_soak_that_cannot_fit_its_budget_is_a_suite_error_not_a_wedge() -> None:
             "'thinking_enabled' was removed; it is now checks.thinking.enabled",
         ),
         ({"dsv4": {"request_timeout_s": 5}}, "timeouts.long_prompt_s"),
-        ({"dsv4": {"long_context_tolerance": 2}}, "checks.dsv4.long_context_tolerance"),
+        (
+            {"dsv4": {"long_context_tolerance": 0.05}},
+            "'long_context_tolerance' was removed; it is now an exact",
+        ),
+        ({"dsv4": {"long_context_shifts": [0, 1]}}, "it is now the needle probe's exact prompt lengths"),
+        ({"dsv4": {"long_context_depths": [1.5]}}, "checks.dsv4.long_context_depths"),
+        ({"dsv4": {"long_context_tokens": 100}}, "checks.dsv4.long_context_tokens"),
     ],
 )
 def test_removed_or_bad_model_check_settings_are_refused_naming_the_replacement(
@@ -271,3 +311,117 @@ def test_removed_or_bad_model_check_settings_are_refused_naming_the_replacement(
     with pytest.raises(ProfileError) as e:
         load_profile(p)
     assert fragment in str(e.value), str(e.value)
+
+
+# --------------------------------------------------------------------------- the spaces covered
+
+
+def _values(v: object) -> tuple[object, object, object]:
+    fields = v.fields  # type: ignore[attr-defined]
+    ck = fields.get("chat_template_kwargs", {})
+    return (
+        ck.get("thinking", UNSET),
+        ck.get("enable_thinking", UNSET),
+        fields.get("reasoning_effort", UNSET),
+    )
+
+
+def test_the_thinking_table_is_every_way_to_set_the_mode_and_the_readiness_rows_cover_every_pair() -> None:
+    rows = [_values(v) for v in THINKING_TABLE]
+    axes = list(THINKING_AXES.values())
+    assert len(rows) == 4 * 4 * 4 and len(set(map(repr, rows))) == 64
+    assert {r[0] for r in rows} == {UNSET, True, False, None} and {r[2] for r in rows} == {
+        UNSET,
+        None,
+        "none",
+        "high",
+    }
+    ready = [_values(v) for v in THINKING_VARIANTS]
+    for a in range(3):
+        for b in range(a + 1, 3):
+            pairs = {(repr(r[a]), repr(r[b])) for r in ready}
+            want = {(repr(x), repr(y)) for x in axes[a] for y in axes[b]}
+            assert pairs == want, f"axes {a}, {b}: missing {want - pairs}"
+    labels = {v.label for v in THINKING_VARIANTS}
+    for must in (
+        "thinking unspecified",
+        "reasoning_effort=high",
+        "thinking=null",
+        "thinking=false + reasoning_effort=high",
+    ):
+        assert must in labels
+    assert len(THINKING_VARIANTS) < len(THINKING_TABLE) / 2, "the readiness suite stays bounded"
+
+
+@pytest.mark.parametrize(
+    "fields, default, thinks",
+    [
+        ({}, None, True),  # no thinking key: on
+        ({}, {"thinking": False}, False),  # the DeepSeek-V4 profile's server default
+        ({"chat_template_kwargs": {"thinking": None}}, {"thinking": False}, False),  # null keeps the default
+        ({"chat_template_kwargs": {"thinking": None}}, None, True),  # null is no key
+        ({"reasoning_effort": "high"}, {"thinking": False}, True),  # effort adds enable_thinking
+        ({"chat_template_kwargs": {"thinking": False}, "reasoning_effort": "high"}, None, True),
+        ({"chat_template_kwargs": {"enable_thinking": False}, "reasoning_effort": "high"}, None, False),
+        (
+            {
+                "chat_template_kwargs": {"enable_thinking": None, "thinking": False},
+                "reasoning_effort": "high",
+            },
+            None,
+            False,
+        ),
+        ({"chat_template_kwargs": {"thinking": True}, "reasoning_effort": "none"}, None, False),
+        ({"reasoning_effort": None}, None, True),
+    ],
+)
+def test_resolve_thinking(fields: dict[str, Any], default: dict[str, Any] | None, thinks: bool) -> None:
+    assert resolve_thinking(fields, default) is thinks
+
+
+def test_the_sweep_runs_only_when_asked() -> None:
+    prof = fault_profile()
+    ready = [c.id for c in check_list(prof)]
+    swept = [c.id for c in check_list(prof, sweep=True)]
+    assert "thinking_table" not in ready and "dsv4.long_context_sweep" not in ready
+    assert [c for c in swept if c in ready] == ready, "the readiness checks, in their order"
+    assert set(swept) - set(ready) == {"thinking_table", "dsv4.long_context_sweep"}
+    assert "dsv4.long_context_sweep" not in [c.id for c in check_list(prof, sweep=True, model_checks=False)]
+
+
+@pytest.mark.parametrize(
+    "fault, check",
+    [
+        ("null_key_kept", "thinking_table"),
+        ("think_split_chunks", "thinking_table"),
+        ("needle_residue", "dsv4.long_context_sweep"),
+        ("drops_head", "dsv4.long_context_sweep"),
+    ],
+)
+def test_the_sweep_checks_fail_on_the_faults_the_readiness_ones_catch(fault: str, check: str) -> None:
+    res = run({fault}, check, timeout_s=120.0)
+    assert res.status == "fail", res.model_dump()
+
+
+def test_probe_lengths_cover_every_residue_and_both_sides_of_multiples_of_64_and_128() -> None:
+    ls = probe_lengths(48_000)
+    m = 48_000 // 128 * 128
+    assert {n % 4 for n in ls} == {0, 1, 2, 3}
+    assert {m - 1, m + 1} <= set(ls) and m % 128 == 0
+    odd64 = [n for n in ls if n % 64 == 0 and n % 128 != 0]
+    assert odd64 and {odd64[0] - 1, odd64[0] + 1} <= set(ls)
+    assert max(ls) <= 48_000 + 2
+    with pytest.raises(ValueError, match="below 192"):
+        probe_lengths(150)
+
+
+def test_a_prompt_no_pad_can_size_exactly_is_a_suite_error_naming_the_counts() -> None:
+    with pytest.raises(SuiteError, match="could not build a prompt of exactly 101 tokens"):
+        fit_prompt(lambda pad, v: "x" * pad, lambda text: 100 + 2 * len(text), 101)  # every character adds 2
+    # one character is one token, except where the first variant's words make it two
+    assert (
+        fit_prompt(lambda pad, v: "x" * pad + "y" * v, lambda t: 90 + len(t) + (t == "x" * 11), 101)
+        == "x" * 10 + "y"
+    )
+    with pytest.raises(SuiteError, match="already; wanted at most 101"):
+        fit_prompt(lambda pad, v: "x" * pad, lambda text: 120 + len(text), 101)

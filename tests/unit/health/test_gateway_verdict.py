@@ -3,10 +3,12 @@
 A real gateway (uvicorn on 127.0.0.1) is walked through every malformed answer the fault
 server (tests/faults/health_fault_server.py) can give the canary: malformed 200 bodies,
 a partial body, a slow drip, a wrong content type, another answer, a hang, and a backend
-that vanishes. The bar: ``/readyz`` never stays 200 longer than one canary interval plus
-the canary's deadline, and the worker thread never ends. Hypothesis drives arbitrary JSON
-bodies through the canary's parsing (:func:`sparkpair_health.suite.judge_decode` and
-:meth:`Gateway.judge_canary`).
+that vanishes; then a backend whose streamed answers alone break, and a cache that replays
+answers. The bar: ``/readyz`` never stays 200 longer than one canary interval plus the
+canary's deadline (the issue's bound adds 5 s of polling slack, ``verdict_bound_s``; the
+walk holds to 0.6 s), its phase never says ready while it answers 503, and the worker
+thread never ends. Hypothesis drives arbitrary JSON bodies through the canary's parsing
+(:func:`sparkpair_health.suite.judge_decode` and :meth:`Gateway.judge_canary`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from sparkpair_health.gateway import (
     GatewaySettings,
     default_ready_timeout_s,
 )
+from sparkpair_health.gateway_canary import POLL_SLACK_S, Freshness, verdict_bound_s
 from sparkpair_health.suite import DecodeAnswer, judge_decode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
@@ -105,6 +108,14 @@ def test_the_canary_judgement_never_raises_and_never_accepts_another_answer(body
 # --------------------------------------------------------------------------- the walk
 
 
+def honest(r: httpx.Response) -> httpx.Response:
+    """``r`` (a /readyz answer) after checking that its phase agrees with its status code."""
+    body = r.json()
+    assert (r.status_code == 200) == (body["phase"] == "ready") == body["ready"], body
+    assert "response.." not in body.get("cause", "") and ".. " not in body.get("cause", ""), body
+    return r
+
+
 def test_malformed_answers_drips_and_a_vanishing_backend_never_leave_readyz_200_beyond_the_bound() -> None:
     bound = INTERVAL + DEADLINE
     with FaultServer(hang_s=30.0, drip_s=1.0) as srv:
@@ -119,7 +130,7 @@ def test_malformed_answers_drips_and_a_vanishing_backend_never_leave_readyz_200_
                     srv.chat_mode = mode
                     took, r = wait_readyz(g.base_url, 503, bound + SLACK + 1.0, mode)
                     assert took <= bound + SLACK, f"{mode}: 200 to a poll sent at {took:.2f} s > {bound} s"
-                    body = r.json()
+                    body = honest(r).json()
                     assert body["failing_check"] == "canary", (mode, body)
                     assert gw.thread_alive(), f"{mode} ended the canary thread"
                     assert httpx.get(g.base_url + "/livez").status_code == 200
@@ -127,10 +138,92 @@ def test_malformed_answers_drips_and_a_vanishing_backend_never_leave_readyz_200_
                     wait_readyz(g.base_url, 200, bound + SLACK + DEADLINE, f"back from {mode}")
                 srv.close()
                 took, r = wait_readyz(g.base_url, 503, bound + SLACK + 1.0)
-                assert took <= bound + SLACK and "server went away" in r.json()["cause"]
+                assert took <= bound + SLACK and "server went away" in honest(r).json()["cause"]
                 metrics = httpx.get(g.base_url + "/metrics").text
                 assert "sparkpair_ready 0.0" in metrics
                 assert gw.thread_alive() and httpx.get(g.base_url + "/livez").status_code == 200
+            finally:
+                gw.stop()
+
+
+@pytest.mark.parametrize(
+    "fault, fragment, kind",
+    [
+        ("stream_empty", "streamed canary: the stream ended without content", "answer"),
+        ("replay", "an answer replayed from a cache", "replayed"),
+    ],
+)
+def test_a_backend_breaking_only_streamed_answers_or_replaying_from_a_cache_is_503_within_the_bound(
+    fault: str, fragment: str, kind: str
+) -> None:
+    with FaultServer() as srv:
+        gw = Gateway(gw_settings(srv.base_url))
+        assert verdict_bound_s(gw.s) == INTERVAL + DEADLINE + POLL_SLACK_S
+        with Served(gw.app) as g:
+            gw.start()
+            try:
+                honest(wait_readyz(g.base_url, 200, 60)[1])
+                assert gw.freshness.names_requests, "the fault server names answers after request ids"
+                if fault == "stream_empty":
+                    srv.stream_mode = "empty"  # every stream: `data: [DONE]` only; plain answers fine
+                else:
+                    srv.replay = True  # a cache in front: the last answers, again and again
+                took, r = wait_readyz(g.base_url, 503, INTERVAL + DEADLINE + SLACK + 1.0, fault)
+                assert took <= INTERVAL + DEADLINE + SLACK, f"{fault}: still 200 at {took:.2f} s"
+                body = honest(r).json()
+                assert body["failing_check"] == "canary" and fragment in body["cause"], body
+                assert body["last_canary"]["kind"] == kind, body
+                srv.stream_mode, srv.replay = "ok", False
+                honest(wait_readyz(g.base_url, 200, INTERVAL + DEADLINE + SLACK + DEADLINE, "back")[1])
+            finally:
+                gw.stop()
+
+
+def test_freshness_refuses_a_repeated_id_one_not_naming_the_request_and_an_older_created() -> None:
+    f = Freshness()
+    a = DecodeAnswer(ok=True, text="x", id="chatcmpl-sparkpair-canary-1", created=1000, completion_tokens=1)
+    assert f.problem(a, "sparkpair-canary-1") == ""
+    f.record(a)
+    # a server that does not name answers after requests: ids must be new, created must not go back
+    f.learn([(a.model_copy(update={"id": "chatcmpl-abc"}), "sparkpair-canary-1")])
+    assert f.names_requests is False
+    assert "one an earlier answer had" in f.problem(a, "sparkpair-canary-2")
+    old = a.model_copy(update={"id": "chatcmpl-other", "created": 990})
+    assert "replayed from a cache" in f.problem(old, "sparkpair-canary-3")
+    skew = a.model_copy(update={"id": "chatcmpl-other", "created": 999})
+    assert f.problem(skew, "sparkpair-canary-4") == "", "a second back is the clock's rounding"
+    # vLLM names each answer after the request's nonce: an id that does not is not fresh, and
+    # one that does is, even when the server's clock stepped back
+    f.learn([(a, "sparkpair-canary-1")])
+    assert f.names_requests is True
+    other = a.model_copy(update={"id": "chatcmpl-abc", "created": 1001})
+    assert "does not name this request" in f.problem(other, "sparkpair-canary-2")
+    stepped = a.model_copy(update={"id": "chatcmpl-sparkpair-canary-5", "created": 900})
+    assert f.problem(stepped, "sparkpair-canary-5") == ""
+    assert "no id" in f.problem(a.model_copy(update={"id": None}), "x")
+    assert "no created" in f.problem(a.model_copy(update={"id": "new", "created": None}), "new")
+
+
+def test_readyz_never_says_ready_while_it_answers_503() -> None:
+    now = [0.0]
+    with FaultServer() as srv:
+        gw = Gateway(gw_settings(srv.base_url), clock=lambda: now[0])
+        with Served(gw.app) as g:
+            gw.start()
+            try:
+                seen: set[tuple[int, str]] = set()
+                t_end = time.monotonic() + 60
+                while gw.phase != "ready" and time.monotonic() < t_end:
+                    r = honest(httpx.get(g.base_url + "/readyz", timeout=5))
+                    seen.add((r.status_code, r.json()["phase"]))
+                    time.sleep(0.01)
+                r = honest(httpx.get(g.base_url + "/readyz", timeout=5))
+                assert r.status_code == 200, (r.json(), seen)
+                gw._canary_tick = lambda: None  # type: ignore[method-assign]  # ticks that judge nothing
+                now[0] += gw.s.stale_after_s + 1  # the last success is older than the bound
+                r = honest(httpx.get(g.base_url + "/readyz", timeout=5))
+                assert r.status_code == 503 and r.json()["phase"] == "canary_stale", r.json()
+                assert r.json()["cause"].startswith("canary stale")
             finally:
                 gw.stop()
 

@@ -137,8 +137,9 @@ def test_a_stream_that_stalls_is_a_timeout_error_not_a_hang() -> None:
 
 def test_the_overlay_plan_is_in_the_report_when_given_and_an_unreadable_plan_fails(tmp_path: Path) -> None:
     good, bad = tmp_path / "plan.json", tmp_path / "bad.json"
-    plan = build_plan(vllm_version="0.33.0", version_verified=True, allow_unverified=False, platform="cpu",
-                      capability=None)
+    plan = build_plan(
+        vllm_version="0.33.0", version_verified=True, allow_unverified=False, platform="cpu", capability=None
+    )
     good.write_text(plan.dumps())
     bad.write_text('{"schema": "sparkpair-kernel-plan/1", ')
     with FaultServer() as srv:
@@ -202,7 +203,7 @@ def thinking_profile() -> object:
 def test_a_leak_only_when_thinking_is_unspecified_fails_only_thinking_modes(
     faults: set[str], fragment: str
 ) -> None:
-    with FaultServer(faults) as srv:
+    with FaultServer(faults, thinking_defaults={"thinking": False}) as srv:
         report = run_suite(settings(srv.base_url, profile=thinking_profile(), skip_ready=True))
     res = report.check("thinking_modes")
     assert res.status == "fail" and fragment in res.message, res.message
@@ -214,13 +215,13 @@ def test_a_leak_only_when_thinking_is_unspecified_fails_only_thinking_modes(
 
 def test_every_thinking_mode_passes_on_a_correct_server_and_on_the_tiny_profile() -> None:
     seen = []
-    with FaultServer() as srv:
-        for prof in (thinking_profile(), "tiny-demo"):
+    for prof, defaults in ((thinking_profile(), {"thinking": False}), ("tiny-demo", None)):
+        with FaultServer(thinking_defaults=defaults) as srv:
             report = run_suite(settings(srv.base_url, profile=prof, only=["thinking_modes"], skip_ready=True))
-            res = report.check("thinking_modes")
-            assert res.status == "pass", res.message
-            seen.append(res.message.split(":")[0])
-    assert seen == ["thinking modes unspecified, on, off", "thinking modes unspecified"]
+        res = report.check("thinking_modes")
+        assert res.status == "pass", res.message
+        seen.append(res.message.split(", each")[0])
+    assert seen == ["22 thinking modes (10 thinking)", "3 thinking modes (0 thinking)"]
 
 
 def test_a_server_dripping_bytes_is_cut_at_the_overall_deadline_by_both_clients() -> None:
@@ -244,3 +245,21 @@ def test_a_server_dripping_bytes_is_cut_at_the_overall_deadline_by_both_clients(
             with pytest.raises(RequestTimeout, match="overall deadline"):
                 post_chat(ctx, body, Deadline(60.0, "check"), "chat", timeout_s=2.0)
             assert time.monotonic() - t0 < 2.5
+
+
+def test_health_sweep_runs_the_whole_thinking_table_after_the_readiness_checks(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+
+    with FaultServer() as srv:
+        r = subprocess.run(
+            [sys.executable, "-m", "sparkpair_cli.main", "health", "--base-url", srv.base_url, "--profile",
+             "tiny-demo", "--only", "thinking_modes", "--only", "thinking_table", "--sweep",
+             "--report-json", str(tmp_path / "r.json")],
+            capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"},
+        )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    checks = {c["id"]: c for c in json.loads((tmp_path / "r.json").read_text())["checks"]}
+    assert checks["thinking_modes"]["message"].startswith("3 thinking modes")
+    assert checks["thinking_table"]["message"].startswith("64 thinking modes"), checks["thinking_table"]

@@ -6,10 +6,16 @@ with ``{`` (it was once parsed as JSON and printed in the parse error) and holds
 backslash (JSON escapes it, so the echo carries it in another spelling). Both commands run
 as the operator runs them, as processes; their stdout, stderr, report files and every
 gateway endpoint are searched for the key.
+
+Then a server that echoes a 64-character key in every way it can (``echo_key``: whole, split
+across 2..n stream chunks at every offset, masked, base64 of the ``Authorization`` header,
+spelt in JSON escapes, in tool-call arguments, in error bodies): no output of either command
+holds 8 or more consecutive characters of the key, or of its base64 (:func:`leaks`).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -21,7 +27,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
-from health_fault_server import FaultServer  # noqa: E402
+from health_fault_server import FaultServer, key_echo_pieces  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 KEY = '{"sk":"s3cr\\et-0042"}'
@@ -209,3 +215,153 @@ def test_the_gateway_exits_2_when_the_server_is_never_ready(tmp_path: Path) -> N
         timeout=90,
     )
     assert r.returncode == 2 and "gave up: not ready" in r.stderr and "after 2 s" in r.stderr, r.stderr
+
+
+# --------------------------------------------------------------------------- a key in pieces
+
+LONG_KEY = "sk-proj-Zq7Xw2Lp9Rt4Vb6Nm1Kc8Hd3Jf5Gs0Ay7Ue2Io9Pa4Sd6Fg1Hj3Kl8Mn"
+RUN = 8
+"""Consecutive characters of the key that no output may hold (the issue's bar)."""
+
+
+def b64_cores(key: str) -> list[str]:
+    """The base64 characters that depend only on the key's bytes, at each of the 3 alignments
+    the key can have inside a longer text (such as ``Authorization: Bearer <key>``)."""
+    out = []
+    for pad in range(3):
+        enc = base64.b64encode(b"\0" * pad + key.encode() + b"\0\0").decode()
+        out.append(enc[-(-8 * pad // 6) : (8 * (pad + len(key))) // 6])
+    return out
+
+
+def leaks(text: str, key: str = LONG_KEY) -> list[str]:
+    """Every run of RUN characters of the key, or of its base64, that ``text`` holds."""
+    return [
+        f[i : i + RUN]
+        for f in (key, *b64_cores(key))
+        for i in range(len(f) - RUN + 1)
+        if f[i : i + RUN] in text
+    ]
+
+
+def assert_no_leak(where: str, text: str) -> None:
+    found = leaks(text)
+    if found:
+        at = text.find(found[0])
+        raise AssertionError(
+            f"{where} holds {len(found)} runs of {RUN} key characters, e.g. {found[0]!r}: "
+            f"...{text[max(0, at - 200) : at + 200]}"
+        )
+
+
+def test_the_echo_covers_every_split_offset_and_chunk_count() -> None:
+    pieces = key_echo_pieces(LONG_KEY)
+    joined = "".join(pieces)
+    assert len(LONG_KEY) == 64 and LONG_KEY in joined
+    halves = [(a, b) for a, b in zip(pieces, pieces[1:], strict=False) if (a.strip() + b) == LONG_KEY]
+    assert {len(a.strip()) for a, _ in halves} == set(range(1, 64)), "split in two at every offset"
+    ones = pieces[-68:-4]  # the last split: n = 64, then the whole, masked, base64 and escaped forms
+    assert "".join(ones).strip() == LONG_KEY and all(len(x.strip()) == 1 for x in ones), "n = 64 chunks"
+    assert leaks(base64.b64encode(f"Authorization: Bearer {LONG_KEY}".encode()).decode()), "the test sees b64"
+
+
+def test_a_key_split_across_stream_chunks_is_removed_where_the_stream_is_joined() -> None:
+    from sparkpair_health.client import Deadline, HealthClient
+
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    with FaultServer(api_key=LONG_KEY, faults={"echo_key"}) as srv, HealthClient(srv.base_url, LONG_KEY) as c:
+        whole = c.post("/v1/chat/completions", body)
+        got = c.stream("/v1/chat/completions", dict(body, stream=True), deadline=Deadline(60, "test"))
+    assert got.stream is not None and got.stream.done_count == 1
+    text = whole.json()["choices"][0]["message"]["content"]
+    assert text.count("<redacted-api-key>") >= 2 * 63, text[:300]
+    assert got.stream.content == text, "the joined stream is redacted as the whole answer is"
+    for where, t in (
+        ("body", whole.text),
+        ("content", got.stream.content),
+        ("chunks", json.dumps(got.stream.chunks)),
+        ("deltas", json.dumps(got.stream.tool_call_deltas)),
+    ):
+        assert_no_leak(where, t)
+
+
+def test_health_prints_and_writes_no_piece_of_a_key_echoed_in_every_way(tmp_path: Path) -> None:
+    with FaultServer(api_key=LONG_KEY, faults={"echo_key"}) as srv:
+        r = cli(
+            "health",
+            "--base-url",
+            srv.base_url,
+            "--report-json",
+            str(tmp_path / "r.json"),
+            "--junit",
+            str(tmp_path / "j.xml"),
+            env={"SPARKPAIR_API_KEY_FILE": str(key_file(tmp_path, LONG_KEY))},
+            timeout=300,
+        )
+    # 1: the tool checks fail (the key is their argument) and say so, quoting the arguments
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    rep = (tmp_path / "r.json").read_text()
+    statuses = {c["id"]: c["status"] for c in json.loads(rep)["checks"]}
+    assert statuses["stream"] == "pass" and statuses["tool_required"] == "fail", statuses
+    assert "<redacted-api-key>" in rep
+    for where, text in (
+        ("stdout", r.stdout),
+        ("stderr", r.stderr),
+        ("report", rep),
+        ("junit", (tmp_path / "j.xml").read_text()),
+    ):
+        assert_no_leak(where, text)
+
+
+def test_no_output_of_the_gateway_holds_a_piece_of_a_key_echoed_in_every_way(tmp_path: Path) -> None:
+    port = free_port()
+    env = {
+        "SPARKPAIR_API_KEY_FILE": str(key_file(tmp_path, LONG_KEY)),
+        "SPARKPAIR_PROFILE": "tiny-demo",
+        "SPARKPAIR_PORT": str(port),
+        "SPARKPAIR_DSV4_CHECKS": "false",
+        # the tool checks would fail on the echoed key: the gateway must reach ready
+        "SPARKPAIR_ONLY": "models,chat,stream,stream_no_usage,determinism",
+        "SPARKPAIR_CANARY_INTERVAL_S": "0.5",
+        "SPARKPAIR_REPORT_JSON": str(tmp_path / "g.json"),
+        "SPARKPAIR_JUNIT_XML": str(tmp_path / "g.xml"),
+    }
+    texts: dict[str, str] = {}
+    with FaultServer(api_key=LONG_KEY, faults={"echo_key"}) as srv:
+        env["SPARKPAIR_BASE_URL"] = srv.base_url
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sparkpair_cli.main", "gateway"],
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            t_end = time.monotonic() + 180
+            ready = False
+            while time.monotonic() < t_end and not ready:
+                try:
+                    ready = httpx.get(url + "/readyz", timeout=2).status_code == 200
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.2)
+            assert ready, "the gateway never turned ready on the echoing server"
+            time.sleep(1.5)  # canaries, both ways, answered with the echo and judged right
+            for path in ("/readyz", "/status", "/metrics"):
+                texts[f"{path} ready"] = httpx.get(url + path, timeout=10).text
+            srv.faults.add("chat_500")  # the canary now fails with an echoing 500
+            time.sleep(2.0)
+            for path in ("/readyz", "/report", "/metrics", "/livez", "/status"):
+                texts[path] = httpx.get(url + path, timeout=10).text
+        finally:
+            proc.terminate()
+            out, err = proc.communicate(timeout=30)
+    assert json.loads(texts["/report"])["passed"], texts["/report"][:2000]
+    assert "HTTP 500" in texts["/readyz"] and "<redacted-api-key>" in texts["/readyz"], texts["/readyz"]
+    texts.update(stdout=out, stderr=err)
+    texts["report file"] = (tmp_path / "g.json").read_text()
+    texts["junit file"] = (tmp_path / "g.xml").read_text()
+    for where, text in texts.items():
+        assert_no_leak(where, text)
