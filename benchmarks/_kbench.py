@@ -74,24 +74,21 @@ def env_fields() -> dict[str, str]:
 
 
 def append_rows(path: Path, rows: list[dict]) -> None:
-    """Append rows (long format) to a CSV, writing the header when the file is new. An existing
-    file whose header lacks columns of :data:`FIELDS` is rewritten first with every column (its
-    rows keep their values, empty in the new columns), so no value of a new row is dropped."""
+    """Append rows (long format) to a CSV, writing the header when the file is new. When an
+    existing file's header lacks columns of :data:`FIELDS`, they are added at its end (only the
+    header line is rewritten: older rows read as empty in them), so no value of a new row is
+    dropped."""
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists()
     fields = FIELDS
     if not new:
-        with path.open(newline="") as f:
-            old = list(csv.DictReader(f))
-        with path.open(newline="") as f:
-            have = next(csv.reader(f), [])
+        head, _, rest = path.read_bytes().partition(b"\n")  # bytes: the rows keep their line ends
+        have = next(csv.reader([head.decode().rstrip("\r")]), [])
         missing = [c for c in FIELDS if c not in have]
         fields = have + missing
         if missing:
-            with path.open("w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=fields)
-                w.writeheader()
-                w.writerows(old)
+            end = b"\r\n" if head.endswith(b"\r") else b"\n"
+            path.write_bytes(",".join(fields).encode() + end + rest)
     with path.open("a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         if new:
