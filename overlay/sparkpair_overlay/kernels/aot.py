@@ -429,10 +429,13 @@ def fp8_einsum_variants(layouts: Sequence[str] = FP8_EINSUM_LAYOUTS) -> list[Aot
             kwargs = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row, **cfg.constexprs()}
             if cfg.constexprs().get("USE_PDL"):  # decode configs and their split sums
                 kwargs["launch_pdl"] = True
+            mma: str | None = "fp8"
             if cfg.kernel == fe.MX_KERNEL:
                 fn, mma = fe._fp8_einsum_mx_kernel, "mxf8"
-            else:  # the split sum (PATH 2) has no MMA
-                fn, mma = fe._fp8_einsum_kernel, None if cfg.constexprs().get("PATH") == 2 else "fp8"
+            else:
+                fn = fe._fp8_einsum_kernel
+                if cfg.constexprs().get("PATH") == 2:  # the split sum has no MMA
+                    mma = None
             out.append(AotVariant("fp8_einsum", cfg, layout, fn, args, kwargs, mma))
     return out
 
