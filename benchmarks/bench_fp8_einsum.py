@@ -16,8 +16,9 @@ green context's stream; see sparkpair_overlay.numerics.graph_time_us):
 ``cublas_fp8`` (the peer: cuBLAS's fp8 GEMM ``torch._scaled_mm`` with per-tensor scales over the
 same weight bytes, N = G*D, K = R, bf16 out, in the same SM context), ``bf16_dequant_einsum``
 (dequantise to bf16, ``torch.einsum``; warm only, on request), and any config by name
-(``--configs``). Encodings: ``int32-bcast`` (GB10's served layout: packed UE8M0 per-row scales
-repeating each 128x128 block's), ``int32`` (rows drawn on their own), ``fp32`` (recipe
+(``--configs``, on the scales as the dispatcher hands them over: per-row scales that repeat their
+128-row block's as the block view). Encodings: ``int32-bcast`` (GB10's served layout: packed
+UE8M0 per-row scales repeating each 128x128 block's), ``int32`` (rows drawn on their own), ``fp32`` (recipe
 (1,128,128), the sm_90 layout). Each row carries the rel. Frobenius error vs fp64 (NaN-poisoned
 output first; config rows also check that two calls give the same bits), TFLOP/s, the memory
 roofline of the whole GPU (bytes / the copy bandwidth measured at the start) and the weight-read
@@ -109,12 +110,21 @@ def _make_fn(prov, sets, out, recipe, iso=False):
         def fn(i):
             _dequant_einsum(sets[0][0], sets[0][4], sets[0][2], sets[0][5], out)
 
-    else:
-        config = None if prov == "gb10" else prov
+    elif prov == "gb10":
 
         def fn(i):
             a, sa, w, sw = sets[i % n][:4]
-            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe, config)
+            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe)
+
+    else:  # a config by name, on the scales as the dispatcher hands them to it
+
+        def fn(i):
+            a, sa, w, sw = sets[i % n][:4]
+            view = fe.block_scales_view(sw) if recipe[1] == 1 else None
+            if view is not None:  # per-row scales repeating their block's: the block view
+                fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, view), out, (1, 128, 128), prov)
+            else:
+                fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, recipe, prov)
 
     if not iso:
         return fn

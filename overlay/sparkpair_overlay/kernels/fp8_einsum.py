@@ -931,14 +931,9 @@ FP8_EINSUM_DECODE_CONFIGS: tuple[KernelConfig, ...] = (
     _dcfg("dec_t16_d64_k4_w4", 16, 64, 4, 4),
     _dcfg("dec_t16_d128_k4_w8", 16, 128, 4, 8),
     _dcfg("dec_t32_d128_k4_w8", 32, 128, 4, 8),
-    # SWEEP-CANDIDATES
+    _dcfg("dec_t32_d64_k4_w4", 32, 64, 4, 4),
     _dcfg("dec_t16_d64_k2_w4", 16, 64, 2, 4),
     _dcfg("dec_t32_d64_k2_w4", 32, 64, 2, 4),
-    _dcfg("dec_t32_d64_k4_w4", 32, 64, 4, 4),
-    _dcfg("dec_t32_d128_k2_w8", 32, 128, 2, 8),
-    _dcfg("dec_t64_d64_k2_w4", 64, 64, 2, 4),
-    _dcfg("dec_t64_d64_k2_w8", 64, 64, 2, 8),
-    _dcfg("dec_t64_d128_k2_w8", 64, 128, 2, 8),
     # Reference (no plan uses it): the same tile launched without PDL, split sum included.
     _dcfg("dec_t16_d64_k4_w4_nopdl", 16, 64, 4, 4, pdl=False),
 )
@@ -1054,16 +1049,16 @@ _CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
 #: ``(max_T, config name)`` in increasing max_T; beyond the last entry, the last config.
 #: PLAN_NOTES_PLACEHOLDER
 FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
-    (16, "dec_t16_d64_k4_w4"),
-    (32, "dec_t32_d128_k4_w8"),
-    (128, "t64_d64_r2_s4"),
+    (16, "dec_t16_d128_k4_w8"),
+    (32, "dec_t32_d64_k4_w4"),
+    (64, "t64_d64_r2_s4"),
     (256, "t64_d64_s4"),
     (1023, "t64_d128_s4_w8_bc"),
     (1 << 62, "mx_t128_d64_k128_w8_s4"),
 )
 FP8_EINSUM_PLAN_FP32: tuple[tuple[int, str], ...] = (
     (16, "dec_t16_d128_k4_w8"),
-    (32, "dec_t32_d128_k4_w8"),
+    (32, "dec_t32_d64_k4_w4"),
     (64, "t64_d64_r2_s4"),
     (256, "t64_d64_s4"),
     (1023, "t128_d64_s3_w8"),
