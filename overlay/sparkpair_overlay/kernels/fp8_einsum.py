@@ -1050,7 +1050,6 @@ _CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
 #: PLAN_NOTES_PLACEHOLDER
 FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
     (16, "dec_t16_d128_k4_w8"),
-    (32, "dec_t32_d64_k4_w4"),
     (64, "t64_d64_r2_s4"),
     (256, "t64_d64_s4"),
     (1023, "t64_d128_s4_w8_bc"),
@@ -1058,7 +1057,6 @@ FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
 )
 FP8_EINSUM_PLAN_FP32: tuple[tuple[int, str], ...] = (
     (16, "dec_t16_d128_k4_w8"),
-    (32, "dec_t32_d64_k4_w4"),
     (64, "t64_d64_r2_s4"),
     (256, "t64_d64_s4"),
     (1023, "t128_d64_s3_w8"),
