@@ -922,11 +922,13 @@ _SERVED_KB = _SERVED_R // SCALE_BLOCK
 #: Decode configs (PATH 1). Names: dec_t<BLOCK_T>_d<BLOCK_D>_k<KB_PER>_w<warps>[_nopdl]. Grid on
 #: the served TP=2 shape (G=4, D=1024, R=4096, one T tile): (1024/BLOCK_D, 4, 32/KB_PER) CTAs
 #: (TP=1, G=8: twice as many), each holding BLOCK_D * KB_PER * 128 weight bytes in flight; then
-#: (1, 4, T) CTAs of the split sum. On GB10 (48 SMs; sm_121a build from the AOT gate: registers /
-#: shared bytes, packed-int32 scales): dec_t16_d64_k4_w4 512 CTAs of 32 KB, 138 regs x 128
-#: threads / 8,192 B, 3 resident per SM by registers, 3.6 waves; dec_t16_d128_k4_w8 and
-#: dec_t32_d128_k4_w8 256 CTAs of 64 KB, 140 and 165 regs x 256 threads / 16,384 B, 1 per SM,
-#: 5.3 waves. On the H200 (132 SMs, sm_90a, wgmma): 40,960 / 73,728 / 81,920 B of shared memory.
+#: (D/256, 4, T) CTAs of the split sum. sm_121a builds with Triton 3.8 (the AOT gate; registers
+#: over the scale layouts / shared bytes, no spill): dec_t16_d128_k4_w8 (GB10's plan, T <= 16) 256
+#: CTAs of 64 KB, 100-122 x 256 threads / 67,584 B, one per GB10 SM by shared memory, 5.3 waves on
+#: 48 SMs; dec_t16_d64_k4_w4 512 CTAs of 32 KB, 102-108 x 128 / 34,816 B; dec_t32_d64_k4_w4 239-255
+#: x 128 / 34,816 B; dec_t32_d128_k4_w8 189-192 x 256 / 69,632 B; dec_t16_d64_k2_w4 and
+#: dec_t32_d64_k2_w4 (16 K splits) 56-62 and 104-106 x 128 / 18,432 B. The plan's choice among them:
+#: FP8_EINSUM_PLAN_UE8M0.
 FP8_EINSUM_DECODE_CONFIGS: tuple[KernelConfig, ...] = (
     _dcfg("dec_t16_d64_k4_w4", 16, 64, 4, 4),
     _dcfg("dec_t16_d128_k4_w8", 16, 128, 4, 8),
@@ -1046,8 +1048,23 @@ FP8_EINSUM_SUM_CONFIGS: tuple[KernelConfig, ...] = tuple(
 _CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
 
 #: GB10's plan (family 120, the only place the overlay routes o_proj here), by scale encoding:
-#: ``(max_T, config name)`` in increasing max_T; beyond the last entry, the last config.
-#: PLAN_NOTES_PLACEHOLDER
+#: ``(max_T, config name)`` in increasing max_T; beyond the last entry, the last config. Decode
+#: (T <= 256) from the GB10-shaped proxy (benchmarks/results/gb10-proxy/, runs 1-3: H100, 48 SMs in
+#: a green context, cold L2, CUDA-graph replay p50; Triton 3.6 there, so these measure structure,
+#: not GB10's instructions), default MMA mode, served layout (int32 per-row scales read as block
+#: scales), against cuBLAS's fp8 GEMM in the same context: T <= 16 dec_t16_d128_k4_w8 12.0-13.5 us
+#: (0.88-1.11x cuBLAS; the previous dec_t16_d64_k4_w4 14.3-15.6); T = 17..64 t64_d64_r2_s4 15.1-15.8
+#: (0.98-1.24x; dec_t32_d64_k4_w4 14.8-16.1 and dec_t32_d128_k4_w8, the previous choice to T = 32,
+#: 16.8-18.2); T = 65..256 the unsplit t64_d64_s4, T = 128 21.4 (1.07x; t64_d64_r2_s4 28.3). With
+#: DISABLE_MMA_V3=1 (mma.sync on f16-upcast operands) the same plan is 1.2-2.5x cuBLAS: there the
+#: 4-warp split tiles t16_d64_r4_s4 / t32_d64_r4_s4 were fastest (14.7-15.3 / 21.4-21.9 us) but lost
+#: 1-6 us in the default mode. T = 257..1023: the promoting tile loop (not measured on the proxy in
+#: this form: 8 warps since Triton 3.8's sm_121a build of the 4-warp tile spilled). T >= 1024: the
+#: block-scaled tile loop, promoted per K tile -- argued, not measured: the block-scaled MMA's
+#: published rate on an SM120 part is about twice plain fp8 mma.sync's (its promotion, one fp32 add
+#: per element and 128-wide K tile, costs what the promoting path's one FMA does; the _acc form has
+#: none), and sm_90 decomposes dot_scaled, so no GPU here times it (docs/reference/triton-gb10.md).
+#: The probe is to choose per T range on the device.
 FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
     (16, "dec_t16_d128_k4_w8"),
     (64, "t64_d64_r2_s4"),
