@@ -85,6 +85,13 @@ RUN python3 -m pip install --no-deps -e . \
  && python3 -c "import vllm, sparkpair_overlay, sparkpair_health, sparkpair_cli.main; print('sparkpair: vLLM', vllm.__version__)" \
  && python3 -c "import sparkpair_overlay as m; assert m.__file__.startswith('/opt/sparkpair/src/overlay/'), m.__file__"
 
+# The Triton that compiles our kernels here and at run time is the base's (vLLM 0.33's torch
+# 2.14 requires triton~=3.8.0); the kernels are built and tested with the pin of pyproject.toml's
+# `kernels` extra. Print it, and fail the build when its release series differs from the pin:
+# Triton 3.6 would build sm_121a kernels with f16-upcast MMAs (docs/reference/triton-gb10.md).
+RUN python3 -c "import triton, torch; print('sparkpair: Triton', triton.__version__, 'torch', torch.__version__)" \
+ && python3 -c "import sys; from sparkpair_overlay.kernels._common import triton_problem as p; m = p(); sys.exit('sparkpair: ' + m if m else 0)"
+
 # sparkpair's Triton kernels, AOT-compiled into the cache the image ships (the node copies
 # it into the persistent TRITON_CACHE_DIR volume at start). Fails the build on any error.
 RUN if [ -n "${SPARKPAIR_KERNEL_ARCHS}" ]; then \

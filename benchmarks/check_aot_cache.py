@@ -52,29 +52,19 @@ for w_dtype in (torch.bfloat16, torch.float32):
             x = torch.randn(m, 4096, device="cuda").bfloat16()
             name = cfg.name if cfg is not None else "cublas"
             run(f"router {w_dtype} M={m} {name}", lambda x=x, w=w, p=planes: rg.router_gemm(x, w, p))
-# Every entry of both fp8_einsum plans (packed-UE8M0 int32 scales and fp32 block scales), and the
-# UE8M0 plan on per-row scales that repeat their 128-row block (int32-bcast: GB10's served layout),
-# which the dispatcher reads as block scales once block_scales_view has answered (the first call
-# starts the check; the second, after a sync, takes the view).
-for recipe, enc, plan, mid in (
-    ((1, 1, 128), "int32", fe.FP8_EINSUM_PLAN_UE8M0, fe.FP8_EINSUM_TMA_MID_PLAN_UE8M0),
-    ((1, 128, 128), "fp32", fe.FP8_EINSUM_PLAN_FP32, ()),
-    ((1, 1, 128), "int32-bcast", fe.FP8_EINSUM_PLAN_UE8M0, fe.FP8_EINSUM_TMA_MID_PLAN_UE8M0),
+# Every entry of both fp8_einsum plans (GB10's: packed-UE8M0 int32 scales and fp32 block
+# scales), and the UE8M0 plan on per-row scales that repeat their 128-row block (int32-bcast:
+# GB10's served layout), which the dispatcher reads as block scales once block_scales_view has
+# answered (the first call starts the check; the second, after a sync, takes the view).
+for recipe, enc, plan in (
+    ((1, 1, 128), "int32", fe.FP8_EINSUM_PLAN_UE8M0),
+    ((1, 128, 128), "fp32", fe.FP8_EINSUM_PLAN_FP32),
+    ((1, 1, 128), "int32-bcast", fe.FP8_EINSUM_PLAN_UE8M0),
 ):
-    # PATH 3 (compute capability 9.x, group-major activations as make_fp8_operands makes them)
-    # takes T from FP8_EINSUM_TMA_MID_MIN_T to the mid plan's end (UE8M0 scales), from
-    # FP8_EINSUM_TMA_MIN_T with block weight scales and from FP8_EINSUM_TMA_ROW_MIN_T with per-row
-    # ones: its entries and one size below each start too.
-    tma = torch.cuda.get_device_capability()[0] == 9
-    edges = [fe.FP8_EINSUM_TMA_MID_MIN_T - 1, fe.FP8_EINSUM_TMA_MIN_T - 1, fe.FP8_EINSUM_TMA_ROW_MIN_T - 1]
-    for t in sorted(set(plan_sizes(plan, 2048) + plan_sizes(mid, 2048) + edges)):
+    for t in plan_sizes(plan, 2048):
         a, sa, w8, sw, _, _ = make_fp8_operands(t, 4, 1024, 4096, recipe, enc)
         out = torch.empty((t, 4, 1024), dtype=torch.bfloat16, device="cuda")
-        # Paths 4 and 5 (Gluon, T = 17 ... 128 here) and PATH 4's two-range split sum are not in the
-        # AOT set (sm_121a has no wgmma): compiled on first use
-        # (a MISS below by design, named by its config).
-        per_row = recipe[1] == 1 and enc != "int32-bcast"
-        name = fe.select_fp8_einsum_config(t, enc == "fp32", tma, per_row, fe._gluon_ok(a, w8)).name
+        name = fe.select_fp8_einsum_config(t, enc == "fp32").name
 
         def call(a=a, sa=sa, w8=w8, sw=sw, out=out, r=recipe) -> None:
             fe.fp8_einsum("bhr,hdr->bhd", (a, sa), (w8, sw), out, recipe=r)

@@ -2,11 +2,13 @@
 # Create .venv-stack, the `stack` test tier's virtualenv (idempotent).
 #
 # It holds the packages the image's vLLM 0.33.0 runs that matter to the overlay, on a CPU:
-# the vLLM 0.33.0 wheel (with the DeepGEMM it vendors), FlashInfer 0.7.2.post1, Triton 3.6.0
-# and the CPU build of torch 2.13.0 (vLLM asks for 2.14.0, which has no CPU build on PyPI).
-# Every version is pinned in scripts/stack-requirements.txt and installed with --no-deps, so
-# the file is the whole environment. Re-running skips the install while that file (and
-# pyproject.toml, for sparkpair's own editable install) is unchanged since the last success.
+# the vLLM 0.33.0 wheel (with the DeepGEMM it vendors), FlashInfer 0.7.2.post1, the image's
+# Triton (the pin of pyproject.toml's `kernels` extra, read by scripts/triton_requirement.py:
+# the one place the project names it) and the CPU build of torch 2.13.0 (vLLM asks for 2.14.0,
+# which has no CPU build on PyPI). Every other version is pinned in scripts/stack-requirements.txt;
+# everything is installed with --no-deps, so those two are the whole environment. Re-running skips
+# the install while they (and pyproject.toml, for sparkpair's own editable install) are unchanged
+# since the last success.
 set -euo pipefail
 
 usage() {
@@ -32,7 +34,8 @@ cd "$root"
 venv="${SPARKPAIR_STACK_VENV:-$root/.venv-stack}"
 reqs="$root/scripts/stack-requirements.txt"
 stamp="$venv/.sparkpair-stack-installed"
-want_reqs="reqs $(sha256sum "$reqs" | cut -d' ' -f1)"
+triton_req="$("${PYTHON:-python3}" "$root/scripts/triton_requirement.py")"
+want_reqs="reqs $(sha256sum "$reqs" | cut -d' ' -f1) $triton_req"
 want_self="sparkpair $root $(sha256sum pyproject.toml | cut -d' ' -f1)"
 
 have_reqs=""
@@ -63,14 +66,15 @@ if [[ $force -eq 1 || "$have_reqs" != "$want_reqs" ]]; then
   rm -f "$stamp"
   "$py" -m venv --clear "$venv"
   quiet_pip install -q --upgrade pip
-  quiet_pip install -q --no-deps -r "$reqs"
+  quiet_pip install -q --no-deps -r "$reqs" "$triton_req"
   printf '%s\n' "$want_reqs" > "$stamp"
 fi
 
 quiet_pip install -q --no-deps -e "$root"
 # Fail here, not in the tests, when the stack does not import.
-"$venv/bin/python" - <<'PY'
+SPARKPAIR_TRITON_REQ="$triton_req" "$venv/bin/python" - <<'PY'
 import importlib.metadata as md
+import os
 import importlib.util
 
 import flashinfer
@@ -82,7 +86,8 @@ import vllm
 if importlib.util.find_spec("vllm.third_party.deep_gemm") is None:
     raise SystemExit("sparkpair: vllm.third_party.deep_gemm is missing from the vLLM wheel")
 
-want = {"vllm": "0.33.0", "torch": "2.13.0+cpu", "triton": "3.6.0", "flashinfer": "0.7.2.post1"}
+want = {"vllm": "0.33.0", "torch": "2.13.0+cpu", "triton": os.environ["SPARKPAIR_TRITON_REQ"].split("==")[1],
+        "flashinfer": "0.7.2.post1"}
 seen = {"vllm": vllm.__version__, "torch": torch.__version__, "triton": triton.__version__,
         "flashinfer": flashinfer.__version__}
 bad = {k: (seen[k], want[k]) for k in want if seen[k] != want[k]}

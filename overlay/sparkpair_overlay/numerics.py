@@ -229,7 +229,11 @@ def fp8_einsum_reference(
 
 
 def graph_time_us(
-    fn: Callable[[int], object], calls: int = 50, reps: int = 30, warmup: int = 3
+    fn: Callable[[int], object],
+    calls: int = 50,
+    reps: int = 30,
+    warmup: int = 3,
+    stream: torch.cuda.Stream | None = None,
 ) -> tuple[float, float, float]:
     """(p20, p50, p80) µs per call of ``fn(i)`` (``i`` = call index) under CUDA-graph replay.
 
@@ -240,12 +244,14 @@ def graph_time_us(
     rotates over so every set is seen eagerly, as vLLM's profile run does), a device sync, and
     the same calls once more (as the eager warm-up runs vLLM makes before each graph capture),
     so a per-input check started by the first round (fp8_einsum's ``block_scales_view``) has
-    answered before the capture.
+    answered before the capture. ``stream``: run the warm-up, the capture and the replays on it
+    (a green context's stream: a graph keeps the SM set of the stream it was captured on, not the
+    one it is replayed on); ``None``: a fresh side stream, and the replays on the current stream.
 
     Raises:
         RuntimeError: from torch when ``fn`` cannot be captured (a host sync, say).
     """
-    s = torch.cuda.Stream()
+    s = stream if stream is not None else torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     for _ in range(2):
         with torch.cuda.stream(s):
@@ -254,19 +260,21 @@ def graph_time_us(
         torch.cuda.synchronize()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    with torch.cuda.graph(g, stream=stream):
         for i in range(calls):
             fn(i)
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
+    replay = stream if stream is not None else torch.cuda.current_stream()
+    with torch.cuda.stream(replay):
         g.replay()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1) * 1000.0 / calls)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            g.replay()
+            e1.record()
+            e1.synchronize()
+            times.append(e0.elapsed_time(e1) * 1000.0 / calls)
     del g
     q = torch.quantile(torch.tensor(times), torch.tensor([0.2, 0.5, 0.8])).tolist()
     return q[0], q[1], q[2]

@@ -1,9 +1,11 @@
 """``sparkpair kernels build``: AOT-compile every sparkpair Triton kernel config, no GPU needed.
 
 Compiles each config of each kernel (``sparkpair_overlay.kernels.aot.all_variants()``) for each
-target, prints config -> registers, spill bytes, shared memory, and exits non-zero naming the
-kernel, config, arch and bytes when a config does not compile or needs more than GB10's
-101,376 B of shared memory per block on sm_12x.
+target with the installed Triton (which must be the release series of the ``kernels`` extra's pin,
+the image's Triton: it says so first and exits 1 otherwise), prints config -> registers, spill
+bytes, shared memory, MMA instructions, and exits non-zero naming the kernel, config, arch and
+what is wrong when a config does not compile, spills, needs more than GB10's 101,376 B of shared
+memory per block on sm_12x, or runs an MMA on fp8 operands there that is not a native fp8 one.
 
 The compiled artifacts are written to ``--cache-dir`` (a Triton cache directory). Ship it in the
 image and set ``TRITON_CACHE_DIR`` to it at run time: Triton's runtime computes the same cache
@@ -60,9 +62,16 @@ def _check_cache_dir(cache_dir: Path | None) -> Path | None:
 
 def run_build(archs: list[str], cache_dir: Path | None, quiet: bool = False) -> int:
     """Compile everything for ``archs``; print the table; return 0 when every config passes, else 1."""
+    import triton
     from sparkpair_overlay.kernels import aot
+    from sparkpair_overlay.kernels._common import triton_problem, triton_requirement
 
     t0 = time.monotonic()
+    console.print(f"Triton {triton.__version__} (sparkpair's kernels pin: {triton_requirement() or '?'})")
+    wrong = triton_problem()
+    if wrong:
+        console.print(f"[red]FAIL[/red] {wrong}")
+        return 1
     variants = aot.all_variants()
     total = len(variants) * len(archs)
     done = 0
@@ -78,15 +87,12 @@ def run_build(archs: list[str], cache_dir: Path | None, quiet: bool = False) -> 
     table = Table(
         title=f"sparkpair kernels: {len(variants)} variants of {n_configs} configs x {len(archs)} targets"
     )
-    for col in ("kernel", "config", "variant", "arch", "regs", "spill B", "shared B", "limit B", "status"):
-        right = col.endswith("B") or col == "regs"
+    cols = ("kernel", "config", "variant", "arch", "regs", "spill B", "shared B", "limit B", "MMAs", "status")
+    for col in cols:
+        right = col.endswith("B") or col in ("regs", "MMAs")
         table.add_column(col, justify="right" if right else "left", overflow="fold")
     for r in results:
-        status = (
-            "[green]ok[/green]"
-            if r.fits
-            else f"[red]{'compile error' if not r.ok else 'too much smem'}[/red]"
-        )
+        status = "[green]ok[/green]" if r.fits else f"[red]{r.status}[/red]"
         table.add_row(
             r.kernel,
             r.config,
@@ -96,6 +102,7 @@ def run_build(archs: list[str], cache_dir: Path | None, quiet: bool = False) -> 
             str(r.spills if r.spills is not None else "?"),
             str(r.shared if r.shared is not None else "-"),
             str(r.limit or "-"),
+            str(sum(r.mma.values())),
             status,
         )
     if not quiet:
@@ -115,14 +122,15 @@ def run_build(archs: list[str], cache_dir: Path | None, quiet: bool = False) -> 
     return 1 if failures else 0
 
 
-_ArchOpt = Annotated[str, typer.Option("--arch", help="comma-separated: sm_121a,sm_120a,sm_100a,sm_90a")]
+_ArchOpt = Annotated[str, typer.Option("--arch", help="comma-separated: sm_121a,sm_120a,sm_90a")]
 _CacheOpt = Annotated[Path | None, typer.Option("--cache-dir", help="Triton cache dir to write")]
 _QuietOpt = Annotated[bool, typer.Option("--quiet", help="print only failures and the summary")]
 
 
 @kernels_app.command("build")
 def build_cmd(arch: _ArchOpt = "sm_121a", cache_dir: _CacheOpt = None, quiet: _QuietOpt = False) -> None:
-    """AOT-compile every kernel config for each target; fail on compile errors or shared memory > GB10's."""
+    """AOT-compile every kernel config for each target; fail on compile errors, spills, shared memory
+    over GB10's or upcast fp8 MMAs on sm_12x."""
     raise typer.Exit(run_build(_parse_archs(arch), _check_cache_dir(cache_dir), quiet))
 
 

@@ -1,8 +1,14 @@
-"""Kernels-AOT tier (CPU, no GPU): every config of every kernel compiles for sm_121a, sm_120a,
-sm_100a and sm_90a, and fits GB10's 101,376 B of shared memory on sm_12x; the gate fails, naming
-kernel/config/arch/bytes, on a config that does not fit."""
+"""Kernels-AOT tier (CPU, no GPU), on the image's Triton (the ``kernels`` extra's pin): every
+config of every kernel compiles for sm_121a, sm_120a and sm_90a without a spill, fits GB10's
+101,376 B of shared memory on sm_12x, and runs only native fp8 MMAs there on its fp8 operands
+(the block-scaled configs the block-scaled MMA); the gate fails, naming kernel/config/arch and
+what is wrong, on a config that does not fit, one that spills, and on Triton 3.6's real sm_121a
+output (tests/aot/fixtures, made by make_triton36_ptx.py there)."""
 
 from __future__ import annotations
+
+import gzip
+from pathlib import Path
 
 import pytest
 
@@ -11,23 +17,88 @@ pytest.importorskip("triton")
 from sparkpair_overlay.kernels import aot  # noqa: E402
 from sparkpair_overlay.kernels._common import (  # noqa: E402
     GB10_SHARED_MEMORY_BYTES,
-    SM90_SHARED_MEMORY_BYTES,
     make_config,
+    triton_problem,
+    triton_requirement,
 )
 
 pytestmark = [pytest.mark.aot, pytest.mark.slow]
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_the_gate_runs_on_the_images_triton() -> None:
+    """This venv's Triton is the pin of the ``kernels`` extra (the image's), and the check the
+    gate and the Dockerfile run names a Triton of another series."""
+    import triton
+
+    want = triton_requirement()
+    assert want is not None and want == f"triton=={triton.__version__}", (want, triton.__version__)
+    assert triton_problem() == ""
+    assert "Triton 3.6.0 is installed" in triton_problem("3.6.0") and want in triton_problem("3.6.0")
 
 
 @pytest.mark.parametrize("arch", aot.DEFAULT_ARCHS)
 def test_every_config_compiles_and_fits(arch: str, tmp_path) -> None:
     results = aot.build([arch], str(tmp_path / "cache"))
-    assert len(results) == len(aot.all_variants())
+    variants = aot.all_variants()
+    assert len(results) == len(variants)
     problems = [r.problem() for r in results if not r.fits]
     assert not problems, "\n".join(problems)
-    for r in results:
+    for v, r in zip(variants, results, strict=True):
         assert r.shared is not None and r.n_regs is not None, r
         if arch.startswith("sm_12"):
+            assert r.spills == 0, r
             assert r.limit == GB10_SHARED_MEMORY_BYTES and r.shared <= GB10_SHARED_MEMORY_BYTES
+            if v.mma is not None:  # every fp8 build: its MMAs are there, and all native
+                assert r.mma and not aot.mma_problem(r.mma, v.mma), (r.config, r.mma)
+    wanted = {v.mma for v in variants}
+    assert {"fp8", "mxf8"} <= wanted, wanted  # both kinds of fp8 build are in the set
+
+
+def test_the_mma_check_fails_on_triton36s_sm_121a_ptx() -> None:
+    """Triton 3.6's sm_121a PTX of a decode tile (``tl.dot``: f16 MMAs on upcast operands) and of a
+    block-scaled decode tile (``tl.dot_scaled``: bf16) fails the check the gate runs, naming the
+    instruction; the PTX Triton 3.8 makes of the same configs passes it (the build above)."""
+    ptx = {
+        name: gzip.decompress((FIXTURES / f"triton36-sm_121a-{name}.ptx.gz").read_bytes()).decode()
+        for name in ("dec_t16_d64_k4_w4", "mxd_t16_d64_k512_w4")
+    }
+    assert all(text.startswith("// Triton 3.6.0, sm_121a") for text in ptx.values())
+    dec = aot.mma_instructions(ptx["dec_t16_d64_k4_w4"])
+    assert dec == {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32": 64}, dec
+    msg = aot.mma_problem(dec, "fp8")
+    assert "f32.f16.f16.f32 x64" in msg and "native fp8" in msg, msg
+    mx = aot.mma_instructions(ptx["mxd_t16_d64_k512_w4"])
+    for want in ("fp8", "mxf8"):
+        assert "bf16.bf16" in aot.mma_problem(mx, want), (want, mx)
+    # The same fixture through the gate's result: not fit, and the table's status says why.
+    r = aot.AotResult("fp8_einsum", "dec_t16_d64_k4_w4", "ue8m0-int32-blocks", "sm_121a", ok=True,
+                      n_regs=1, shared=1, spills=0, limit=GB10_SHARED_MEMORY_BYTES, mma=dec,
+                      mma_error=msg)  # fmt: skip
+    assert not r.fits and r.status == "upcast mma" and "sm_121a" in r.problem()
+    # What Triton 3.8 emits passes: plain fp8, and block-scaled where that is wanted.
+    native = {"mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32": 8}
+    scaled = {"mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X"
+              ".f32.e4m3.e4m3.f32.ue8m0": 8}  # fmt: skip
+    assert aot.mma_problem(native, "fp8") == "" and aot.mma_problem(scaled, "fp8") == ""
+    assert aot.mma_problem(scaled, "mxf8") == "" and "block-scaled" in aot.mma_problem(native, "mxf8")
+    assert "no MMA" in aot.mma_problem({}, "fp8")
+
+
+def test_gate_rejects_a_config_that_spills(tmp_path) -> None:
+    """A 64x128 tile with the per-row share check on 4 warps and 4 stages (the config the plan
+    had before Triton 3.8) spills on sm_121a with per-row packed scales: the gate fails it,
+    naming the bytes."""
+    from sparkpair_overlay.kernels import fp8_einsum as fe
+
+    base = aot.fp8_einsum_variants(("ue8m0-int32",))[0]
+    cfg = fe._cfg("t64_d128_s4_bc", 64, 128, 4, 4, share_check=True)
+    v = aot.AotVariant("fp8_einsum", cfg, base.variant, fe._fp8_einsum_kernel, base.args,
+                       {**base.kwargs, **cfg.constexprs()}, "fp8")  # fmt: skip
+    r = aot.compile_variant(v, "sm_121a", str(tmp_path))
+    assert r.ok and r.spills and r.spills > 0 and not r.fits, r
+    assert r.status == "spills" and f"spills {r.spills} B" in r.problem() and "t64_d128_s4_bc" in r.problem()
 
 
 def _oversized_fp8_variant() -> aot.AotVariant:
@@ -100,9 +171,20 @@ def test_shipped_cache_has_the_keys_the_runtime_looks_up(tmp_path, monkeypatch) 
     from sparkpair_overlay.numerics import make_fp8_operands
 
     cache = tmp_path / "cache"
-    results = aot.build(["sm_90a"], str(cache))
+    # What the calls below can look up: every router config, the fp8_einsum plans' configs and
+    # their split sums (the rest of the fp8_einsum set is built by the test of every config).
+    plans = {name for _, name in fe.FP8_EINSUM_PLAN_UE8M0 + fe.FP8_EINSUM_PLAN_FP32}
+    plans |= {c.name for c in fe.FP8_EINSUM_SUM_CONFIGS}
+    variants = [v for v in aot.all_variants() if v.kernel == "router_gemm" or v.config.name in plans]
+    results = aot.build(["sm_90a"], str(cache), variants)
     assert all(r.fits for r in results)
-    kernels = (rg._router_dot_kernel, rg._router_rows_kernel, rg._router_reduce_kernel, fe._fp8_einsum_kernel)
+    kernels = (
+        rg._router_dot_kernel,
+        rg._router_rows_kernel,
+        rg._router_reduce_kernel,
+        fe._fp8_einsum_kernel,
+        fe._fp8_einsum_mx_kernel,
+    )
     for fn in kernels:
         fn.device_caches.clear()  # forget the in-memory kernels: go through the file cache
     events: list[tuple[str, bool]] = []
@@ -126,7 +208,7 @@ def test_shipped_cache_has_the_keys_the_runtime_looks_up(tmp_path, monkeypatch) 
                         )
                     )
     for recipe, enc in (((1, 1, 128), "int32"), ((1, 128, 128), "fp32"), ((1, 1, 128), "int32-bcast")):
-        for t in (1, 32, 64, 2048):
+        for t in (1, 32, 64, 512, 2048):
             ops = make_fp8_operands(t, 4, 1024, 4096, recipe, enc, device="cpu")
             out = torch.empty((t, 4, 1024), dtype=torch.bfloat16)
             # int32-bcast: per-row scales that repeat their 128-row block, which the dispatcher
@@ -146,103 +228,3 @@ def test_shipped_cache_has_the_keys_the_runtime_looks_up(tmp_path, monkeypatch) 
     assert events, "no kernel was looked up"
     misses = [name for name, hit in events if not hit]
     assert not misses, f"runtime keys missing from the shipped cache: {misses}"
-
-
-#: The most dynamic shared memory one CTA may use on an H100/H200 (227 KB; NVIDIA's Hopper tuning
-#: guide, https://docs.nvidia.com/cuda/hopper-tuning-guide/).
-
-
-@pytest.mark.parametrize("kinds", ((0, 0, False), (1, 1, True), (2, 2, True)), ids=("fp32", "int32", "u8"))
-def test_gluon_decode_configs_build_for_sm90a_and_fit_one_h200_block(kinds, tmp_path, monkeypatch) -> None:
-    """PATH 4 and 5 (Gluon, wgmma) are built for sm_90a only: every config compiles for each scale
-    encoding, with its K range and ring as dispatched on R = 4096, within one H200 block's shared
-    memory (a ring three times deeper does not fit: the bound can fail)."""
-    from sparkpair_overlay.kernels import fp8_einsum as fe
-    from sparkpair_overlay.kernels import fp8_einsum_gluon as fg
-
-    if not fg.HAS_GLUON:
-        pytest.skip("this Triton has no Gluon Hopper API")
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    ptr = {0: "*fp32", 1: "*i32", 2: "*u8"}
-
-    def build(cfg, stages: int):
-        m = cfg.constexprs()
-        bt, bd = m["BLOCK_T"], m["BLOCK_D"]
-        lay = {n: gl.NVMMASharedLayout.get_default_for([n, 128], gl.float8e4nv) for n in {bt, bd}}
-        consts = {
-            "SA_KIND": kinds[0], "SW_KIND": kinds[1], "SW_PER_ROW": kinds[2], "BLOCK_T": bt, "BLOCK_D": bd,
-            "STAGES": stages, "num_warps": cfg.num_warps,
-        }  # fmt: skip
-        if m["PATH"] == 4:
-            kernel = fg._fp8_einsum_gluon_kernel
-            consts.update(KB_PER=32 // m["SPLIT_R"], USE_PDL=True)
-        else:
-            kernel = fg._fp8_einsum_gluon_tm_kernel
-            consts.update(KB=32)
-        types = {
-            "ws_ptr": "*fp32", "out_ptr": "*bf16", "sa_ptr": ptr[kinds[0]], "sw_ptr": ptr[kinds[1]],
-            "w_desc": f"tensordesc<fp8e4nv[{bd}, 128],{lay[bd]!r}>",
-            "a_desc": f"tensordesc<fp8e4nv[{bt}, 128],{lay[bt]!r}>",
-        }  # fmt: skip
-        names = kernel.arg_names
-        sig = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
-        src = GluonASTSource(kernel, sig, constexprs={(names.index(k),): v for k, v in consts.items()})
-        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.num_warps})
-
-    assert {c["PATH"] for c in fe.FP8_EINSUM_GLUON_CONFIGS} == {4, 5}
-    for cfg in fe.FP8_EINSUM_GLUON_CONFIGS:
-        k = build(cfg, cfg["STAGES"])
-        assert 0 < k.metadata.shared <= SM90_SHARED_MEMORY_BYTES, (cfg.name, k.metadata.shared)
-        assert "wgmma.mma_async" in k.asm["ptx"] and "cp.async.bulk.tensor" in k.asm["ptx"], cfg.name
-        n_regs, spills = aot._resource_usage(k.asm["cubin"])
-        print(f"{cfg.name} kinds={kinds}: {k.metadata.shared} B shared, {n_regs} registers, {spills} B spill")
-        assert spills == 0, (cfg.name, spills)
-    for cfg in fe.FP8_EINSUM_GLUON_CONFIGS:
-        deep = build(cfg, 3 * cfg["STAGES"])
-        assert deep.metadata.shared > SM90_SHARED_MEMORY_BYTES, (cfg.name, deep.metadata.shared)
-
-
-@pytest.mark.parametrize("enc", ("fp32", "int32", "int32-bcast", "e8m0"))
-def test_gluon_kernels_as_dispatched_build_for_sm90a_without_spills(enc, tmp_path, monkeypatch) -> None:
-    """What the dispatcher launches on compute capability 9.x at T = 17 … 128 (paths 4 and 5),
-    built for sm_90a from the served operands (their strides and sizes: Triton specialises on
-    what is not ``do_not_specialize``, so the generic build above can differ), spills no
-    register, and one build per config serves every T. A PATH 5 form with compile-time K
-    coordinates spilled 232 B on fp32 scales and ran 1.6x slower on the H200 (run 5 of
-    benchmarks/results/explore-2026-12-04-k17k/README.md); R = 3072 (24 K blocks, not a power
-    of 2) must build too."""
-    import torch
-    from sparkpair_overlay.kernels import fp8_einsum as fe
-    from sparkpair_overlay.kernels import fp8_einsum_gluon as fg
-    from sparkpair_overlay.numerics import make_fp8_operands
-
-    if not fg.HAS_GLUON:
-        pytest.skip("this Triton has no Gluon Hopper API")
-    recipe = (1, 128, 128) if enc == "fp32" else (1, 1, 128)
-    # the dispatcher's own plan, as on an sm_90 GPU with Gluon (these are CPU tensors)
-    monkeypatch.setattr(fe, "_tma_ok", lambda x, w: True)
-    monkeypatch.setattr(fe, "_gluon_ok", lambda x, w: True)
-    builds: dict[str, set[str]] = {}
-    shapes = [(t, 4096) for t in (17, 32, 33, 64, 65, 128)] + [(36, 3072), (100, 3072)]
-    for t, r in shapes:
-        a, sa, w, sw, _, _ = make_fp8_operands(t, 4, 1024, r, recipe, enc, device="cpu")
-        out = torch.empty((t, 4, 1024), dtype=torch.bfloat16)
-        sa_kind, sa, sw_kind, sw, per_row = fe._prepare(fe.SUPPORTED_EQUATION, a, sa, w, sw, out, recipe)
-        cfg, sw, per_row = fe._plan(a, w, sw, sa_kind, sw_kind, per_row)  # int32-bcast: the block view
-        assert per_row == (enc in ("int32", "e8m0"))
-        assert cfg["PATH"] in (4, 5) and fe._gluon_fits(cfg, r), (cfg.name, r)
-        kernel, grid, args, kwargs = fe._gluon_launch(cfg, a, sa, w, sw, out, sa_kind, sw_kind, per_row)
-        with aot._target_driver("sm_90a", str(tmp_path)):
-            k = kernel.warmup(*args, grid=grid, **kwargs)
-            k = k.result() if hasattr(k, "result") else k
-        assert k.metadata.shared == fe._gluon_shared_bytes(cfg, r, per_row), (cfg.name, enc, t, r)
-        n_regs, spills = aot._resource_usage(k.asm["cubin"])
-        if r == 4096:  # the served shape
-            assert spills == 0, (cfg.name, enc, t, n_regs, spills)
-            builds.setdefault(cfg.name, set()).add(k.hash)
-    assert all(len(h) == 1 for h in builds.values()), builds  # no build per T

@@ -5,22 +5,24 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _standin_tag() -> str:
-    """``sparkpair-standin-cpu-<hash of tests/docker/standin/>``: an edited stand-in gets a new
-    tag, so build-standin.sh (which reuses an existing tag) never serves a stale one."""
+    """``sparkpair-standin-cpu-<hash of tests/docker/standin/ and the Triton pin>``: an edited
+    stand-in, or a new pin in pyproject.toml's ``kernels`` extra (which build-standin.sh
+    installs), gets a new tag, so build-standin.sh (which reuses an existing tag) never serves a
+    stale one."""
     h = hashlib.sha256()
     for f in sorted((REPO / "tests" / "docker" / "standin").iterdir()):
         if f.is_file():
             h.update(f.name.encode() + b"\0" + f.read_bytes())
+    pin = sh(sys.executable, str(REPO / "scripts" / "triton_requirement.py")).stdout.strip()
+    h.update(pin.encode())
     return f"sparkpair-standin-cpu-{h.hexdigest()[:10]}"
-
-
-STANDIN_TAG = _standin_tag()
 
 
 def sh(*argv: str, timeout: float = 1800, check: bool = True, **kw) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
@@ -29,3 +31,6 @@ def sh(*argv: str, timeout: float = 1800, check: bool = True, **kw) -> subproces
     if check and r.returncode != 0:
         raise AssertionError(f"{' '.join(argv)} exited {r.returncode}:\n{(r.stdout + r.stderr)[-4000:]}")
     return r
+
+
+STANDIN_TAG = _standin_tag()

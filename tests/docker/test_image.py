@@ -4,9 +4,11 @@ node's own commands with the verdicts they owe:
 
 - ``sparkpair preflight --local`` on the recorded host trees (tests/fixtures/hosts, mounted
   read-only): a good Spark head passes, a Spark after a bad upgrade fails on kernel CMA, ptxas
-  and FlashInfer; and live, on the image's own packages: the FlashInfer 0.7.2.post1 the base
-  pins answers the pair vLLM 0.33 asks and the CUDA 12.9 ptxas accepts sm_121a, while
-  Triton's older bundled ptxas is refused;
+  (the recorded B01 output of Triton 3.6's CUDA 12.8 ptxas) and FlashInfer; and live, on the
+  image's own packages: the FlashInfer 0.7.2.post1 the base pins answers the pair vLLM 0.33 asks
+  and the ptxas Triton uses for sm_121a accepts it;
+- the image's Triton is the pin of the ``kernels`` extra's series (the build printed and checked
+  it) and its AOT kernel cache was built by it;
 - ``sparkpair plan``: the kernel plan of family 120 (capability faked to 12.1: no GPU here)
   and of a machine with no GPU;
 - ``sparkpair node check``: the head is healthy only when ``/health`` answers 200, a worker
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -94,13 +97,19 @@ def test_preflight_live_on_the_images_flashinfer_and_ptxas_passes(
     assert "(32, 128)" in out
 
 
-def test_preflight_live_refuses_tritons_old_ptxas(sparkpair_image: str, tmp_path: Path) -> None:
-    old = run(sparkpair_image, "-c", "import triton, pathlib; print(pathlib.Path(triton.__file__).parent / 'backends/nvidia/bin/ptxas')",
-              entrypoint="python3").stdout.strip()  # fmt: skip
-    code, got, out = preflight(sparkpair_image, tmp_path, "--only", "ptxas", "--env-file", "/hosts/spark-head-good/node.env",
-                               env={"TRITON_PTXAS_BLACKWELL_PATH": old})  # fmt: skip
-    assert code == 1 and got == {"ptxas": "fail"}, out
-    assert "sm_121a" in out
+def test_the_image_carries_the_pinned_triton_and_its_kernel_cache(sparkpair_image: str) -> None:
+    """The Triton the image compiles our kernels with is the ``kernels`` extra's (the Dockerfile
+    asserts it at build; the stand-in carries the pin, as the real base carries torch 2.14's
+    Triton 3.8), and the AOT build left its cubins in the shipped cache."""
+    pin = sh(sys.executable, str(REPO / "scripts" / "triton_requirement.py")).stdout.strip()
+    code = ("import triton, pathlib; from sparkpair_overlay.kernels._common import triton_problem; "
+            "print(triton.__version__, repr(triton_problem()), "
+            "len(list(pathlib.Path('/opt/sparkpair/triton-cache').rglob('*.cubin'))))")  # fmt: skip
+    r = run(sparkpair_image, "-c", code, entrypoint="python3")
+    assert r.returncode == 0, r.stderr[-3000:]
+    version, problem, cubins = r.stdout.split()
+    assert f"triton=={version}" == pin and problem == "''", r.stdout
+    assert int(cubins) > 0, r.stdout
 
 
 def test_plan_on_family_120_takes_sparkpairs_kernels(sparkpair_image: str) -> None:

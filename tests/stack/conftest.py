@@ -1,5 +1,6 @@
 """The ``stack`` tier: tests that run inside ``.venv-stack`` (vLLM 0.33.0 wheel, FlashInfer
-0.7.2.post1, the DeepGEMM vLLM vendors, CPU torch 2.13, Triton 3.6; scripts/setup-stack.sh).
+0.7.2.post1, the DeepGEMM vLLM vendors, CPU torch 2.13, the image's Triton 3.8;
+scripts/setup-stack.sh).
 
 * Run with ``.venv-stack/bin/python -m pytest tests/stack`` (``scripts/test.sh`` does, in CI
   always). Any other interpreter collects nothing here (the 0.32 ``.venv`` run must not import

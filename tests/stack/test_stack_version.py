@@ -62,3 +62,18 @@ def test_installed_vllm_0_33_source_has_every_patch_target():
     checked, findings = check_source(read)
     assert not findings, "patch targets missing in vLLM 0.33.0:\n" + "\n".join(f"  - {f}" for f in findings)
     assert len(checked) >= 20
+
+
+def test_this_venv_runs_the_images_triton():
+    """The stack tier runs our kernels (and vLLM's, under Triton's interpreter) with the Triton
+    the image's torch requires: the ``kernels`` extra's pin (scripts/setup-stack.sh installs it),
+    whose series is the one vLLM 0.33's torch 2.14.0 asks for (triton~=3.8.0,
+    docs/reference/triton-gb10.md)."""
+    import importlib.metadata
+
+    import triton
+    from sparkpair_overlay.kernels._common import triton_problem, triton_requirement
+
+    assert triton_requirement() == f"triton=={triton.__version__}" and triton_problem() == ""
+    assert "torch==2.14.0" in (importlib.metadata.requires("vllm") or [])
+    assert triton.__version__.startswith("3.8."), triton.__version__

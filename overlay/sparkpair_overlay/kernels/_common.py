@@ -7,6 +7,7 @@ never touches a GPU, so it imports on a CPU-only machine. When Triton is absent
 
 from __future__ import annotations
 
+import importlib.metadata
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -21,17 +22,23 @@ except ImportError:  # pragma: no cover - exercised only without Triton
     HAS_TRITON = False
 
 __all__ = [
-    "GB10_SHARED_MEMORY_BYTES", "SM90_SHARED_MEMORY_BYTES", "HAS_TRITON", "SEMAPHORES", "KernelConfig",
-    "SemaphorePool", "cdiv", "make_config", "require_triton", "tl", "triton",
+    "GB10_SHARED_MEMORY_BYTES",
+    "HAS_TRITON",
+    "SEMAPHORES",
+    "KernelConfig",
+    "SemaphorePool",
+    "cdiv",
+    "make_config",
+    "require_triton",
+    "tl",
+    "triton",
+    "triton_problem",
+    "triton_requirement",
 ]
 
 #: GB10 (sm_121) shared memory per block, in bytes: 99 KiB (DGX Spark / GB10 spec;
 #: ``cudaDevAttrMaxSharedMemoryPerBlockOptin`` = 101376 on sm_120/sm_121).
 GB10_SHARED_MEMORY_BYTES = 101_376
-#: Compute capability 9.0 (H100 / H200) shared memory per block with the opt-in, in bytes: 227 KiB
-#: (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability":
-#: https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#features-and-technical-specifications).
-SM90_SHARED_MEMORY_BYTES = 232_448
 
 
 @dataclass(frozen=True)
@@ -70,11 +77,50 @@ def make_config(name: str, kernel: str, num_warps: int, num_stages: int, **meta:
     )
 
 
+def triton_requirement() -> str | None:
+    """The Triton requirement of sparkpair's ``kernels`` extra (``"triton==X.Y.Z"``), read from the
+    installed distribution's metadata: pyproject.toml's extra, the one place the project names
+    the Triton its kernels are built and tested with (the image's: the one its torch requires).
+    ``None`` when sparkpair is not installed as a distribution or names no Triton there."""
+    try:
+        reqs = importlib.metadata.requires("sparkpair") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for req in reqs:
+        spec, _, marker = req.partition(";")
+        if spec.replace(" ", "").startswith("triton") and "kernels" in marker:
+            return spec.replace(" ", "")
+    return None
+
+
+def triton_problem(version: str | None = None) -> str:
+    """Why the Triton ``version`` (default: the importable one) is not the release series the
+    kernels are built and tested with (:func:`triton_requirement`: same major.minor; the image's
+    base may carry a later patch release of it), or ``""``. The kernels' instructions differ by
+    Triton version (Triton 3.6 upcasts fp8 MMAs for sm_121; 3.8 emits native ones:
+    docs/reference/triton-gb10.md)."""
+    want = triton_requirement()
+    if version is None:
+        if not HAS_TRITON:
+            return f"Triton is not importable here; wanted {want or 'Triton'}"
+        version = str(triton.__version__)
+    if want is None or "==" not in want:
+        return ""  # not installed as a distribution (a source tree on sys.path): nothing to compare
+    pin = want.split("==", 1)[1]
+    if version.split(".")[:2] != pin.split(".")[:2]:
+        return (
+            f"Triton {version} is installed; sparkpair's kernels are built and tested with {want} "
+            f"(its {'.'.join(pin.split('.')[:2])} series, the image's Triton)"
+        )
+    return ""
+
+
 def require_triton() -> None:
     """Raise ``RuntimeError`` when Triton is not importable."""
     if not HAS_TRITON:
         raise RuntimeError(
-            "sparkpair kernels need Triton (pip install triton==3.6.0); it is not importable here"
+            f"sparkpair kernels need Triton (pip install '{triton_requirement() or 'triton'}'); it is not "
+            "importable here"
         )
 
 

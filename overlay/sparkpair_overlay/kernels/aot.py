@@ -7,8 +7,15 @@ key are exactly what the runtime computes for the served model's shapes on that 
 compiled artifacts land in ``TRITON_CACHE_DIR``; point the runtime's ``TRITON_CACHE_DIR`` at the
 same directory (the image ships it) and the first GB10 call loads the cubin instead of compiling.
 
-Targets: ``sm_121a`` (GB10), ``sm_120a``, ``sm_100a``, ``sm_90a`` (H100/H200). On sm_12x every
-config must fit :data:`GB10_SHARED_MEMORY_BYTES` (101,376 B per block).
+Targets: ``sm_121a`` (GB10) and ``sm_120a`` (the other family-120 parts, where the overlay routes
+to these kernels too), and ``sm_90a`` (H100/H200, the proxy the GPU tests and benchmarks run on).
+On sm_12x every build is inspected as GB10 would run it (:func:`mma_problem`): it fits
+:data:`GB10_SHARED_MEMORY_BYTES` (101,376 B per block), spills no register, and every MMA on fp8
+operands in its PTX is a native fp8 instruction (``mma.sync ... e4m3.e4m3``) or, for the
+block-scaled configs, the block-scaled one (``mma.sync ... kind::mxf8f6f4.block_scale ... ue8m0``)
+— never an f16/bf16 MMA on upcast operands, which is what Triton 3.6 emits for sm_121
+(docs/reference/triton-gb10.md). On sm_90a spills are reported, not gated (Triton decomposes
+the block-scaled dot there into bf16: correct, not what GB10 runs).
 """
 
 from __future__ import annotations
@@ -27,9 +34,62 @@ import torch
 
 from ._common import GB10_SHARED_MEMORY_BYTES, HAS_TRITON, KernelConfig, require_triton
 
-#: Target name -> compute capability as Triton's ``GPUTarget`` wants it.
-AOT_TARGETS: dict[str, int] = {"sm_121a": 121, "sm_120a": 120, "sm_100a": 100, "sm_90a": 90}
-DEFAULT_ARCHS: tuple[str, ...] = ("sm_121a", "sm_120a", "sm_100a", "sm_90a")
+#: Target name -> compute capability as Triton's ``GPUTarget`` wants it. No sm_100a: the overlay
+#: routes to these kernels on family 120 only, so a Blackwell datacenter build serves nobody (and
+#: Triton 3.8 crashes building the per-K-tile promotion of the block-scaled kernel for it, in
+#: its TritonGPUOptimizeAccumulatorInit pass).
+AOT_TARGETS: dict[str, int] = {"sm_121a": 121, "sm_120a": 120, "sm_90a": 90}
+DEFAULT_ARCHS: tuple[str, ...] = ("sm_121a", "sm_120a", "sm_90a")
+
+#: What the MMAs of a build may be (:attr:`AotVariant.mma`): ``"fp8"`` every MMA in the PTX a native
+#: fp8 ``mma.sync`` (e4m3 operands, either plain or block-scaled); ``"mxf8"`` every MMA the
+#: block-scaled ``kind::mxf8f6f4.block_scale`` one with ue8m0 scales; ``None``: not inspected (no
+#: fp8 operands: the router's bf16/fp32 GEMMs, the split sums).
+MMA_KINDS = ("fp8", "mxf8")
+_MMA_RE = re.compile(r"^\s*((?:mma|wgmma\.mma_async|tcgen05\.mma)\.[\w.:]+)", re.M)
+_SCALED = r"kind::mxf8f6f4\.block_scale\.scale_vec::\w+\."
+_NATIVE_FP8_MMA = re.compile(
+    rf"^mma\.sync\.aligned\.m16n8k32\.row\.col\.(?:{_SCALED})?f32\.e4m3\.e4m3\.f32(?:\.ue8m0)?$"
+)
+_BLOCK_SCALED_MMA = re.compile(
+    rf"^mma\.sync\.aligned\.m16n8k32\.row\.col\.{_SCALED}f32\.e4m3\.e4m3\.f32\.ue8m0$"
+)
+
+
+def mma_instructions(ptx: str) -> dict[str, int]:
+    """Every MMA instruction of a PTX text (``mma``, ``wgmma.mma_async``, ``tcgen05.mma``), by its
+    full opcode with modifiers, counted."""
+    counts: dict[str, int] = {}
+    for op in _MMA_RE.findall(ptx):
+        counts[op] = counts.get(op, 0) + 1
+    return counts
+
+
+def mma_problem(mma: dict[str, int], want: str | None) -> str:
+    """Why the MMAs ``mma`` (:func:`mma_instructions`) are not what a build of kind ``want``
+    (:data:`MMA_KINDS`) must run on sm_12x, or ``""``: an fp8 build needs at least one MMA, and
+    each one native fp8 (``want`` "fp8") or block-scaled with ue8m0 scales ("mxf8").
+
+    Raises:
+        ValueError: ``want`` is not None or one of :data:`MMA_KINDS`.
+    """
+    if want is None:
+        return ""
+    if want not in MMA_KINDS:
+        raise ValueError(f"unknown MMA kind {want!r}; known: {', '.join(MMA_KINDS)}")
+    if not mma:
+        return "no MMA instruction in its PTX (wanted native fp8 mma.sync)"
+    pattern = _BLOCK_SCALED_MMA if want == "mxf8" else _NATIVE_FP8_MMA
+    bad = {op: n for op, n in mma.items() if not pattern.match(op)}
+    if not bad:
+        return ""
+    what = (
+        "the block-scaled mma.sync ... kind::mxf8f6f4.block_scale ... e4m3.e4m3.f32.ue8m0"
+        if want == "mxf8"
+        else "native fp8 mma.sync ... e4m3.e4m3"
+    )
+    seen = ", ".join(f"{op} x{n}" for op, n in sorted(bad.items()))
+    return f"MMAs on its fp8 operands are {seen}; wanted only {what} (an f16/bf16 MMA means upcast operands)"
 
 
 def shared_memory_limit(arch: str) -> int | None:
@@ -51,6 +111,7 @@ class AotVariant:
     fn: Any  # the JITFunction
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
+    mma: str | None = None  # what its MMAs must be on sm_12x (MMA_KINDS), None: not inspected
 
 
 @dataclass
@@ -67,23 +128,51 @@ class AotResult:
     spills: int | None = None
     limit: int | None = None
     error: str = ""
+    mma: dict[str, int] = field(default_factory=dict)  # MMA opcode -> count in the PTX
+    mma_error: str = ""  # why those MMAs fail the sm_12x check (mma_problem), "" when they pass
 
     @property
     def fits(self) -> bool:
-        return self.ok and (self.limit is None or (self.shared or 0) <= self.limit)
+        """Compiled, and on sm_12x (GB10's family) within its shared memory, without a spill, with
+        the MMAs wanted. Elsewhere (sm_90a: the H200 proxy, where Triton decomposes the
+        block-scaled dot into bf16) spills are reported, not gated."""
+        return (
+            self.ok
+            and (self.limit is None or (self.shared or 0) <= self.limit)
+            and not (self.sm12x and self.spills)
+            and not self.mma_error
+        )
+
+    @property
+    def sm12x(self) -> bool:
+        """Whether the build is for compute capability family 120 (sm_120a, sm_121a)."""
+        return AOT_TARGETS.get(self.arch, 0) // 10 == 12
 
     def problem(self) -> str:
         """Human-readable failure (empty when fine)."""
+        what = f"{self.kernel}/{self.config} [{self.variant}]"
         if not self.ok:
+            return f"{what} does not compile for {self.arch}: {self.error}"
+        if self.limit is not None and (self.shared or 0) > self.limit:
             return (
-                f"{self.kernel}/{self.config} [{self.variant}] does not compile for {self.arch}: {self.error}"
+                f"{what} needs {self.shared} B of shared memory on {self.arch}; the limit is {self.limit} B"
             )
-        if not self.fits:
-            return (
-                f"{self.kernel}/{self.config} [{self.variant}] needs {self.shared} B of shared memory on "
-                f"{self.arch}; the limit is {self.limit} B"
-            )
+        if self.sm12x and self.spills:
+            return f"{what} spills {self.spills} B of registers to local memory on {self.arch}; wanted 0"
+        if self.mma_error:
+            return f"{what} on {self.arch}: {self.mma_error}"
         return ""
+
+    @property
+    def status(self) -> str:
+        """One word for tables: ok, compile error, too much smem, spills, or mma."""
+        if not self.ok:
+            return "compile error"
+        if self.limit is not None and (self.shared or 0) > self.limit:
+            return "too much smem"
+        if self.sm12x and self.spills:
+            return "spills"
+        return "upcast mma" if self.mma_error else "ok"
 
 
 class _Mock:
@@ -201,6 +290,10 @@ def compile_variant(v: AotVariant, arch: str, cache_dir: str | None = None) -> A
     cubin = k.asm.get("cubin") if hasattr(k, "asm") else None
     if cubin:
         res.n_regs, res.spills = _resource_usage(cubin)
+    ptx = k.asm.get("ptx", "") if hasattr(k, "asm") else ""
+    res.mma = mma_instructions(ptx)
+    if AOT_TARGETS[arch] // 10 == 12:
+        res.mma_error = mma_problem(res.mma, v.mma)
     return res
 
 
@@ -271,7 +364,8 @@ FP8_EINSUM_LAYOUTS = ("fp32", "ue8m0-int32", "ue8m0-int32-blocks", "ue8m0-u8")
 
 
 def fp8_einsum_variants(layouts: Sequence[str] = FP8_EINSUM_LAYOUTS) -> list[AotVariant]:
-    """Every fp8_einsum config for each scale layout (TP=2 shapes: G=4, D=1024, R=4096).
+    """Every fp8_einsum config for each scale layout (TP=2 shapes: G=4, D=1024, R=4096), the
+    block-scaled ones (``_fp8_einsum_mx_kernel``) with the same arguments.
 
     ``fp32``: recipe (1,128,128), sw fp32 [G, D/128, R/128] contiguous (SM90 layout).
     ``ue8m0-int32``: recipe (1,1,128), sa/sw int32 packed, sw MN-major TMA-aligned [G, D, R/512]
@@ -335,7 +429,14 @@ def fp8_einsum_variants(layouts: Sequence[str] = FP8_EINSUM_LAYOUTS) -> list[Aot
             kwargs = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row, **cfg.constexprs()}
             if cfg.constexprs().get("USE_PDL"):  # decode configs and their split sums
                 kwargs["launch_pdl"] = True
-            out.append(AotVariant("fp8_einsum", cfg, layout, fe._fp8_einsum_kernel, args, kwargs))
+            mma: str | None = "fp8"
+            if cfg.kernel == fe.MX_KERNEL:
+                fn, mma = fe._fp8_einsum_mx_kernel, "mxf8"
+            else:
+                fn = fe._fp8_einsum_kernel
+                if cfg.constexprs().get("PATH") == 2:  # the split sum has no MMA
+                    mma = None
+            out.append(AotVariant("fp8_einsum", cfg, layout, fn, args, kwargs, mma))
     return out
 
 

@@ -4,9 +4,16 @@ Computes, for every token t, group g and output row d::
 
     out[t, g, d] = sum_r a[t, g, r] * sa[t, g, r // 128] * w[g, d, r] * sw_(g, d, r // 128)
 
-with fp8 e4m3 products on the tensor cores, one fp32 partial per 128-wide K block, scaled and
-accumulated in fp32, written as bf16. Shapes (docs/reference/vllm-code-paths.md#dsv4-shapes): TP=2: G=4,
-R=4096, D=1024; TP=1: G=8.
+with fp8 e4m3 products on the tensor cores, accumulated in fp32, written as bf16. Shapes
+(docs/reference/vllm-code-paths.md#dsv4-shapes): TP=2: G=4, R=4096, D=1024; TP=1: G=8.
+
+The overlay routes o_proj here on compute capability family 120 only (GB10 is 12.1), so every
+path below is one GB10 runs: ``mma.sync`` on fp8 operands, nothing that needs TMA descriptors,
+wgmma or another architecture. What Triton emits for sm_121a depends on its version: Triton 3.8
+(the image's, required by torch 2.14) emits native fp8 ``mma.sync ... e4m3.e4m3`` for ``tl.dot``
+and the block-scaled ``mma.sync ... kind::mxf8f6f4.block_scale ... ue8m0`` for ``tl.dot_scaled``;
+Triton 3.6 upcasts both to f16/bf16 (docs/reference/triton-gb10.md). The AOT gate
+(:mod:`.aot`) checks the instructions of every sm_121a build.
 
 Calling convention: the same as ``vllm.utils.deep_gemm.fp8_einsum`` as
 ``vllm/models/deepseek_v4/nvidia/ops/o_proj.py`` calls it::
@@ -37,14 +44,51 @@ An exponent byte ``e`` decodes to ``2**(e - 127)`` exactly: fp32 bits ``e << 23`
 definition). Any strides are accepted for the scales, including vLLM's MN-major TMA-aligned
 layout (token dim contiguous, T padded to a multiple of 4: strides ``(1, K_s*T4, T4)``).
 
-Promotion (each K block's fp32 MMA partial scaled into the accumulator): block weight scales
-give each tile one scale per K block (every config's BLOCK_D divides 128; the launcher refuses a
-config that does not), one FMA per element; per-row scales cost an FMUL and an FMA. Per-row
-scales that repeat one value on every row of each 128-row block (DeepGEMM's per-row copies of
-128x128 block scales, the layout GB10 serves) are handed to the kernels as block scales once
-:func:`block_scales_view` has said so; before that, ``SHARE_CHECK`` configs check once per tile
-whether its rows hold identical raw per-row scale entries and then take the one-FMA loop. The bits
-are the same either way.
+Per-row weight scales that repeat one value on every row of each 128-row block (DeepGEMM's
+per-row copies of 128x128 block scales, the layout GB10 serves) are handed to the kernels as
+block scales once :func:`block_scales_view` has said so; before that, ``SHARE_CHECK`` configs
+check once per tile whether its rows hold identical raw per-row scale entries and then take the
+one-scale loop. The bits are the same either way.
+
+Two kernels, four paths:
+
+* ``_fp8_einsum_kernel`` (``tl.dot`` on fp8, each 128-wide K block's fp32 MMA partial scaled into
+  the fp32 accumulator: "promotion"), with a constexpr ``PATH``:
+
+  * 0, the tile loop (prefill and mid T): a (T tile, D tile, K split) per CTA, a
+    software-pipelined loop over 128-wide K blocks; split configs sum their partials in the last
+    CTA of each tile. Block weight scales give each tile one scale per K block (every config's
+    BLOCK_D divides 128; the launcher refuses a config that does not): one FMA per element;
+    per-row scales cost an FMUL and an FMA.
+  * 1, decode: weight rows on the MMA's M side (the few tokens are its N), KB_PER K blocks per
+    CTA, every weight tile and its scales loaded at once, first, then the activations, then
+    KB_PER MMAs into one fp32 accumulator; each K split stores an fp32 partial. Launched with
+    programmatic dependent launch (``USE_PDL``): the weight and its scales are loaded before
+    ``gdc_wait``, so the weight stream may start while the kernel before this one on the stream
+    finishes; ``a``, ``sa``, the workspace and ``out`` are touched only after it. Caller contract
+    (as the router's): no kernel right before this one writes ``w`` or ``sw`` (model parameters).
+  * 2, the split sum of paths 1 and the block-scaled decode tiles: a second launch (with PDL when
+    the first has it, so it is resident and waiting when the partials land) adds
+    ``0 + p0 + p1 + ...`` in split order and writes bf16 ``out``.
+
+* ``_fp8_einsum_mx_kernel``, the block-scaled path: ``tl.dot_scaled(e4m3, ue8m0)``, the tensor
+  core applying the scales itself (the MXFP8 MMA on sm_120/sm_121 with Triton 3.8). Each 32-wide
+  K vector takes the exponent byte of its 128-wide scale block (repeated over its four vectors:
+  exact), read straight from the served layouts (packed int32 words, exponent bytes, or the
+  exponent field of fp32 scales; no copy). fp32 scales must be powers of two (vLLM's are:
+  docs/reference/vllm-code-paths.md#o_proj-scales); an output whose token or weight row has a fp32
+  scale that is not (its exponent alone would be inexact) is written NaN, never a wrong number.
+  Two forms, by constexpr:
+
+  * the tile loop (``ONE_TILE`` False; prefill): (T tile, D tile) per CTA, tokens on the MMA's M
+    side, a pipelined loop over BLOCK_K-wide K tiles. ``PROMOTE``: each K tile's MMA result is
+    added to an fp32 accumulator outside the MMA (as DeepSeek's kernels promote every 128 of K);
+    else every K tile accumulates in the MMA itself over the whole K. Both exist because whether
+    sm_120/sm_121's MMA accumulates in full fp32 over K = 4096 is unknown without the device
+    (the probe measures the error of both against fp64).
+  * the decode tile (``ONE_TILE`` True): weight rows on the M side, one BLOCK_K-wide K tile per
+    CTA (K split in R / BLOCK_K parts, summed by PATH 2), the weight and its scales loaded before
+    ``gdc_wait`` as PATH 1 does.
 
 T (tokens) and the scale strides (which depend on T through the TMA padding T4 = 4*ceil(T/4))
 are ``do_not_specialize`` kernel arguments, so one compiled kernel per config serves T = 1 .. 16384
@@ -55,59 +99,25 @@ The operand strides stay specialised: they are T-independent, or (``a``'s group 
 group-major layout) always a multiple of 16, so their specialisation never changes with T and
 keeps the 16-byte vector loads. Total elements per operand must stay below 2**31 (int32 offsets).
 
-Four paths in one jitted kernel (constexpr ``PATH``), and two more in Gluon:
-
-* 0, the tile loop (prefill and mid T): a (T tile, D tile, K split) per CTA, a software-pipelined
-  loop over 128-wide K blocks; split configs sum their partials in the last CTA of each tile.
-* 1, decode (the plans use it for T <= 32): weight rows on the MMA's M side (the few tokens are
-  its N), KB_PER K blocks per CTA, every weight tile and its scales loaded at once, first, then
-  the activations, then KB_PER MMAs into one fp32 accumulator; each K split stores an fp32
-  partial. Launched with programmatic dependent launch (``USE_PDL``): the weight and its scales
-  are loaded before ``gdc_wait``, so the weight stream may start while the kernel before this one
-  on the stream finishes; ``a``, ``sa``, the workspace and ``out`` are touched only after it.
-  Caller contract (as the router's): no kernel right before this one writes ``w`` or ``sw``
-  (model parameters).
-* 2, the split sum of paths 1, 3 and 4: a second launch (with PDL when the first has it, so it is
-  resident and waiting when the partials land) adds ``0 + p0 + p1 + ...`` in split order and
-  writes bf16 ``out``.
-* 3, persistent TMA loop (compute capability 9.x only: prefill with block weight scales from T =
-  1024, with per-row weight scales from T = 2048; UE8M0 scales at T = 33 ... 128 where paths 4
-  and 5 cannot run): a persistent
-  grid (``PERSIST_CTAS_PER_SM`` CTAs per SM) walking each group's work items, (K split, T tile, D
-  tile) with the tiles in PATH 0's grouped order, operands loaded by TMA through device-side
-  tensor descriptors (``a`` must be group-major, ``w`` contiguous), the same promotion as PATH 0.
-  Whole K per tile (prefill; the config carries Triton's ``maxnreg`` launch option so three CTAs
-  fit an SM's registers) or K in ``SPLIT_R`` parts, each storing an fp32 partial that PATH 2 sums.
-  The descriptors' global scratch is one reused buffer per device (no allocation per call once
-  sized).
-
-* 4, in its own module (``fp8_einsum_gluon``, Gluon, compute capability 9.x only, T = 17 ... 64,
-  every scale encoding): split decode tiles with every scale staged in shared memory and each K
-  block's wgmma in flight across the previous block's promotion; PATH 2 sums the splits.
-* 5, in the same module (T = 65 ... 128): the whole K per program with tokens on wgmma's M side,
-  128 tokens by 32 weight rows, the same staging and overlap; no split, no sum.
-
 Every path adds in a fixed order: bitwise deterministic run to run.
 
 Public API: :func:`fp8_einsum`; torch custom op ``torch.ops.sparkpair.fp8_einsum`` (mutates
-``out``; fake implementation registered); :data:`FP8_EINSUM_CONFIGS` (paths 0, 1 and 3),
-:data:`FP8_EINSUM_GLUON_CONFIGS` (paths 4 and 5),
-:data:`FP8_EINSUM_SUM_CONFIGS` (path 2, for the AOT build); :data:`FP8_EINSUM_TMA_CONFIGS` (path 3);
-:func:`fp8_einsum_with_config`.
+``out``; fake implementation registered); :data:`FP8_EINSUM_CONFIGS` (every config of both
+kernels), :data:`FP8_EINSUM_MX_CONFIGS` (the block-scaled ones), :data:`FP8_EINSUM_SUM_CONFIGS`
+(PATH 2, for the AOT build); the GB10 plan :data:`FP8_EINSUM_PLAN_UE8M0` /
+:data:`FP8_EINSUM_PLAN_FP32` and :func:`select_fp8_einsum_config`; :func:`fp8_einsum_with_config`.
 """
 
 from __future__ import annotations
 
 import os
 import weakref
-from typing import Any
 
 import torch
 
 from ._common import (
     HAS_TRITON,
     SEMAPHORES,
-    SM90_SHARED_MEMORY_BYTES,
     KernelConfig,
     cdiv,
     make_config,
@@ -115,25 +125,16 @@ from ._common import (
     tl,
     triton,
 )
-from .fp8_einsum_gluon import HAS_GLUON
-from .fp8_einsum_gluon import tensor_descriptor as gluon_tensor_descriptor
-
-if HAS_GLUON:
-    from .fp8_einsum_gluon import _fp8_einsum_gluon_kernel, _fp8_einsum_gluon_tm_kernel
 
 __all__ = [
     "FP8_EINSUM_CONFIGS",
     "FP8_EINSUM_DECODE_CONFIGS",
-    "FP8_EINSUM_GLUON_CONFIGS",
+    "FP8_EINSUM_MX_CONFIGS",
     "FP8_EINSUM_PLAN",
+    "FP8_EINSUM_PLAN_FP32",
+    "FP8_EINSUM_PLAN_UE8M0",
     "FP8_EINSUM_SUM_CONFIGS",
-    "FP8_EINSUM_TMA_CONFIGS",
-    "FP8_EINSUM_TMA_MID_MIN_T",
-    "FP8_EINSUM_TMA_MID_PLAN_UE8M0",
-    "FP8_EINSUM_TMA_MIN_T",
-    "FP8_EINSUM_TMA_PLAN_CONFIG",
-    "FP8_EINSUM_TMA_ROW_MIN_T",
-    "FP8_EINSUM_TMA_ROW_PLAN_CONFIG",
+    "MX_KERNEL",
     "SUPPORTED_EQUATION",
     "block_scales_view",
     "decode_ue8m0",
@@ -147,11 +148,14 @@ __all__ = [
 
 SUPPORTED_EQUATION = "bhr,hdr->bhd"
 SCALE_BLOCK = 128  # K elements per scale, both recipes (docs/reference/vllm-code-paths.md#o_proj-scales)
+MX_VECTOR = 32  # K elements per exponent byte of tl.dot_scaled's e8m0 scales (OCP MX spec)
+MX_KERNEL = "_fp8_einsum_mx_kernel"  # KernelConfig.kernel of the block-scaled configs
 
 # Scale kinds (constexpr SA_KIND / SW_KIND).
 _SCALE_FP32 = 0
 _SCALE_PACKED_I32 = 1
 _SCALE_U8 = 2
+
 
 # ----------------------------------------------------------------------------------------------
 # Kernel
@@ -160,6 +164,7 @@ _SCALE_U8 = 2
 if HAS_TRITON:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+    from ._scale_decode import load_block_exponents as _load_exponents
     from ._scale_decode import load_block_scale as _load_scale
 
     @triton.jit
@@ -297,7 +302,7 @@ if HAS_TRITON:
         independent loads in flight; no software pipeline to fill), and under ``USE_PDL``
         before ``gdc_wait``: the weight is a parameter that no earlier kernel writes. Then the
         activations and their scales, then KB_PER MMAs with the weight rows on the M side
-        (wgmma's M = 64 from D; the few tokens are its N). One K split (SPLIT_R == 1) writes
+        (mma.sync's M from D; the few tokens are its N). One K split (SPLIT_R == 1) writes
         ``out``; several write fp32 partials ``ws[s, t, g, d]``, summed by PATH 2 in split order.
         """
         tl.static_assert((KB_PER == 1) | (KB_PER == 2) | (KB_PER == 4), "KB_PER: 1, 2 or 4")
@@ -358,251 +363,6 @@ if HAS_TRITON:
             G = tl.num_programs(1)
             p_offs = pid_s * stride_wss + offs_t[None, :] * (G * D) + g * D + offs_d[:, None]
             tl.store(ws_ptr + p_offs, acc, mask=td_mask)
-
-    @triton.jit
-    def _tma_k_loop(
-        acc,
-        a_desc,
-        w_desc,
-        row_a,
-        row_w,
-        sa_ptr,
-        sw_ptr,
-        sa_base,
-        sw_offs,
-        sw_mask,
-        kb_lo,
-        kb_hi,
-        t_mask,
-        stride_sak,
-        stride_swk,
-        SA_KIND: tl.constexpr,
-        SW_KIND: tl.constexpr,
-        SW_VEC: tl.constexpr,
-        BLOCK_R: tl.constexpr,
-        STAGES: tl.constexpr,
-    ):
-        """PATH 3: K blocks ``kb_lo .. kb_hi - 1`` of one tile, operands by TMA (tensor
-        descriptors), promotion as :func:`_k_loop` (the same operations in the same order: the
-        same bits)."""
-        for kb in tl.range(kb_lo, kb_hi, num_stages=STAGES):
-            a = a_desc.load([row_a, kb * BLOCK_R])
-            w = w_desc.load([row_w, kb * BLOCK_R])
-            if SA_KIND == 1:
-                ka = kb // 4
-            else:
-                ka = kb
-            if SW_KIND == 1:
-                kw = kb // 4
-            else:
-                kw = kb
-            s_a = _load_scale(sa_ptr, sa_base + ka * stride_sak, kb, t_mask, SA_KIND)
-            s_w = _load_scale(sw_ptr, sw_offs + kw * stride_swk, kb, sw_mask, SW_KIND)
-            part = tl.dot(a, tl.trans(w))
-            if SW_VEC:
-                acc += part * (s_a[:, None] * s_w[None, :])
-            else:
-                acc += part * (s_a * s_w)[:, None]
-        return acc
-
-    @triton.jit
-    def _persistent_tma_loop(
-        out_ptr,
-        ws_ptr,
-        a_ptr,
-        sa_ptr,
-        w_ptr,
-        sw_ptr,
-        T,
-        D,
-        R,
-        stride_ot,
-        stride_og,
-        stride_at,
-        stride_wd,
-        stride_sat,
-        stride_sag,
-        stride_sak,
-        stride_swg,
-        stride_swd,
-        stride_swk,
-        stride_wss,
-        SA_KIND: tl.constexpr,
-        SW_KIND: tl.constexpr,
-        SW_PER_ROW: tl.constexpr,
-        BLOCK_T: tl.constexpr,
-        BLOCK_D: tl.constexpr,
-        BLOCK_R: tl.constexpr,
-        GROUP_T: tl.constexpr,
-        SPLIT_R: tl.constexpr,
-        SHARE_CHECK: tl.constexpr,
-        ROW_STAGES: tl.constexpr,
-        USE_PDL: tl.constexpr,
-    ):
-        """PATH 3 (where TMA and wgmma exist): a persistent grid (programs, G); program p of
-        group g takes the group's (T tile, D tile) pairs p, p + programs, ... in the grouped order
-        of PATH 0, whole K per tile. ``a`` must be group-major (``stride_ag == T * stride_at``) and
-        ``w`` contiguous: each is read as one 2-D tensor descriptor, ``[G*T, R]`` and ``[G*D, R]``
-        (a T tile's rows past T belong to the next group or lie past the end, where TMA gives
-        zeros; their outputs are masked). Several CTAs per SM (the launcher's grid) keep the tensor
-        cores busy while each one waits for its MMA and promotes it.
-
-        With ``SPLIT_R`` > 1 (decode and mid T) the work items are (K split, T tile, D tile): each
-        takes ``ceil(num_kb / SPLIT_R)`` K blocks and stores an fp32 partial ``ws[s, t, g, d]``,
-        summed by PATH 2 in split order. Under ``USE_PDL`` the program lets its dependent (the
-        split sum) launch at once and waits for the kernel before it before touching memory."""
-        if USE_PDL:
-            gdc_launch_dependents()
-            gdc_wait()
-        g = tl.program_id(1)
-        G = tl.num_programs(1)
-        a_desc = tl.make_tensor_descriptor(
-            a_ptr, shape=[G * T, R], strides=[stride_at, 1], block_shape=[BLOCK_T, BLOCK_R]
-        )
-        w_desc = tl.make_tensor_descriptor(
-            w_ptr, shape=[G * D, R], strides=[stride_wd, 1], block_shape=[BLOCK_D, BLOCK_R]
-        )
-        num_t = tl.cdiv(T, BLOCK_T)
-        num_d = tl.cdiv(D, BLOCK_D)
-        num_kb = R // BLOCK_R
-        width = GROUP_T * num_d
-        kb_per = tl.cdiv(num_kb, SPLIT_R)
-        for item in tl.range(tl.program_id(0), num_t * num_d * SPLIT_R, tl.num_programs(0)):
-            if SPLIT_R == 1:  # whole K: a constant-bounds K loop, as the prefill config was tuned
-                split = 0
-                tile = item
-                kb_lo = 0
-                kb_hi = num_kb
-            else:
-                split = item // (num_t * num_d)
-                tile = item % (num_t * num_d)
-                kb_lo = split * kb_per
-                kb_hi = tl.minimum(kb_lo + kb_per, num_kb)
-            first_t = (tile // width) * GROUP_T
-            size_t = tl.minimum(num_t - first_t, GROUP_T)
-            pid_t = first_t + (tile % width) % size_t
-            pid_d = (tile % width) // size_t
-            offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-            offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
-            t_mask = offs_t < T
-            d_mask = offs_d < D
-            sa_base = offs_t * stride_sat + g * stride_sag
-            if SW_PER_ROW:
-                sw_first = g * stride_swg + (pid_d * BLOCK_D) * stride_swd
-            else:
-                tl.static_assert(128 % BLOCK_D == 0, "block weight scales need BLOCK_D to divide 128")
-                sw_first = g * stride_swg + ((pid_d * BLOCK_D) // 128) * stride_swd
-            first_ok = pid_d * BLOCK_D < D
-            row_a = g * T + pid_t * BLOCK_T
-            row_w = g * D + pid_d * BLOCK_D
-            acc = tl.zeros((BLOCK_T, BLOCK_D), dtype=tl.float32)
-            if SW_PER_ROW and SHARE_CHECK:
-                sw_offs = g * stride_swg + offs_d * stride_swd
-                if SW_KIND == 1:
-                    s_lo = kb_lo // 4
-                    s_hi = (kb_hi + 3) // 4
-                else:
-                    s_lo = kb_lo
-                    s_hi = kb_hi
-                if _rows_share_scales(sw_ptr, sw_offs, sw_first, s_lo, s_hi, d_mask, stride_swk):
-                    acc = _tma_k_loop(
-                        acc,
-                        a_desc,
-                        w_desc,
-                        row_a,
-                        row_w,
-                        sa_ptr,
-                        sw_ptr,
-                        sa_base,
-                        sw_first,
-                        first_ok,
-                        kb_lo,
-                        kb_hi,
-                        t_mask,
-                        stride_sak,
-                        stride_swk,
-                        SA_KIND,
-                        SW_KIND,
-                        False,
-                        BLOCK_R,
-                        None,
-                    )
-                else:
-                    acc = _tma_k_loop(
-                        acc,
-                        a_desc,
-                        w_desc,
-                        row_a,
-                        row_w,
-                        sa_ptr,
-                        sw_ptr,
-                        sa_base,
-                        sw_offs,
-                        d_mask,
-                        kb_lo,
-                        kb_hi,
-                        t_mask,
-                        stride_sak,
-                        stride_swk,
-                        SA_KIND,
-                        SW_KIND,
-                        True,
-                        BLOCK_R,
-                        ROW_STAGES,
-                    )
-            elif SW_PER_ROW:
-                acc = _tma_k_loop(
-                    acc,
-                    a_desc,
-                    w_desc,
-                    row_a,
-                    row_w,
-                    sa_ptr,
-                    sw_ptr,
-                    sa_base,
-                    g * stride_swg + offs_d * stride_swd,
-                    d_mask,
-                    kb_lo,
-                    kb_hi,
-                    t_mask,
-                    stride_sak,
-                    stride_swk,
-                    SA_KIND,
-                    SW_KIND,
-                    True,
-                    BLOCK_R,
-                    None,
-                )
-            else:
-                acc = _tma_k_loop(
-                    acc,
-                    a_desc,
-                    w_desc,
-                    row_a,
-                    row_w,
-                    sa_ptr,
-                    sw_ptr,
-                    sa_base,
-                    sw_first,
-                    first_ok,
-                    kb_lo,
-                    kb_hi,
-                    t_mask,
-                    stride_sak,
-                    stride_swk,
-                    SA_KIND,
-                    SW_KIND,
-                    False,
-                    BLOCK_R,
-                    None,
-                )
-            td_mask = t_mask[:, None] & d_mask[None, :]
-            if SPLIT_R == 1:
-                o_ptrs = out_ptr + offs_t[:, None] * stride_ot + g * stride_og + offs_d[None, :]
-                tl.store(o_ptrs, acc.to(tl.bfloat16), mask=td_mask)
-            else:
-                p_offs = split * stride_wss + offs_t[:, None] * (G * D) + g * D + offs_d[None, :]
-                tl.store(ws_ptr + p_offs, acc, mask=td_mask)
 
     @triton.jit
     def _split_sum(
@@ -668,9 +428,9 @@ if HAS_TRITON:
         SPLIT_R: tl.constexpr = 1,  # K splits; >1: the last CTA of each tile sums them (one launch)
         SHARE_CHECK: tl.constexpr = False,  # per-row sw: tiles whose rows share it take the 1-scale loop
         ROW_STAGES: tl.constexpr = 2,  # SHARE_CHECK: pipeline depth of the per-row loop
-        PATH: tl.constexpr = 0,  # 0 tile loop, 1 decode tile, 2 split sum, 3 persistent TMA loop
+        PATH: tl.constexpr = 0,  # 0 tile loop, 1 decode tile, 2 split sum
         KB_PER: tl.constexpr = 1,  # PATH 1: K blocks (of 128) per CTA, all loaded at once
-        USE_PDL: tl.constexpr = False,  # PATH 1/2/3: launched with programmatic dependent launch
+        USE_PDL: tl.constexpr = False,  # PATH 1/2: launched with programmatic dependent launch
     ):
         if PATH == 1:
             _decode_tile(
@@ -708,40 +468,6 @@ if HAS_TRITON:
             )
         elif PATH == 2:
             _split_sum(out_ptr, ws_ptr, D, stride_ot, stride_og, stride_wss, BLOCK_D, SPLIT_R, USE_PDL)
-        elif PATH == 3:
-            _persistent_tma_loop(
-                out_ptr,
-                ws_ptr,
-                a_ptr,
-                sa_ptr,
-                w_ptr,
-                sw_ptr,
-                T,
-                D,
-                R,
-                stride_ot,
-                stride_og,
-                stride_at,
-                stride_wd,
-                stride_sat,
-                stride_sag,
-                stride_sak,
-                stride_swg,
-                stride_swd,
-                stride_swk,
-                stride_wss,
-                SA_KIND,
-                SW_KIND,
-                SW_PER_ROW,
-                BLOCK_T,
-                BLOCK_D,
-                BLOCK_R,
-                GROUP_T,
-                SPLIT_R,
-                SHARE_CHECK,
-                ROW_STAGES,
-                USE_PDL,
-            )
         else:
             _tile_loop(
                 out_ptr,
@@ -960,6 +686,142 @@ if HAS_TRITON:
                 tl.store(o_ptrs, tot.to(tl.bfloat16), mask=td_mask)
                 tl.store(sem_ptr + tile, 0)
 
+    @triton.jit
+    def _mx_dot(acc, a, ea, w, ew, TOKENS_ON_N: tl.constexpr, PROMOTE: tl.constexpr):
+        """Block-scaled path: one K tile's ``dot_scaled`` of the activations ``a [BLOCK_T, BLOCK_K]``
+        and the weight ``w [BLOCK_D, BLOCK_K]`` with their exponents, into ``acc`` (``[BLOCK_D,
+        BLOCK_T]`` with the tokens on the MMA's N side, else ``[BLOCK_T, BLOCK_D]``). ``PROMOTE``:
+        the MMA starts from zero and its result is added to ``acc`` in fp32 (``tl.fma(part, 1, acc)``:
+        Triton folds a plain ``acc + part`` back into the MMA's accumulator); else the MMA
+        accumulates into ``acc`` itself."""
+        if TOKENS_ON_N:
+            if PROMOTE:
+                acc = tl.fma(tl.dot_scaled(w, ew, "e4m3", tl.trans(a), ea, "e4m3"), 1.0, acc)
+            else:
+                acc = tl.dot_scaled(w, ew, "e4m3", tl.trans(a), ea, "e4m3", acc)
+        else:
+            if PROMOTE:
+                acc = tl.fma(tl.dot_scaled(a, ea, "e4m3", tl.trans(w), ew, "e4m3"), 1.0, acc)
+            else:
+                acc = tl.dot_scaled(a, ea, "e4m3", tl.trans(w), ew, "e4m3", acc)
+        return acc
+
+    @triton.jit(do_not_specialize=["T", "stride_sat", "stride_sag", "stride_sak", "stride_wss"])
+    def _fp8_einsum_mx_kernel(
+        out_ptr,  # [T, G, D] bf16, unit stride along D
+        ws_ptr,  # SPLIT_R > 1: fp32 partials [SPLIT_R, T, G, D] contiguous (else unused)
+        sem_ptr,  # unused (the arguments of _fp8_einsum_kernel, so one launcher serves both)
+        a_ptr,  # [T, G, R] e4m3, unit stride along R
+        sa_ptr,  # scales of a: fp32 / int32 packed / uint8, [T, G, Ks]
+        w_ptr,  # [G, D, R] e4m3, unit stride along R
+        sw_ptr,  # scales of w: [G, D or D/128, Ks]
+        T,
+        D,
+        R,
+        stride_ot,
+        stride_og,
+        stride_at,
+        stride_ag,
+        stride_wg,
+        stride_wd,
+        stride_sat,
+        stride_sag,
+        stride_sak,
+        stride_swg,
+        stride_swd,
+        stride_swk,
+        stride_wss,  # T*G*D: workspace stride between splits
+        SA_KIND: tl.constexpr,
+        SW_KIND: tl.constexpr,
+        SW_PER_ROW: tl.constexpr,  # True: sw indexed by d; False: by d // 128
+        BLOCK_T: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        BLOCK_K: tl.constexpr,  # K per dot_scaled: a multiple of 128 dividing 512
+        GROUP_T: tl.constexpr,  # T tiles per swizzle group (L2 reuse of w)
+        SPLIT_R: tl.constexpr,  # K splits (the launcher's value: R / BLOCK_K for ONE_TILE)
+        TOKENS_ON_N: tl.constexpr,  # tokens on the MMA's N side (decode), weight rows on M
+        PROMOTE: tl.constexpr,  # each K tile's MMA result added in fp32 (else MMA-accumulated)
+        ONE_TILE: tl.constexpr,  # one K tile per CTA, weight loaded before gdc_wait (decode)
+        USE_PDL: tl.constexpr,  # launched with programmatic dependent launch
+    ):
+        """The block-scaled path (see the module docstring): a (T tile, D tile) of group
+        ``program_id(1)``, K split ``program_id(2)``; one split writes bf16 ``out``, several write
+        fp32 partials ``ws[s, t, g, d]`` that PATH 2 of ``_fp8_einsum_kernel`` sums."""
+        tl.static_assert((512 % BLOCK_K == 0) & (BLOCK_K % 128 == 0), "BLOCK_K: 128, 256 or 512")
+        if USE_PDL:
+            gdc_launch_dependents()
+        g = tl.program_id(1)
+        pid = tl.program_id(0)
+        pid_s = tl.program_id(2)
+        num_d = tl.cdiv(D, BLOCK_D)
+        num_t = tl.cdiv(T, BLOCK_T)
+        width = GROUP_T * num_d  # swizzle: GROUP_T consecutive T tiles share a weight slab in L2
+        first_t = (pid // width) * GROUP_T
+        size_t = tl.minimum(num_t - first_t, GROUP_T)
+        pid_t = first_t + (pid % width) % size_t
+        pid_d = (pid % width) // size_t
+        offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+        offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+        offs_k = tl.arange(0, BLOCK_K)
+        t_mask = offs_t < T
+        d_mask = offs_d < D
+        a_ptrs = a_ptr + offs_t[:, None] * stride_at + g * stride_ag + offs_k[None, :]
+        w_ptrs = w_ptr + g * stride_wg + offs_d[:, None] * stride_wd + offs_k[None, :]
+        sa_rows = offs_t * stride_sat + g * stride_sag
+        if SW_PER_ROW:
+            sw_rows = g * stride_swg + offs_d * stride_swd
+        else:
+            sw_rows = g * stride_swg + (offs_d // 128) * stride_swd
+        NV: tl.constexpr = BLOCK_K // 32
+        KB: tl.constexpr = BLOCK_K // 128
+        if TOKENS_ON_N:
+            acc = tl.zeros((BLOCK_D, BLOCK_T), dtype=tl.float32)
+        else:
+            acc = tl.zeros((BLOCK_T, BLOCK_D), dtype=tl.float32)
+        if ONE_TILE:
+            kt = pid_s
+            w = tl.load(w_ptrs + kt * BLOCK_K, mask=d_mask[:, None], other=0.0)
+            ew, odd_d = _load_exponents(sw_ptr, sw_rows, d_mask, kt * KB, stride_swk, SW_KIND, NV)
+            if USE_PDL:
+                gdc_wait()  # a, sa, the workspace and out may be written by the kernels before this one
+            a = tl.load(a_ptrs + kt * BLOCK_K, mask=t_mask[:, None], other=0.0)
+            ea, odd_t = _load_exponents(sa_ptr, sa_rows, t_mask, kt * KB, stride_sak, SA_KIND, NV)
+            acc = _mx_dot(acc, a, ea, w, ew, TOKENS_ON_N, False)
+        else:
+            if USE_PDL:
+                gdc_wait()
+            num_kt = R // BLOCK_K
+            kt_per = tl.cdiv(num_kt, SPLIT_R)
+            kt_lo = pid_s * kt_per
+            kt_hi = tl.minimum(kt_lo + kt_per, num_kt)
+            odd_t = tl.zeros((BLOCK_T,), dtype=tl.int1)
+            odd_d = tl.zeros((BLOCK_D,), dtype=tl.int1)
+            for kt in tl.range(kt_lo, kt_hi):  # tile indices: keeps the 16-byte loads
+                a = tl.load(a_ptrs + kt * BLOCK_K, mask=t_mask[:, None], other=0.0)
+                w = tl.load(w_ptrs + kt * BLOCK_K, mask=d_mask[:, None], other=0.0)
+                ea, ot = _load_exponents(sa_ptr, sa_rows, t_mask, kt * KB, stride_sak, SA_KIND, NV)
+                ew, od = _load_exponents(sw_ptr, sw_rows, d_mask, kt * KB, stride_swk, SW_KIND, NV)
+                acc = _mx_dot(acc, a, ea, w, ew, TOKENS_ON_N, PROMOTE)
+                odd_t |= ot
+                odd_d |= od
+        G = tl.num_programs(1)
+        if TOKENS_ON_N:
+            if (SA_KIND == 0) | (SW_KIND == 0):
+                acc = tl.where(odd_d[:, None] | odd_t[None, :], float("nan"), acc)
+            td_mask = d_mask[:, None] & t_mask[None, :]
+            o_offs = offs_t[None, :] * stride_ot + g * stride_og + offs_d[:, None]
+            p_offs = offs_t[None, :] * (G * D) + g * D + offs_d[:, None]
+        else:
+            if (SA_KIND == 0) | (SW_KIND == 0):
+                acc = tl.where(odd_t[:, None] | odd_d[None, :], float("nan"), acc)
+            td_mask = t_mask[:, None] & d_mask[None, :]
+            o_offs = offs_t[:, None] * stride_ot + g * stride_og + offs_d[None, :]
+            p_offs = offs_t[:, None] * (G * D) + g * D + offs_d[None, :]
+        if SPLIT_R == 1:
+            tl.store(out_ptr + o_offs, acc.to(tl.bfloat16), mask=td_mask)
+        else:
+            tl.store(ws_ptr + pid_s * stride_wss + p_offs, acc, mask=td_mask)
+
 
 # ----------------------------------------------------------------------------------------------
 # Configs
@@ -995,9 +857,11 @@ def _cfg(
     )
 
 
-#: Every fp8_einsum variant (tile sizes in elements; BLOCK_R is the 128-wide scale block). Shared
-#: memory per config is ``(BLOCK_T + BLOCK_D) * 128 B * num_stages`` plus Triton's scratch; each
-#: fits GB10's 101,376 B (checked by ``sparkpair kernels build`` and tests/aot).
+#: Every ``_fp8_einsum_kernel`` tile-loop config (tile sizes in elements; BLOCK_R is the 128-wide
+#: scale block). Shared memory per config is ``(BLOCK_T + BLOCK_D) * 128 B * num_stages`` plus
+#: Triton's scratch; each fits GB10's 101,376 B and spills nothing on sm_121a with Triton 3.8
+#: (checked by ``sparkpair kernels build`` and tests/aot: the 4-warp 128x64 and 64x128-with-share-
+#: check tiles of 4 stages spilled 8-16 B there on per-row scales, so they have 8 warps).
 FP8_EINSUM_CONFIGS: tuple[KernelConfig, ...] = (
     # decode, T <= 128: K split in SPLIT_R parts (one launch; the last CTA of a tile sums the fp32
     # partials in split order) so 256-1024 CTAs each stream 1/SPLIT_R of the weight rows.
@@ -1013,15 +877,15 @@ FP8_EINSUM_CONFIGS: tuple[KernelConfig, ...] = (
     _cfg("t16_d32_s6", 16, 32, 4, 6),
     _cfg("t64_d64_s4", 64, 64, 4, 4),
     _cfg("t64_d128_s4", 64, 128, 4, 4),
-    _cfg("t128_d64_s4", 128, 64, 4, 4),
+    _cfg("t128_d64_s4_w8", 128, 64, 8, 4),
     _cfg("t128_d128_s3_w8", 128, 128, 8, 3),
-    # prefill, 8 warps (two warpgroups per 128x64 tile): with one scale per tile and K block
-    # (block weight scales) the promotion is one FMA per element.
+    # prefill, 8 warps: with one scale per tile and K block (block weight scales) the promotion is
+    # one FMA per element.
     _cfg("t128_d64_s3_w8", 128, 64, 8, 3),
     # prefill, per-row weight scales: each tile checks once whether its rows share their scales
     # (DeepGEMM's layout on sm_10x/sm_12x) and then takes the one-scale loop; else the per-row
     # loop, pipelined 2 deep.
-    _cfg("t64_d128_s4_bc", 64, 128, 4, 4, share_check=True),
+    _cfg("t64_d128_s4_w8_bc", 64, 128, 8, 4, share_check=True),
 )
 
 
@@ -1052,118 +916,88 @@ def _dcfg(name: str, bt: int, bd: int, kb_per: int, warps: int, pdl: bool = True
 
 
 # K blocks of the served o_proj (R = 4096, docs/reference/vllm-code-paths.md#dsv4-shapes)
-_SERVED_KB = 4096 // SCALE_BLOCK
+_SERVED_R = 4096
+_SERVED_KB = _SERVED_R // SCALE_BLOCK
 
 #: Decode configs (PATH 1). Names: dec_t<BLOCK_T>_d<BLOCK_D>_k<KB_PER>_w<warps>[_nopdl]. Grid on
 #: the served TP=2 shape (G=4, D=1024, R=4096, one T tile): (1024/BLOCK_D, 4, 32/KB_PER) CTAs
 #: (TP=1, G=8: twice as many), each holding BLOCK_D * KB_PER * 128 weight bytes in flight; then
-#: (1, 4, T) CTAs of the split sum. On GB10 (48 SMs; sm_121a build from the AOT gate: registers /
-#: shared bytes, packed-int32 scales): dec_t16_d64_k4_w4 512 CTAs of 32 KB, 138 regs x 128
-#: threads / 8,192 B, 3 resident per SM by registers, 3.6 waves; dec_t16_d128_k4_w8 and
-#: dec_t32_d128_k4_w8 256 CTAs of 64 KB, 140 and 165 regs x 256 threads / 16,384 B, 1 per SM,
-#: 5.3 waves. On the H200 (132 SMs, sm_90a, wgmma): 40,960 / 73,728 / 81,920 B of shared memory.
+#: (D/256, 4, T) CTAs of the split sum. sm_121a builds with Triton 3.8 (the AOT gate; registers
+#: over the scale layouts / shared bytes, no spill): dec_t16_d128_k4_w8 (GB10's plan, T <= 16) 256
+#: CTAs of 64 KB, 100-122 x 256 threads / 67,584 B, one per GB10 SM by shared memory, 5.3 waves on
+#: 48 SMs; dec_t16_d64_k4_w4 512 CTAs of 32 KB, 102-108 x 128 / 34,816 B; dec_t32_d64_k4_w4 239-255
+#: x 128 / 34,816 B; dec_t32_d128_k4_w8 189-192 x 256 / 69,632 B; dec_t16_d64_k2_w4 (16 K splits)
+#: 56-62 x 128 / 18,432 B. (dec_t32_d64_k2_w4, 104-106 registers with Triton's bundled CUDA 13.3
+#: ptxas, spilled 8 B with the CUDA 12.9 ptxas the docker stand-in assembles with: dropped.) The
+#: plan's choice among them: FP8_EINSUM_PLAN_UE8M0.
 FP8_EINSUM_DECODE_CONFIGS: tuple[KernelConfig, ...] = (
     _dcfg("dec_t16_d64_k4_w4", 16, 64, 4, 4),
     _dcfg("dec_t16_d128_k4_w8", 16, 128, 4, 8),
     _dcfg("dec_t32_d128_k4_w8", 32, 128, 4, 8),
+    _dcfg("dec_t32_d64_k4_w4", 32, 64, 4, 4),
+    _dcfg("dec_t16_d64_k2_w4", 16, 64, 2, 4),
     # Reference (no plan uses it): the same tile launched without PDL, split sum included.
     _dcfg("dec_t16_d64_k4_w4_nopdl", 16, 64, 4, 4, pdl=False),
 )
 FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_DECODE_CONFIGS
 
-#: PATH 3 CTAs per SM: the grid is (ceil(SMs * this / G), G). Three 64x128 CTAs of 3 stages fit an
-#: H200 SM: 3 x 74,280 B of shared memory (sm_90a build) within its 228 KB (233,472 B) per SM, and
-#: 3 x 128 threads x 168 registers (the config's ``maxnreg``) within its 65,536 registers (NVIDIA's
-#: Hopper tuning guide, https://docs.nvidia.com/cuda/hopper-tuning-guide/). Sweep:
-#: benchmarks/results/explore-2026-12-02-k17c/ (run 4, T = 8192 fp32: 2 CTAs per SM without the
-#: register cap 315-341 us; 3 with it 297-301).
-PERSIST_CTAS_PER_SM = 3
 
-
-def _tcfg(
+def _mxcfg(
     name: str,
     bt: int,
     bd: int,
+    bk: int,
     warps: int,
     stages: int,
-    maxnreg: int | None = None,
+    *,
+    promote: bool = True,
+    decode: bool = False,
     group_t: int = 8,
-    split_r: int = 1,
-    share_check: bool = True,
-    pdl: bool = False,
 ) -> KernelConfig:
-    """A PATH 3 config: persistent grid, TMA operand loads, ``split_r`` K splits per tile (1: whole
-    K); per-row weight scales take the share check of PATH 0 when ``share_check`` (one FMA per
-    element when a tile's rows share them). ``maxnreg``: Triton's register cap per thread (a
-    launch option, passed with the constexprs); ``pdl``: launched with programmatic dependent
-    launch, as its split sum is."""
-    if SCALE_BLOCK % bd != 0:
-        raise ValueError(f"fp8_einsum config {name}: BLOCK_D={bd} must divide {SCALE_BLOCK}")
-    cap = {"maxnreg": maxnreg} if maxnreg is not None else {}
+    """A block-scaled config (``_fp8_einsum_mx_kernel``): BLOCK_T x BLOCK_D tiles over
+    ``bk``-wide K tiles. ``decode``: the decode tile (tokens on the MMA's N side, one K tile per
+    CTA, launched with PDL; SPLIT_R is the K splits at the served R = 4096, recomputed by the
+    launcher from R); else the tile loop, ``promote`` choosing per-K-tile promotion or MMA
+    accumulation."""
+    if 512 % bk != 0 or bk % SCALE_BLOCK != 0:
+        raise ValueError(f"fp8_einsum config {name}: BLOCK_K={bk} must be 128, 256 or 512")
     return make_config(
         name,
-        "_fp8_einsum_kernel",
+        MX_KERNEL,
         warps,
         stages,
         BLOCK_T=bt,
         BLOCK_D=bd,
-        BLOCK_R=SCALE_BLOCK,
-        GROUP_T=group_t,
-        SPLIT_R=split_r,
-        ROW_STAGES=2,
-        SHARE_CHECK=share_check,
-        PATH=3,
-        USE_PDL=pdl,
-        **cap,
+        BLOCK_K=bk,
+        GROUP_T=1 if decode else group_t,
+        SPLIT_R=_SERVED_R // bk if decode else 1,
+        TOKENS_ON_N=decode,
+        PROMOTE=promote and not decode,
+        ONE_TILE=decode,
+        USE_PDL=decode,
     )
 
 
-#: PATH 3 configs (GPUs with TMA and wgmma: compute capability 9.x; the dispatcher never picks
-#: them elsewhere). Name: tma_t<BLOCK_T>_d<BLOCK_D>_s<stages>[_r<maxnreg>][_sk<K splits>][_pdl]
-#: [_nosc: per-row weight scales without the share check].
-FP8_EINSUM_TMA_CONFIGS: tuple[KernelConfig, ...] = (
-    _tcfg("tma_t64_d128_s3_r168", 64, 128, 4, 3, 168),
-    _tcfg("tma_t64_d128_s3_r168_nosc", 64, 128, 4, 3, 168, share_check=False),
-    _tcfg("tma_t64_d128_s4_sk4_nosc", 64, 128, 4, 4, split_r=4, share_check=False),
-    _tcfg("tma_t64_d128_s4_sk4_nosc_pdl", 64, 128, 4, 4, split_r=4, share_check=False, pdl=True),
+#: Block-scaled configs (``_fp8_einsum_mx_kernel``). Names: mx_t<BLOCK_T>_d<BLOCK_D>_k<BLOCK_K>_w
+#: <warps>_s<stages>[_acc: MMA-accumulated over the whole K] (the tile loop), mxd_... (the decode
+#: tile). sm_121a builds with Triton 3.8 (the AOT gate; packed-int32 per-row scales), registers /
+#: shared bytes, every one ``mma.sync ... kind::mxf8f6f4.block_scale ... ue8m0`` with no spill:
+#: mx_t128_d64_k128_w8_s4 190 / 83,200 (one 128x64 tile of 256 threads; the promoted 128x128 and
+#: 4-warp tiles hit 255 registers and spilled); mx_t128_d128_k128_w8_s3_acc 175 / 73,728 (a
+#: promoted 128x128 tile keeps the MMA's result beside the accumulator: 255 registers, spilled);
+#: mx_t64_d64_k128_w4_s4 187 / 55,296 and its _acc 145; mxd_t16_d64_k512_w4 157 / 36,864;
+#: mxd_t16_d128_k512_w8 158 / 69,632. On sm_90 (the H200 proxy) Triton decomposes dot_scaled
+#: (upcast to bf16, scaled, bf16 wgmma): correct, not a speed proxy.
+FP8_EINSUM_MX_CONFIGS: tuple[KernelConfig, ...] = (
+    _mxcfg("mx_t128_d64_k128_w8_s4", 128, 64, 128, 8, 4),
+    _mxcfg("mx_t128_d128_k128_w8_s3_acc", 128, 128, 128, 8, 3, promote=False),
+    _mxcfg("mx_t64_d64_k128_w4_s4", 64, 64, 128, 4, 4),
+    _mxcfg("mx_t64_d64_k128_w4_s4_acc", 64, 64, 128, 4, 4, promote=False),
+    _mxcfg("mxd_t16_d64_k512_w4", 16, 64, 512, 4, 1, decode=True),
+    _mxcfg("mxd_t16_d128_k512_w8", 16, 128, 512, 8, 1, decode=True),
+    _mxcfg("mxd_t32_d128_k512_w8", 32, 128, 512, 8, 1, decode=True),
 )
-FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_TMA_CONFIGS
-
-
-def _gcfg(name: str, bt: int, bd: int, split_r: int, stages: int, warps: int, path: int = 4) -> KernelConfig:
-    """A PATH 4 config (``fp8_einsum_gluon``): BLOCK_D x BLOCK_T tiles, K in ``split_r`` ranges
-    of 32 / split_r K blocks (R = 4096) through a ``stages``-deep TMA ring, launched with PDL;
-    PATH 2 sums the ranges. ``path`` 5: the token-row tile, the whole K (``split_r`` 1), no sum."""
-    return make_config(
-        name,
-        "_fp8_einsum_gluon_kernel" if path == 4 else "_fp8_einsum_gluon_tm_kernel",
-        warps,
-        stages,
-        BLOCK_T=bt,
-        BLOCK_D=bd,
-        BLOCK_R=SCALE_BLOCK,
-        SPLIT_R=split_r,
-        STAGES=stages,
-        PATH=path,
-        USE_PDL=True,
-    )
-
-
-#: PATH 4 and 5 configs (Gluon, wgmma: compute capability 9.x with Gluon's Hopper API, see
-#: fp8_einsum_gluon.HAS_GLUON; the dispatcher never picks them elsewhere, and the AOT gate, which
-#: builds for sm_121a, does not compile them). Name: gl_t<BLOCK_T>_d<BLOCK_D>_sk<K splits>_s<stages>
-#: _w<warps> (PATH 4), gltm_t<BLOCK_T>_d<BLOCK_D>_s<stages>_w<warps> (PATH 5). sm_90a builds
-#: (Triton 3.6; benchmarks/results/explore-2026-12-04-k17k/compile-gluon.log), block weight scales /
-#: per-row ones, on the served TP=2 shape: gl_t32_d64_sk2_s8_w4 100,416 / 104,512 B of shared
-#: memory, 111-122 registers, grid (1024/64, 4, 2) = 128 CTAs at T <= 32; gl_t64_d64_sk2_s8_w4
-#: 135,232 / 139,328 B, 178-187 registers, 128 CTAs at T <= 64; gltm_t128_d32_s6_w8 139,312 /
-#: 143,408 B, 128-148 registers, 256 threads, grid (1024/32, 4) = 128 CTAs at T <= 128, the whole
-#: K each. No spills; one CTA per H200 SM.
-FP8_EINSUM_GLUON_CONFIGS: tuple[KernelConfig, ...] = (
-    _gcfg("gl_t32_d64_sk2_s8_w4", 32, 64, 2, 8, 4),
-    _gcfg("gl_t64_d64_sk2_s8_w4", 64, 64, 2, 8, 4),
-    _gcfg("gltm_t128_d32_s6_w8", 128, 32, 1, 6, 8, path=5),
-)
+FP8_EINSUM_CONFIGS = FP8_EINSUM_CONFIGS + FP8_EINSUM_MX_CONFIGS
 
 #: Elements of D per program of the split sum (PATH 2): 4 warps, 2 outputs per thread; grid
 #: (D / SUM_BLOCK, G, T) = 16 x T programs on the served TP=2 shape. The sum is latency-bound (a
@@ -1206,134 +1040,46 @@ FP8_EINSUM_SUM_CONFIGS: tuple[KernelConfig, ...] = tuple(
     {
         (sc := split_sum_config(c)).name: sc
         for c in FP8_EINSUM_CONFIGS
-        if _path(c) in (1, 3) and c["SPLIT_R"] > 1
+        if (c.kernel == MX_KERNEL or _path(c) == 1) and c["SPLIT_R"] > 1
     }.values()
 )
 
-_CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS + FP8_EINSUM_GLUON_CONFIGS}
 
-#: Dispatch by scale encoding: ``(max_T, config name)`` in increasing max_T; beyond the last
-#: entry, the last config. T <= 32: the decode configs (PATH 1), from the H200 sweeps of issue 17
-#: (2026-12-01, benchmarks/results/explore-2026-12-01-k17/, CUDA-graph replay p50, TP=2 shapes):
-#: each is faster than e0d50ad's plan at T = 1, 4, 16, 32 warm, cold (weights rotated through
-#: 8 copies, 134 MB) and cold with a kernel rewriting the activations before each call. Per-row
-#: UE8M0 holding block scales, cold, T = 1/4/16/32: dec_t16_d64_k4_w4 6.6/6.8/7.6, then
-#: dec_t32_d128_k4_w8 10.4 us (e0d50ad 9.5/9.7/10.5/12.8); fp32 scales dec_t16_d128_k4_w8
-#: 5.9/6.4/7.7, dec_t32_d128_k4_w8 10.2 (e0d50ad 9.2/9.4/9.7/13.3). T = 36 and 64: no decode
-#: config beat e0d50ad's in every mode, so its configs stay. T > 32, from the sweep at 14999a3
-#: (2026-11-29, rows in benchmarks/results/fp8_einsum.csv): packed UE8M0 T=64/128 t64_d64_r2_s4
-#: 14.4/18.7 us; fp32 scales T=64 t64_d64_r2_s4 11.9, T=128 t64_d64_s4 14.8. From T=512, run
-#: ed664df (2026-11-30, same file; p50 of each config's own rows): fp32 scales t128_d64_s3_w8
-#: (T=512/2048/8192: 22.0/91.9/361 us; the previous kernel's best at 8192, same process in the
-#: A/B runs: 433); per-row UE8M0 t64_d128_s4_bc, measured on block scales copied to every row
-#: (GB10's layout, see the kernel): 22.6/89.5/352 us vs t64_d128_s4 30.7/120/471. On per-row
-#: scales that differ row to row that config takes its per-row loop: 52.4/205/808 us
-#: (t64_d128_s4: 30.9/121/469).
+_CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
+
+#: GB10's plan (family 120, the only place the overlay routes o_proj here), by scale encoding:
+#: ``(max_T, config name)`` in increasing max_T; beyond the last entry, the last config. Decode
+#: (T <= 256) from the GB10-shaped proxy (benchmarks/results/gb10-proxy/, runs 1-3: H100, 48 SMs in
+#: a green context, cold L2, CUDA-graph replay p50; Triton 3.6 there, so these measure structure,
+#: not GB10's instructions), default MMA mode, served layout (int32 per-row scales read as block
+#: scales), against cuBLAS's fp8 GEMM in the same context: T <= 16 dec_t16_d128_k4_w8 12.0-13.5 us
+#: (0.88-1.11x cuBLAS; the previous dec_t16_d64_k4_w4 14.3-15.6); T = 17..64 t64_d64_r2_s4 15.1-15.8
+#: (0.98-1.24x; dec_t32_d64_k4_w4 14.8-16.1 and dec_t32_d128_k4_w8, the previous choice to T = 32,
+#: 16.8-18.2); T = 65..256 the unsplit t64_d64_s4, T = 128 21.4 (1.07x; t64_d64_r2_s4 28.3). With
+#: DISABLE_MMA_V3=1 (mma.sync on f16-upcast operands) the same plan is 1.2-2.5x cuBLAS: there the
+#: 4-warp split tiles t16_d64_r4_s4 / t32_d64_r4_s4 were fastest (14.7-15.3 / 21.4-21.9 us) but lost
+#: 1-6 us in the default mode. T = 257..1023: the promoting tile loop (not measured on the proxy in
+#: this form: 8 warps since Triton 3.8's sm_121a build of the 4-warp tile spilled). T >= 1024: the
+#: block-scaled tile loop, promoted per K tile -- argued, not measured: the block-scaled MMA's
+#: published rate on an SM120 part is about twice plain fp8 mma.sync's (its promotion, one fp32 add
+#: per element and 128-wide K tile, costs what the promoting path's one FMA does; the _acc form has
+#: none), and sm_90 decomposes dot_scaled, so no GPU here times it (docs/reference/triton-gb10.md).
+#: The probe is to choose per T range on the device.
 FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
-    (16, "dec_t16_d64_k4_w4"),
-    (32, "dec_t32_d128_k4_w8"),
-    (128, "t64_d64_r2_s4"),
+    (16, "dec_t16_d128_k4_w8"),
+    (64, "t64_d64_r2_s4"),
     (256, "t64_d64_s4"),
-    (1 << 62, "t64_d128_s4_bc"),
+    (1023, "t64_d128_s4_w8_bc"),
+    (1 << 62, "mx_t128_d64_k128_w8_s4"),
 )
 FP8_EINSUM_PLAN_FP32: tuple[tuple[int, str], ...] = (
     (16, "dec_t16_d128_k4_w8"),
-    (32, "dec_t32_d128_k4_w8"),
     (64, "t64_d64_r2_s4"),
     (256, "t64_d64_s4"),
-    (1 << 62, "t128_d64_s3_w8"),
+    (1023, "t128_d64_s3_w8"),
+    (1 << 62, "mx_t128_d64_k128_w8_s4"),
 )
 FP8_EINSUM_PLAN = FP8_EINSUM_PLAN_UE8M0  # the served recipe on GB10
-
-#: Where TMA and wgmma exist (compute capability 9.x) and the operands allow PATH 3 (``a``
-#: group-major, ``w`` contiguous, as vLLM calls it; see :func:`_tma_ok`), UE8M0 scales (any
-#: encoding but both-fp32) take PATH 3 with K split in four (fp32 partials summed by PATH 2;
-#: per-row weight scales without the share check: one FMUL more per element, no scale reads
-#: before the loop) for T from FP8_EINSUM_TMA_MID_MIN_T up to the plan's last entry. Run 3 of
-#: benchmarks/results/explore-2026-12-02-k17d/ (p50 us, int32-bcast; e0d50ad's config, which the
-#: UE8M0 plan runs there, in brackets), T = 33 / 64 / 128: warm 10.62 (13.51) / 11.52 (14.55) /
-#: 14.43 (18.66), cold 12.70 (14.72) / 13.32 (16.13) / 15.66 (19.65), cold-iso 15.09 (17.04) /
-#: 15.95 (18.30) / 18.27 (22.18); int32 (rows differ) likewise. Both-fp32 scales keep their plan:
-#: there PATH 3 lost warm at T = 33, 36, 96 and 128 (9.97-13.67 against 9.52-12.42).
-#: T = 65 .. 128 take the same config launched with PDL (its split sum too): run 2aff14d,
-#: benchmarks/results/explore-2026-12-03-k17h/final-2aff14d/ (int32-bcast, p50 us cold / warm,
-#: the plain launch in brackets), T = 65 / 96 / 128: 13.12 / 13.06 (14.34 / 13.81), 13.63 / 13.24
-#: (14.53 / 13.87), 14.36 / 13.91 (15.15 / 14.36); int32 alike; the same bits (e0d50ad's config
-#: at T = 128: 19.58 / 18.72). T = 33 .. 64 keep the plain launch. Wherever Gluon runs, paths 4
-#: and 5 take T = 33 .. 128 instead (FP8_EINSUM_GLUON_PLAN): this plan is for sm_90 without Gluon.
-FP8_EINSUM_TMA_MID_MIN_T = 33
-FP8_EINSUM_TMA_MID_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
-    (64, "tma_t64_d128_s4_sk4_nosc"),
-    (128, "tma_t64_d128_s4_sk4_nosc_pdl"),
-)
-
-#: Where PATH 3 can run and the weight scales are 128x128 block scales (recipe (1,128,128):
-#: sm_90's layout, any scale encoding), T >= this takes FP8_EINSUM_TMA_PLAN_CONFIG. In run 818a747
-#: (benchmarks/results/explore-2026-12-02-k17c/final-818a747/) fp32 block scales gained from
-#: T = 2048 (75.9 against 93.8 us; T = 8192 299.9 against 357.2) and tied at T = 512 (22.31
-#: against 22.36). On per-row scales this config (its share check and second K loop spilling under
-#: the register cap) was slower than e0d50ad (int32, T = 8192: 1084 against 812 us): those take
-#: FP8_EINSUM_TMA_ROW_PLAN_CONFIG from FP8_EINSUM_TMA_ROW_MIN_T instead.
-FP8_EINSUM_TMA_MIN_T = 1024
-FP8_EINSUM_TMA_PLAN_CONFIG = "tma_t64_d128_s3_r168"
-
-#: Where PATH 3 can run and the weight scales are per row (UE8M0, recipe (1,1,128), whether or
-#: not rows repeat a block's scale), T >= this takes FP8_EINSUM_TMA_ROW_PLAN_CONFIG: the same
-#: persistent loop with the per-row promotion in its one K loop (no share check: 160 registers,
-#: no spill on sm_90a, against 168 and 264 B spilled with the check). Run 4 of
-#: benchmarks/results/explore-2026-12-02-k17d/ (warm p50 us, two rounds; the plan's
-#: t64_d128_s4_bc in brackets): int32-bcast T = 2048 / 8192 / 16384 89.1, 86.5 (92.5, 92.2) /
-#: 328.2, 328.7 (347.0, 346.8) / 643.9, 666.3 (686.9, 687.9); int32 with rows that differ
-#: 89.5 / 325.9 / 645.7 (210.0 / 816.5 / 1609). Below T = 2048 it lost on int32-bcast (T = 1024:
-#: 57.9, 56.1 against 49.0, 47.7), so those T keep the plan.
-#: Per-row scales that repeat one value on every row of each 128-row block (DeepGEMM's copies of
-#: the checkpoint's block scales, GB10's served layout; :func:`block_scales_view` says so once per
-#: tensor) are read as block scales at every T instead, through the view ``sw[:, ::128, :]``, and
-#: take the block-scale plan (with TMA, from FP8_EINSUM_TMA_MIN_T: FP8_EINSUM_TMA_PLAN_CONFIG's
-#: one-scale loop), with the per-row plan's bits (GPU-tested). Run e80f49c
-#: (benchmarks/results/explore-2026-12-03-k17i/final-e80f49c/, warm p50 us through the public
-#: dispatch, int32-bcast), T = 2048 / 8192 / 16384: 73.2 / 293.1 / 584.5 (938 / 938 / 941
-#: TFLOP/s; e0d50ad 89.4 / 347.0 / 781.4); the per-row loop on the same operands in that
-#: folder's run 2: 85.1-85.7 / 363-383 / 729-736. Below T = 2048, run 1 of
-#: benchmarks/results/explore-2026-12-04-k17j/ (p50 us, view against the per-row plan; cold with
-#: 8 rotating operand sets up to T = 128, warm above): with TMA T = 32 8.20 (8.74), 128 14.01
-#: (14.52), 256 17.88 (26.31), 1536 56.42 (69.24); without TMA (GB10's plan) T = 36 12.29 (14.70),
-#: 128 16.05 (19.73), 256 17.90 (26.28); at T = 1 / 4 / 16 0.1-0.4 faster cold, within 0.1
-#: warm; without TMA at T = 512 ... 1536 (the same config on both, whose per-tile share check
-#: already takes the one-scale loop) within 0.4 either way (T = 1536: 69.07 against 68.70). Same
-#: bits at every T.
-FP8_EINSUM_TMA_ROW_MIN_T = 2048
-FP8_EINSUM_TMA_ROW_PLAN_CONFIG = "tma_t64_d128_s3_r168_nosc"
-
-
-#: Where PATH 4 and 5 can run (compute capability 9.x with Gluon; the operands as PATH 3 wants
-#: them), T = FP8_EINSUM_GLUON_MIN_T .. FP8_EINSUM_GLUON_MAX_T takes FP8_EINSUM_GLUON_PLAN's config
-#: for every scale encoding. From benchmarks/results/explore-2026-12-04-k17k/ (H200, CUDA-graph
-#: replay p50 us, cold = 8 rotating operand sets / warm; the plan at ab63c02 in brackets, whose
-#: PATH 4 tiles staged their scales a K block at a time):
-#: T = 17 .. 32, the 32-token tile with K in two ranges: run 3, T = 17 / 24 / 32, fp32 cold 6.98 /
-#: 6.99 / 7.21 (8.25 / 8.26 / 8.59), warm 5.41 / 5.48 / 5.66 (5.99 / 6.11 / 6.36); per-row UE8M0
-#: scales (int32-bcast read row by row) cold 7.50 / 7.45 / 7.40 (7.93 / 7.93 / 8.05), warm 6.29 /
-#: 6.22 / 6.28 (5.92 / 6.05 / 6.20).
-#: T = 33 .. 64, the 64-token tile with K in two ranges: run 4, T = 33 / 48 / 64, fp32 cold 7.55 /
-#: 7.48 / 7.75 (8.76 / 9.33 / 9.74), warm 6.37 / 6.49 / 6.93 (6.89 / 7.36 / 7.86); per-row UE8M0
-#: cold 8.59 / 8.36 / 8.55 (8.42 / 8.72 / 9.22).
-#: T = 65 .. 128, PATH 5 (the whole K, 128 tokens by 32 weight rows, a 6-stage ring): run 4, T = 65 /
-#: 80 / 96 / 112 / 128, fp32 cold 12.06 / 10.66 / 10.35 / 10.38 / 10.27 (18.59 / 18.64 / 18.76 /
-#: 18.71 / 18.57), warm 11.99 / 10.49 / 9.64 / 9.74 / 9.62 (12.29 ... 12.53); int32-bcast (block
-#: view) cold 12.04 / 11.03 / 10.70 / 10.76 / 10.67 (12.16 / 12.46 / 12.89 / 13.33 / 13.70), warm
-#: 11.24 / 10.93 / 10.10 / 10.05 / 9.95 (12.40 ... 12.96); int32 with rows that differ cold 12.90 /
-#: 12.14 / 12.14 / 12.30 / 12.42 (13.20 / 13.54 / 13.93 / 14.30 / 14.69). At T <= 16 the split
-#: tiles lost cold to the decode plan (run 2, T = 16: 7.24 / 6.81 against 6.90 / 6.41). Accepted:
-#: per-row scales read row by row (int32 with rows that differ; int32-bcast before its block view
-#: answers) are 0.1-0.4 us slower warm than the ab63c02 plan at T = 17 .. 32 and 0.2 cold at T = 33.
-FP8_EINSUM_GLUON_MIN_T = 17
-FP8_EINSUM_GLUON_PLAN: tuple[tuple[int, str], ...] = (
-    (32, "gl_t32_d64_sk2_s8_w4"),
-    (64, "gl_t64_d64_sk2_s8_w4"),
-    (128, "gltm_t128_d32_s6_w8"),
-)
-FP8_EINSUM_GLUON_MAX_T = FP8_EINSUM_GLUON_PLAN[-1][0]
 
 
 def _pick(plan: tuple[tuple[int, str], ...], t: int) -> KernelConfig:
@@ -1343,25 +1089,10 @@ def _pick(plan: tuple[tuple[int, str], ...], t: int) -> KernelConfig:
     return _CONFIGS_BY_NAME[plan[-1][1]]
 
 
-def select_fp8_einsum_config(
-    t: int, fp32_scales: bool = False, tma: bool = False, per_row: bool = False, gluon: bool = False
-) -> KernelConfig:
-    """The config :func:`fp8_einsum` uses for ``t`` tokens. ``fp32_scales``: both scales fp32;
-    ``tma``: the device and the operands allow PATH 3 (:func:`_tma_ok`); ``per_row``: the weight
-    scales are per row (recipe (1,1,128) or a per-row ``sw``), not 128x128 blocks; ``gluon``:
-    paths 4 and 5 can run too (:func:`_gluon_ok`; the dispatcher also checks that R splits as the
-    config needs, :func:`_gluon_fits`). See
-    :data:`FP8_EINSUM_GLUON_MIN_T`, :data:`FP8_EINSUM_TMA_MID_MIN_T`, :data:`FP8_EINSUM_TMA_MIN_T`
-    and :data:`FP8_EINSUM_TMA_ROW_MIN_T`."""
-    if tma and gluon and FP8_EINSUM_GLUON_MIN_T <= t <= FP8_EINSUM_GLUON_MAX_T:
-        return _pick(FP8_EINSUM_GLUON_PLAN, t)
-    mid = FP8_EINSUM_TMA_MID_PLAN_UE8M0
-    if tma and not fp32_scales and FP8_EINSUM_TMA_MID_MIN_T <= t <= mid[-1][0]:
-        return _pick(mid, t)
-    if tma and not per_row and t >= FP8_EINSUM_TMA_MIN_T:
-        return _CONFIGS_BY_NAME[FP8_EINSUM_TMA_PLAN_CONFIG]
-    if tma and per_row and t >= FP8_EINSUM_TMA_ROW_MIN_T:
-        return _CONFIGS_BY_NAME[FP8_EINSUM_TMA_ROW_PLAN_CONFIG]
+def select_fp8_einsum_config(t: int, fp32_scales: bool = False) -> KernelConfig:
+    """The config :func:`fp8_einsum` uses for ``t`` tokens: GB10's plan,
+    :data:`FP8_EINSUM_PLAN_FP32` when both scales are fp32 (``fp32_scales``), else
+    :data:`FP8_EINSUM_PLAN_UE8M0`."""
     return _pick(FP8_EINSUM_PLAN_FP32 if fp32_scales else FP8_EINSUM_PLAN_UE8M0, t)
 
 
@@ -1511,7 +1242,13 @@ def fp8_einsum_with_config(
     recipe: tuple[int, int, int] | None = None,
     config: KernelConfig | str | None = None,
 ) -> None:
-    """:func:`fp8_einsum` with an explicit config (``None``: the plan's choice). See the module docstring."""
+    """:func:`fp8_einsum` with an explicit config (``None``: the plan's choice). See the module docstring.
+
+    Raises:
+        ValueError: as :func:`fp8_einsum`; also an unknown config name, a split-sum (PATH 2)
+            config, a tile-loop config whose BLOCK_D does not divide 128 with block weight scales,
+            or a block-scaled config whose BLOCK_K does not divide R.
+    """
     (x, sa), (w, sw) = a, b
     sa_kind, sa, sw_kind, sw, per_row = _prepare(equation, x, sa, w, sw, out, recipe)
     require_triton()
@@ -1524,10 +1261,19 @@ def fp8_einsum_with_config(
     if t == 0:
         return
     if config is None:
-        cfg, sw, per_row = _plan(x, w, sw, sa_kind, sw_kind, per_row)
+        cfg, sw, per_row = _plan(x, sw, sa_kind, sw_kind, per_row)
+    elif isinstance(config, str):
+        if config not in _CONFIGS_BY_NAME:
+            raise ValueError(
+                f"fp8_einsum: no config named {config!r}; known: {', '.join(sorted(_CONFIGS_BY_NAME))}"
+            )
+        cfg = _CONFIGS_BY_NAME[config]
     else:
-        cfg = _CONFIGS_BY_NAME[config] if isinstance(config, str) else config
+        cfg = config
     meta = cfg.constexprs()
+    if cfg.kernel == MX_KERNEL:
+        _launch_mx(cfg, meta, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
+        return
     if meta.get("PATH", 0) == 2:
         raise ValueError(
             f"fp8_einsum: config {cfg.name} is a split-sum stage; pass the decode config it follows"
@@ -1538,12 +1284,6 @@ def fp8_einsum_with_config(
             f"scales BLOCK_D must divide {SCALE_BLOCK} (one scale per tile and K block)"
         )
     n_tiles = cdiv(t, meta["BLOCK_T"]) * cdiv(d, meta["BLOCK_D"])
-    if meta.get("PATH", 0) in (4, 5):
-        _launch_gluon(cfg, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
-        return
-    if meta.get("PATH", 0) == 3:
-        _launch_persistent(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
-        return
     if meta.get("PATH", 0) == 1:
         _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
         return
@@ -1567,36 +1307,12 @@ def fp8_einsum_with_config(
     )
 
 
-_CAPABILITY: dict[int, tuple[int, int]] = {}
-
-
-def _tma_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether PATH 3 can run these operands here: a CUDA device of compute capability 9.x (TMA
-    and wgmma; sm_12x has TMA but no wgmma, and its 99 KB of shared memory per SM holds one such
-    CTA), compiled kernels (not Triton's interpreter), ``a`` group-major and ``w`` contiguous."""
-    if not x.is_cuda or _kernels_interpreted():
-        return False
-    idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    cap = _CAPABILITY.get(idx)
-    if cap is None:
-        cap = _CAPABILITY[idx] = torch.cuda.get_device_capability(idx)
-    t, g, _ = x.shape
-    d = w.shape[1]
-    return cap[0] == 9 and x.stride(1) == t * x.stride(0) and w.stride(0) == d * w.stride(1)
-
-
-#: Per device: the global scratch Triton's device-side tensor descriptors are written to (128 B
-#: per descriptor and program), reused by every PATH 3 launch on that device (no allocation per
-#: call once it has its size; calls on one stream are ordered, so reuse is safe there).
-_TMA_SCRATCH: dict[torch.device, torch.Tensor] = {}
-
-
 def _kernel_args(
     x: torch.Tensor, sa: torch.Tensor, w: torch.Tensor, sw: torch.Tensor, out: torch.Tensor
 ) -> tuple[object, ...]:
-    """``_fp8_einsum_kernel``'s operand arguments after its three output pointers (out, the
-    split-K workspace, the semaphores): operands, sizes T, D, R, strides, and the output's
-    element count, the same for every PATH."""
+    """Both kernels' operand arguments after their three output pointers (out, the split-K
+    workspace, the semaphores): operands, sizes T, D, R, strides, and the output's element count,
+    the same for every path."""
     t, g, r = x.shape
     d = w.shape[1]
     return (
@@ -1605,47 +1321,6 @@ def _kernel_args(
         sa.stride(0), sa.stride(1), sa.stride(2), sw.stride(0), sw.stride(1), sw.stride(2),
         t * g * d,
     )  # fmt: skip
-
-
-def _launch_persistent(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
-    """PATH 3: see ``_persistent_tma_loop``.
-
-    Raises:
-        ValueError: the operands or the device do not allow PATH 3 (see :func:`_tma_ok`).
-    """
-    from triton.runtime import _allocation
-
-    g = x.shape[1]
-    if not _tma_ok(x, w):
-        raise ValueError(
-            f"fp8_einsum: config {cfg.name} (PATH 3) needs a compute capability 9.x GPU, compiled kernels, "
-            f"a group-major (stride(1) == T*stride(0)) and w contiguous; got a strides {x.stride()}, "
-            f"w strides {w.stride()} on {x.device}"
-        )
-    dev = x.device
-
-    def scratch(size: int, alignment: int, stream: int) -> torch.Tensor:
-        buf = _TMA_SCRATCH.get(dev)
-        if buf is None or buf.numel() < size:
-            buf = _TMA_SCRATCH[dev] = torch.empty(size, dtype=torch.int8, device=dev)
-        return buf
-
-    t, d, split = x.shape[0], w.shape[1], meta["SPLIT_R"]
-    ws, sem = _split_workspace(split, t, g, d, out)
-    pdl = {"launch_pdl": True} if meta.get("USE_PDL") else {}
-    args = _kernel_args(x, sa, w, sw, out)
-    kinds = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row}
-    sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    progs = max(1, min(n_tiles * split, cdiv(sms * PERSIST_CTAS_PER_SM, g)))
-    token = _allocation._allocator.set(scratch)  # this launch only; Triton's API is global
-    try:
-        _fp8_einsum_kernel[(progs, g, 1)](
-            out, ws, sem, *args, **kinds, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl
-        )
-    finally:
-        _allocation._allocator.reset(token)
-    if split > 1:
-        _launch_split_sum(cfg, t, g, d, out, ws, sem, args, kinds, pdl)
 
 
 def rows_repeat_in_blocks(sw: torch.Tensor) -> torch.Tensor | None:
@@ -1739,125 +1414,47 @@ def block_scales_view(sw: torch.Tensor) -> torch.Tensor | None:
 
 
 def _plan(
-    x: torch.Tensor, w: torch.Tensor, sw: torch.Tensor, sa_kind: int, sw_kind: int, per_row: bool
+    x: torch.Tensor, sw: torch.Tensor, sa_kind: int, sw_kind: int, per_row: bool
 ) -> tuple[KernelConfig, torch.Tensor, bool]:
     """The public dispatch's choice for operands as :func:`_prepare` returns them: ``(config, sw,
     per_row)``, where per-row weight scales that repeat their 128-row block's value
     (:func:`block_scales_view`) come back as the block view with ``per_row`` False (same bits)."""
-    t, r = x.shape[0], x.shape[2]
-    fp32_scales = sa_kind == _SCALE_FP32 and sw_kind == _SCALE_FP32
-    tma = t >= min(FP8_EINSUM_GLUON_MIN_T, FP8_EINSUM_TMA_MID_MIN_T) and _tma_ok(x, w)
     if per_row:
         blocks = block_scales_view(sw)
         if blocks is not None:  # rows repeat 128-row blocks: the block-scale plan, same bits
             sw, per_row = blocks, False
-    cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row, tma and _gluon_ok(x, w))
-    if _path(cfg) in (4, 5) and not _gluon_fits(cfg, r):  # R this config cannot split
-        cfg = select_fp8_einsum_config(t, fp32_scales, tma, per_row, False)
+    cfg = select_fp8_einsum_config(x.shape[0], sa_kind == _SCALE_FP32 and sw_kind == _SCALE_FP32)
     return cfg, sw, per_row
 
 
-def _gluon_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether paths 4 and 5 can run these operands here: those of PATH 3 (:func:`_tma_ok`), Gluon's
-    Hopper API, and both operands viewable as row-major 2-D TMA sources with no copy: ``a`` as
-    ``[G*T, R]`` (group-major, rows packed), ``w`` as ``[G*D, R]`` (contiguous), 16-byte aligned."""
-    if not (HAS_GLUON and _tma_ok(x, w)):
-        return False
-    r = x.shape[2]
-    return x.stride(0) == r and w.is_contiguous() and x.data_ptr() % 16 == 0 and w.data_ptr() % 16 == 0
-
-
-def _gluon_fits(cfg: KernelConfig, r: int) -> bool:
-    """Whether config ``cfg`` (PATH 4 or 5) can split this R: ``R / 128`` K blocks in SPLIT_R
-    equal ranges (PATH 4: at least two) of at least STAGES blocks each, with its shared memory
-    (the TMA ring, and the staged scales: a range's K blocks up to a power of 2, fp32, per token
-    and per weight row) within a compute capability 9.0 block's."""
-    kb, split, stages = r // SCALE_BLOCK, cfg["SPLIT_R"], cfg["STAGES"]
-    if split < (2 if _path(cfg) == 4 else 1) or kb % split != 0 or kb // split < stages:
-        return False
-    return _gluon_shared_bytes(cfg, r, per_row=True) <= SM90_SHARED_MEMORY_BYTES
-
-
-def _gluon_shared_bytes(cfg: KernelConfig, r: int, per_row: bool) -> int:
-    """Shared memory of a PATH 4 / 5 program, bytes: the TMA ring (STAGES weight and activation
-    tiles of 128 fp8 columns), the staged fp32 scales (a range's K blocks up to a power of 2, per
-    token, and per weight row for per-row weight scales) and one 8-byte mbarrier a stage."""
-    kb, split, stages = r // SCALE_BLOCK, cfg["SPLIT_R"], cfg["STAGES"]
-    bt, bd = cfg["BLOCK_T"], cfg["BLOCK_D"]
-    rows = 1 << (kb // split - 1).bit_length()
-    return stages * (bt + bd) * SCALE_BLOCK + rows * (bt + (bd if per_row else 0)) * 4 + 8 * stages
-
-
-def _launch_gluon(cfg, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
-    """PATH 4 (``fp8_einsum_gluon``) and its PATH 2 split sum, or PATH 5 (no split).
+def _launch_mx(cfg, meta, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
+    """The block-scaled path (``_fp8_einsum_mx_kernel``) and, for its decode tile, the PATH 2
+    split sum.
 
     Raises:
-        ValueError: Gluon's Hopper API is missing, or the operands or the device do not allow it
-            (those of PATH 3, see :func:`_tma_ok`), or R does not split as the config needs
-            (:func:`_gluon_fits`; the dispatcher then picks another plan).
+        ValueError: R is not a multiple of the config's BLOCK_K.
     """
     t, g, r = x.shape
     d = w.shape[1]
-    path, split, stages = cfg["PATH"], cfg["SPLIT_R"], cfg["STAGES"]
-    if not _gluon_ok(x, w):
-        raise ValueError(
-            f"fp8_einsum: config {cfg.name} (PATH {path}) needs Triton's Gluon (Hopper API), a compute "
-            f"capability 9.x GPU, compiled kernels, a group-major with packed rows (strides (R, T*R, 1)) "
-            f"and w contiguous, both 16-byte aligned; got Gluon={HAS_GLUON}, a strides {x.stride()}, "
-            f"w strides {w.stride()} on {x.device}"
-        )
-    if not _gluon_fits(cfg, r):
-        raise ValueError(
-            f"fp8_einsum: config {cfg.name} (PATH {path}) needs R = 128 x {split} x k, k >= {stages}, "
-            f"with its ring and staged scales within {SM90_SHARED_MEMORY_BYTES} B of shared memory; "
-            f"got R={r}"
-        )
-    kernel, grid, args, kwargs = _gluon_launch(cfg, x, sa, w, sw, out, sa_kind, sw_kind, per_row)
-    kernel[grid](*args, **kwargs, launch_pdl=True)
-    if path == 4:
-        ws, sem = args[0], args[0].view(torch.int32)  # as _split_workspace gives them
-        kinds = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row}
-        sum_args = _kernel_args(x, sa, w, sw, out)
-        _launch_split_sum(cfg, t, g, d, out, ws, sem, sum_args, kinds, {"launch_pdl": True})
-
-
-def _gluon_launch(
-    cfg: KernelConfig,
-    x: torch.Tensor,
-    sa: torch.Tensor,
-    w: torch.Tensor,
-    sw: torch.Tensor,
-    out: torch.Tensor,
-    sa_kind: int,
-    sw_kind: int,
-    per_row: bool,
-) -> tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]:
-    """``(kernel, grid, args, kwargs)`` of a PATH 4 or 5 config's Gluon launch on these operands
-    (scales as :func:`_prepare` returns them), without launching: the launcher calls it, and the
-    AOT tier compiles it for sm_90a with the served operands. PATH 4's first argument is its fresh
-    fp32 workspace ``[SPLIT_R, T, G, D]`` (PATH 2 sums it). No checks: see :func:`_launch_gluon`."""
-    meta = cfg.constexprs()
-    t, g, r = x.shape
-    d = w.shape[1]
-    kb = r // SCALE_BLOCK
-    n_tiles = cdiv(t, meta["BLOCK_T"]) * cdiv(d, meta["BLOCK_D"])
-    x2 = x.transpose(0, 1).reshape(g * t, r)  # group-major: a view, no copy
-    w_desc = gluon_tensor_descriptor(w.view(g * d, r), [meta["BLOCK_D"], SCALE_BLOCK])
-    a_desc = gluon_tensor_descriptor(x2, [meta["BLOCK_T"], SCALE_BLOCK])
-    scales = (sa.stride(0), sa.stride(1), sa.stride(2), sw.stride(0), sw.stride(1), sw.stride(2))
-    kwargs: dict[str, Any] = {
-        "SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row, "BLOCK_T": meta["BLOCK_T"],
-        "BLOCK_D": meta["BLOCK_D"], "STAGES": meta["STAGES"], "num_warps": cfg.num_warps,
-    }  # fmt: skip
-    if meta["PATH"] == 5:
-        kwargs["KB"] = kb
-        args = (out, w_desc, a_desc, sa, sw, t, d, *out.stride(), *scales)
-        return _fp8_einsum_gluon_tm_kernel, (n_tiles, g), args, kwargs
+    bk = meta["BLOCK_K"]
+    if r % bk != 0:
+        raise ValueError(f"fp8_einsum: config {cfg.name} has BLOCK_K={bk}; R={r} must be a multiple of it")
+    if meta["ONE_TILE"]:
+        meta["SPLIT_R"] = r // bk
+    if _kernels_interpreted():  # Triton's interpreter has no griddepcontrol
+        meta["USE_PDL"] = False
     split = meta["SPLIT_R"]
-    ws, _ = _split_workspace(split, t, g, d, out)
-    kwargs.update(KB_PER=kb // split, USE_PDL=True)
-    args = (ws, w_desc, a_desc, sa, sw, t, d, *scales, t * g * d)
-    return _fp8_einsum_gluon_kernel, (n_tiles, g, split), args, kwargs
+    ws, sem = _split_workspace(split, t, g, d, out)
+    pdl = {"launch_pdl": True} if meta["USE_PDL"] else {}
+    args = _kernel_args(x, sa, w, sw, out)
+    kinds = {"SA_KIND": sa_kind, "SW_KIND": sw_kind, "SW_PER_ROW": per_row}
+    n_tiles = cdiv(t, meta["BLOCK_T"]) * cdiv(d, meta["BLOCK_D"])
+    _fp8_einsum_mx_kernel[(n_tiles, g, split)](
+        out, ws, sem, *args, **kinds, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl
+    )
+    if split > 1:
+        scfg = make_config(cfg.name, cfg.kernel, cfg.num_warps, cfg.num_stages, **meta)
+        _launch_split_sum(scfg, t, g, d, out, ws, sem, args, kinds, pdl)
 
 
 def _launch_decode(cfg, meta, n_tiles, x, sa, w, sw, out, sa_kind, sw_kind, per_row) -> None:
@@ -1895,8 +1492,8 @@ def _split_workspace(
     split: int, t: int, g: int, d: int, out: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel's (workspace, semaphore) pointers: with K in ``split`` > 1 parts, fp32 partials
-    ``[split, T, G, D]`` and the same memory as an int32 pointer (unused by paths 1 and 3; the AOT
-    build declares int32); unsplit, ``out`` for both."""
+    ``[split, T, G, D]`` and the same memory as an int32 pointer (unused by PATH 1 and the
+    block-scaled kernel; the AOT build declares int32); unsplit, ``out`` for both."""
     if split == 1:
         return out, out
     ws = torch.empty((split, t, g, d), device=out.device, dtype=torch.float32)
@@ -1904,7 +1501,8 @@ def _split_workspace(
 
 
 def _launch_split_sum(cfg, t, g, d, out, ws, sem, args, kinds, pdl) -> None:
-    """PATH 2 after a PATH 1, 3 or 4 launch that stored ``cfg["SPLIT_R"]`` fp32 partials."""
+    """PATH 2 after a PATH 1 or block-scaled decode launch that stored ``cfg["SPLIT_R"]`` fp32
+    partials."""
     scfg = split_sum_config(cfg)
     _fp8_einsum_kernel[(cdiv(d, SUM_BLOCK), g, t)](
         out,

@@ -129,7 +129,11 @@ def config_name(kernel: str, warps: int, stages: int, meta: Mapping[str, object]
 #: REDUCE_BLOCK (split-K reduction: 0 = in the same launch, the last CTA of each tile sums; > 0 =
 #: a second, PDL-launched ``_router_reduce_kernel`` launch, 1 warp per REDUCE_BLOCK outputs; see
 #: :func:`reduce_config`). W_DTYPE and REDUCE_BLOCK are launcher settings, not constexprs.
-#: Each fits GB10's 101,376 B of shared memory (checked by ``sparkpair kernels build``, tests/aot).
+#: Each fits GB10's 101,376 B of shared memory and spills nothing on sm_121a with Triton 3.8
+#: (checked by ``sparkpair kernels build``, tests/aot). The fp32-weight tiles of 32x64 and more
+#: spilled 32-136 B there with 4 warps (255 registers; Triton 3.6's sm_121a builds, which upcast,
+#: did not): they run 8 warps (172-240 registers, no spill), the no-planes 64x64 tile BLOCK_K 32
+#: (174-178; 8 warps still spilled 16-40 B).
 # bf16 weight, M <= 4: whole-K GEMV rows on the CUDA cores (no split, no reduction), PDL.
 BF16_ROWS = rows_config(1, 2, 8, "bf16")
 # bf16 weight, M <= 128: one-tile split-K on the tensor cores (16 K splits of 256, or 8 of 512),
@@ -145,12 +149,12 @@ FP32_ROWS = rows_config(1, 2, 8, "fp32")
 # per CTA, partials summed by the second, PDL-launched kernel; larger M multi-tile.
 FP32W3_M16_N32 = dot_config(16, 32, 256, 16, 4, 1, W_BF16X3, True, True, reduce_block=32)
 FP32W3_M32_N16 = dot_config(32, 16, 128, 32, 2, 1, W_BF16X3, True, True, reduce_block=32)
-FP32W3_M32_N64 = dot_config(32, 64, 256, 16, 4, 1, W_BF16X3, True, True, reduce_block=32)
-FP32W3_M64_N64 = dot_config(64, 64, 64, 4, 4, 2, W_BF16X3)
-FP32W3_M128_N64 = dot_config(128, 64, 32, 2, 4, 3, W_BF16X3, hi_chunk=16)
+FP32W3_M32_N64 = dot_config(32, 64, 256, 16, 8, 1, W_BF16X3, True, True, reduce_block=32)
+FP32W3_M64_N64 = dot_config(64, 64, 64, 4, 8, 2, W_BF16X3)
+FP32W3_M128_N64 = dot_config(128, 64, 32, 2, 8, 3, W_BF16X3, hi_chunk=16)
 # fp32 weight without planes: BF16x3 split in registers (tile-counter fixup).
 FP32X3_M16_N16 = dot_config(16, 16, 128, 16, 4, 2, W_FP32_SPLIT)
-FP32X3_M64_N64 = dot_config(64, 64, 64, 2, 4, 3, W_FP32_SPLIT)
+FP32X3_M64_N64 = dot_config(64, 64, 32, 2, 4, 3, W_FP32_SPLIT)
 
 ROUTER_GEMM_CONFIGS: tuple[KernelConfig, ...] = (
     BF16_ROWS,

@@ -31,8 +31,8 @@ PTX_PROBE = """.version 8.8
 def ptxas_path(arch: str = "sm_121a") -> tuple[str, str]:
     """The ptxas Triton will use for ``arch``, and the setting that chooses it.
 
-    Triton 3.6 compiles sm_100 and newer (GB10 is sm_121a) with a second bundled ptxas,
-    ``ptxas-blackwell`` (CUDA 12.9, which knows sm_121a), chosen by
+    Triton (3.6, and 3.8 the image's) compiles sm_100 and newer (GB10 is sm_121a) with a second
+    bundled ptxas, ``ptxas-blackwell`` (CUDA 12.9 in 3.6, 13.3 in 3.8: both know sm_121a), chosen by
     ``TRITON_PTXAS_BLACKWELL_PATH``; older targets and older Tritons use ``ptxas`` /
     ``TRITON_PTXAS_PATH`` (triton/backends/nvidia/compiler.py ``get_ptxas``). Asking Triton
     itself keeps this check on the binary that will really run (B01).

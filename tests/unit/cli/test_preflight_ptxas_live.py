@@ -1,6 +1,10 @@
 """The ptxas check on this machine's real Triton: it probes the binary Triton really uses for
-sm_121a (Triton 3.6: the bundled ``ptxas-blackwell``), and fails naming B01 when that binary
-is one that does not know sm_121a (Triton's CUDA 12.8 ``ptxas``)."""
+sm_121a (the bundled ``ptxas-blackwell``, CUDA 13.3 in Triton 3.8), which accepts it.
+
+The check's failure on a ptxas that does not know sm_121a (B01: Triton 3.6's bundled CUDA 12.8
+``ptxas``) is shown on that binary's recorded output (tests/unit/cli/test_preflight_trees.py,
+``spark-head-bad-kernel``): the image's Triton (3.8) bundles CUDA 12.9 and 13.3 ptxas binaries,
+both of which know sm_121a, so no such binary is on this machine to run."""
 
 from __future__ import annotations
 
@@ -35,12 +39,3 @@ def test_the_ptxas_triton_uses_for_sm_121a_accepts_it(monkeypatch: pytest.Monkey
     )
     res = _check()
     assert res.status == "pass", res
-
-
-@pytest.mark.skipif(not (BUNDLED / "ptxas").exists(), reason="this Triton bundles no ptxas")
-def test_a_ptxas_without_sm_121a_fails_naming_b01(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Triton's CUDA 12.8 ptxas: "Value 'sm_121a' is not defined for option 'gpu-name'".
-    monkeypatch.setenv("TRITON_PTXAS_BLACKWELL_PATH", str(BUNDLED / "ptxas"))
-    res = _check()
-    assert res.status == "fail", res
-    assert res.setting == "TRITON_PTXAS_BLACKWELL_PATH" and "B01" in res.note, res

@@ -11,7 +11,6 @@ import textwrap
 import pytest
 import torch
 from sparkpair_overlay.kernels import fp8_einsum as fe
-from sparkpair_overlay.numerics import make_fp8_operands
 
 E8M0 = getattr(torch, "float8_e8m0fnu", None)
 
@@ -225,23 +224,16 @@ INTERPRET_SCRIPT = textwrap.dedent(
     # The dispatcher reads per-row scales that repeat their 128-row block's value as block scales
     # (block_scales_view's strided view, answered at once on the CPU) with the per-row plan's
     # bits, and keeps the per-row plan where one entry of one row differs.
-    select, seen = fe.select_fp8_einsum_config, []
-    def spy(t, fp32_scales=False, tma=False, per_row=False, gluon=False):
-        seen.append(per_row)
-        return select(t, fp32_scales, tma, per_row, gluon)
-    fe.select_fp8_einsum_config = spy
     sw_rep = pack(ew[:, ::128].repeat_interleave(128, 1))
     sw_odd = sw_rep.clone()
     sw_odd[1, 77, 0] += 1 << 8  # row 77, K block 1: 2x its block's scale
-    for sw, want in ((sw_rep, [False]), (sw_odd, [True])):
-        seen.clear()
+    for sw, want in ((sw_rep, False), (sw_odd, True)):
+        cfg, sw_used, per_row = fe._plan(a, sw, fe._SCALE_PACKED_I32, fe._SCALE_PACKED_I32, True)
+        assert per_row == want and (sw_used.shape[1] == D // 128) != want, (want, sw_used.shape)
         o_auto, o_rows = (torch.empty(T, G, D, dtype=torch.bfloat16) for _ in range(2))
         fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa_p), (w, sw), o_auto, (1, 1, 128))
-        assert seen == want, (seen, want)
-        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa_p), (w, sw), o_rows, (1, 1, 128),
-                                  select(T, False, False, True))
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa_p), (w, sw), o_rows, (1, 1, 128), cfg)
         assert torch.equal(o_auto, o_rows), want
-    fe.select_fp8_einsum_config = select
     # Per-row weight scales under SHARE_CHECK: a tile whose rows all carry the same scales (block
     # scales broadcast per row, as DeepGEMM stores them on sm_10x/12x) takes the one-scale loop
     # and gives the bits of the block-scale call; a tile where one row differs in one K block
@@ -254,7 +246,7 @@ INTERPRET_SCRIPT = textwrap.dedent(
     sw_block = fe.decode_ue8m0(eb5)
     e_rows = eb5.repeat_interleave(128, 1)
     e_rows[1, 77, 3] += 3  # one row of one tile, one K block: 8x its block's scale
-    for cfg in ("t64_d128_s4_bc", fe._cfg("bc_split", 16, 64, 4, 2, split_r=2, share_check=True)):
+    for cfg in ("t64_d128_s4_w8_bc", fe._cfg("bc_split", 16, 64, 4, 2, split_r=2, share_check=True)):
         o_block = torch.empty(T, G, D, dtype=torch.bfloat16)
         fe.fp8_einsum_with_config("bhr,hdr->bhd", (a5, sa5), (w5, sw_block), o_block, (1, 128, 128), cfg)
         o_rows = torch.empty(T, G, D, dtype=torch.bfloat16)
@@ -266,7 +258,7 @@ INTERPRET_SCRIPT = textwrap.dedent(
         assert float(col) < 1e-2, (cfg, "the odd row took its tile's first-row scale", float(col))
         assert float((o_rows.double() - ref5).norm() / ref5.norm()) < 1e-2, cfg
         same = torch.ones(G, D, dtype=torch.bool)
-        lo = 0 if cfg == "t64_d128_s4_bc" else 64
+        lo = 0 if cfg == "t64_d128_s4_w8_bc" else 64
         same[1, lo:128] = False  # the odd row's tile
         assert torch.equal(o_rows[:, same], o_block[:, same]), cfg
     # The per-tile check itself (its answer picks the loop; both loops give the same bits, so the
@@ -318,72 +310,85 @@ def test_plans_name_existing_configs_in_increasing_t() -> None:
     assert fe.select_fp8_einsum_config(16384, fp32_scales=True).name == fe.FP8_EINSUM_PLAN_FP32[-1][1]
 
 
-def test_gluon_decode_tile_is_planned_for_mid_t_only_where_it_can_run() -> None:
-    """Paths 4 and 5 (fp8_einsum_gluon) for T = FP8_EINSUM_GLUON_MIN_T .. FP8_EINSUM_GLUON_MAX_T,
-    every scale encoding: PATH 4's 32-token tile up to T = 32, its 64-token one to T = 64, PATH 5's
-    128-token tile beyond, only where PATH 3 could run and Gluon exists; one T outside keeps the
-    plans."""
-    lo, hi = fe.FP8_EINSUM_GLUON_MIN_T, fe.FP8_EINSUM_GLUON_MAX_T
-    names = {name for _, name in fe.FP8_EINSUM_GLUON_PLAN}
-    assert {fe._CONFIGS_BY_NAME[n]["PATH"] for n in names} == {4, 5}
-    ts = [t for t, _ in fe.FP8_EINSUM_GLUON_PLAN]
-    assert ts == sorted(ts) and ts[-1] == hi
-    assert not names & {c.name for c in fe.FP8_EINSUM_CONFIGS}  # the sm_121a AOT set
-    for t, bt in ((lo, 32), (24, 32), (32, 32), (33, 64), (36, 64), (64, 64), (65, 128), (hi, 128)):
-        for fp32, per_row in ((True, False), (False, True), (False, False)):
-            cfg = fe.select_fp8_einsum_config(t, fp32, True, per_row, gluon=True)
-            assert cfg.name in names and cfg["BLOCK_T"] == bt >= t, (t, cfg.name)
-            assert fe.select_fp8_einsum_config(t, fp32, True, per_row, gluon=False).name not in names
-            assert fe.select_fp8_einsum_config(t, fp32, False, per_row, gluon=True).name not in names
-    for t in (lo - 1, hi + 1, 1, 8192):
-        assert fe.select_fp8_einsum_config(t, False, True, True, gluon=True).name not in names
-    for t in (lo - 1, hi + 1):
-        assert fe.select_fp8_einsum_config(t, False, True, True, gluon=True) == fe.select_fp8_einsum_config(
-            t, False, True, True
-        )
+MX_SCRIPT = textwrap.dedent(
+    """
+    import torch
+    from sparkpair_overlay.kernels import fp8_einsum as fe
+    from sparkpair_overlay.numerics import fp8_einsum_reference, make_fp8_operands, rel_fro
+    T, G, D = 5, 2, 256
+    # Every block-scaled config on the served layouts (per-row packed int32 with the MN-major
+    # strides, the same read as block scales, fp32 block scales, e8m0 bytes): fp64-close, no
+    # output left unwritten. R = 1024 splits the decode tile's K in two (PATH 2 sums them).
+    cases = (("int32", (1, 1, 128)), ("int32-bcast", (1, 1, 128)), ("fp32", (1, 128, 128)),
+             ("e8m0", (1, 1, 128)))
+    names = [c.name for c in fe.FP8_EINSUM_MX_CONFIGS]
+    assert {"mx_t64_d64_k128_w4_s4", "mx_t64_d64_k128_w4_s4_acc", "mxd_t16_d64_k512_w4"} <= set(names), names
+    for k, (enc, recipe) in enumerate(cases):
+        a, sa, w, sw, sa_f, sw_f = make_fp8_operands(T, G, D, 1024, recipe, enc, device="cpu", seed=k)
+        if enc == "int32-bcast":
+            sw = fe.block_scales_view(sw)  # what the dispatcher hands the kernel
+            assert sw is not None
+        ref = fp8_einsum_reference(a, sa_f, w, sw_f)
+        for name in ("mx_t64_d64_k128_w4_s4", "mx_t64_d64_k128_w4_s4_acc", "mxd_t16_d64_k512_w4"):
+            out = torch.full((T, G, D), float("nan"), dtype=torch.bfloat16)
+            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out,
+                                      (1, 128, 128) if enc in ("fp32", "int32-bcast") else recipe, name)
+            assert not out.isnan().any(), (enc, name)
+            assert rel_fro(out, ref) < 1e-2, (enc, name, rel_fro(out, ref))
+    # The decode tile with R = 512: one K tile, no split, out written directly.
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(T, G, D, 512, (1, 1, 128), "int32", device="cpu", seed=9)
+    out = torch.full((T, G, D), float("nan"), dtype=torch.bfloat16)
+    fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 1, 128), "mxd_t16_d64_k512_w4")
+    assert rel_fro(out, fp8_einsum_reference(a, sa_f, w, sw_f)) < 1e-2
+    # fp32 scales that are not powers of two: their exponent alone would be a wrong scale, so the
+    # outputs that use them are NaN, never wrong numbers; every other output is untouched.
+    a, sa, w, sw, sa_f, sw_f = make_fp8_operands(T, G, D, 1024, (1, 128, 128), "fp32", device="cpu", seed=3)
+    good = torch.empty((T, G, D), dtype=torch.bfloat16)
+    fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), good, (1, 128, 128), "mx_t64_d64_k128_w4_s4")
+    sa_odd, sw_odd = sa.clone(), sw.clone()
+    sa_odd[2, 1, 5] *= 1.5  # token 2, group 1, K block 5
+    sw_odd[0, 1, 3] *= 0.75  # group 0, weight rows 128..255, K block 3
+    for name in ("mx_t64_d64_k128_w4_s4", "mxd_t16_d64_k512_w4"):
+        out = torch.empty((T, G, D), dtype=torch.bfloat16)
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa_odd), (w, sw_odd), out, (1, 128, 128), name)
+        nan = torch.zeros((T, G, D), dtype=torch.bool)
+        nan[2, 1, :] = True
+        nan[:, 0, 128:256] = True
+        assert torch.equal(out.isnan(), nan), (name, out.isnan().nonzero()[:8])
+        assert rel_fro(out[~nan].view(-1, 1), good[~nan].view(-1, 1)) < 1e-2, name
+    # A block-scaled config whose K tile does not divide R is refused by name.
+    a, sa, w, sw, _, _ = make_fp8_operands(T, G, D, 640, (1, 1, 128), "e8m0", device="cpu", seed=4)
+    try:
+        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), good, (1, 1, 128), "mxd_t16_d64_k512_w4")
+        raise AssertionError("R = 640 with BLOCK_K = 512 was accepted")
+    except ValueError as exc:
+        assert "mxd_t16_d64_k512_w4 has BLOCK_K=512; R=640" in str(exc), exc
+    print("OK")
+    """
+)
 
 
-def test_gluon_config_on_operands_it_cannot_run_is_refused_by_name(monkeypatch) -> None:
-    """An explicit PATH 4 or 5 call where it cannot run (here: CPU tensors under Triton's
-    interpreter) names the config and what it needs, before any launch."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    a, sa, w, sw, out = _ops(t=36)
-    for name, path in (("gl_t64_d64_sk2_s8_w4", 4), ("gltm_t128_d32_s6_w8", 5)):
-        with pytest.raises(ValueError, match=rf"{name} \(PATH {path}\) needs .*group-major"):
-            fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 1, 128), name)
+@pytest.mark.skipif(E8M0 is None, reason="torch has no float8_e8m0fnu")
+def test_block_scaled_kernel_under_triton_interpreter() -> None:
+    """The block-scaled path (``tl.dot_scaled`` on the served scale layouts, no copy) under
+    Triton's interpreter: fp64-close on every encoding and form (promoted per K tile, MMA-
+    accumulated, the decode tile with its split sum), NaN where an fp32 scale is not a power of
+    two, and a config whose K tile does not divide R refused."""
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    res = subprocess.run(
+        [sys.executable, "-c", MX_SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr
 
 
-@pytest.mark.parametrize("r,gluon", ((4096, True), (3072, True), (512, False)))
-def test_dispatcher_takes_gluon_configs_only_where_r_fills_their_rings(r, gluon, monkeypatch) -> None:
-    """Where the Gluon tiles could run, R = 512 (4 K blocks, fewer than PATH 4's and 5's rings
-    hold) takes the plan without them instead of failing in the launch; R = 4096 and 3072 (24
-    blocks, not a power of 2) keep them. The launchers are stubbed: this is the choice only."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(fe, "_tma_ok", lambda x, w: True)
-    monkeypatch.setattr(fe, "_gluon_ok", lambda x, w: True)
-    seen: list[tuple[int, str]] = []
-    monkeypatch.setattr(fe, "_launch_gluon", lambda cfg, *a: seen.append((cfg["PATH"], cfg.name)))
-    monkeypatch.setattr(fe, "_launch_persistent", lambda cfg, *a: seen.append((cfg["PATH"], cfg.name)))
-    for t in (36, 100):
-        a, sa, w, sw, _, _ = make_fp8_operands(t, 4, 1024, r, (1, 1, 128), "int32", device="cpu", seed=t)
-        out = torch.empty((t, 4, 1024), dtype=torch.bfloat16)
-        fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 1, 128))
-    assert [path in (4, 5) for path, _ in seen] == [gluon, gluon], seen
-    if not gluon:
-        assert all(path == 3 for path, _ in seen), seen
-
-
-def test_gluon_configs_fit_r_by_ring_and_shared_memory() -> None:
-    """_gluon_fits: the served R and any R whose K blocks fill the config's ranges and ring (24,
-    not a power of 2) fit; fewer blocks than the ring, blocks that do not split evenly, or staged
-    scales that would take the block past a compute capability 9.0 block's shared memory do not.
-    The served configs' own footprint (the AOT tier's sm_90a builds: 100,416-143,408 B) stays
-    under the estimate's limit."""
-    names = ("gl_t32_d64_sk2_s8_w4", "gl_t64_d64_sk2_s8_w4", "gltm_t128_d32_s6_w8")
-    t32, t64, tm = (fe._CONFIGS_BY_NAME[n] for n in names)
-    for cfg in (t32, t64, tm):
-        assert fe._gluon_fits(cfg, 4096) and fe._gluon_fits(cfg, 3072), cfg.name
-        assert not fe._gluon_fits(cfg, 512), cfg.name
-    assert not fe._gluon_fits(t32, 128 * 33)  # 33 blocks: two ranges do not split it
-    assert fe._gluon_fits(tm, 128 * 33)  # one range: any count from the ring up
-    assert fe._gluon_fits(tm, 16384) and not fe._gluon_fits(tm, 32768)  # staged scales: 64 / 128 KiB
+def test_gb10_plan_takes_the_block_scaled_path_for_prefill_only() -> None:
+    """The plan's prefill entry (T >= 1024) is the block-scaled tile loop, promoted per K tile,
+    with a K tile of 128 (it tiles any R the kernel takes); below it the plan names the promoting
+    kernel's configs."""
+    for fp32 in (False, True):
+        for t in (1024, 2048, 16384):
+            cfg = fe.select_fp8_einsum_config(t, fp32)
+            assert cfg.kernel == fe.MX_KERNEL and cfg["PROMOTE"] and cfg["BLOCK_K"] == 128, (t, cfg.name)
+        for t in (1, 16, 36, 128, 1023):
+            assert fe.select_fp8_einsum_config(t, fp32).kernel != fe.MX_KERNEL, t
