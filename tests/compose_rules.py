@@ -240,7 +240,9 @@ def _settings_rules(name: str, svc: Mapping[str, Any]) -> list[Violation]:
     source by :func:`check_source`: the rendered config inlines it.)"""
     v: list[Violation] = []
     env = svc.get("environment") or {}
-    missing = [k for k in ("SPARKPAIR_NODE_NAME", "SPARKPAIR_NODE_RANK", "SPARKPAIR_NNODES") if not env.get(k)]
+    missing = [
+        k for k in ("SPARKPAIR_NODE_NAME", "SPARKPAIR_NODE_RANK", "SPARKPAIR_NNODES") if not env.get(k)
+    ]
     if missing:
         v.append(
             Violation(
@@ -310,12 +312,36 @@ def _volume_rules(name: str, svc: Mapping[str, Any]) -> list[Violation]:
                     f"{key}={target} on a persistent volume",
                 )
             )
+    v += _config_mount_rules(name, svc)
     if "/models" not in by_target:
         v.append(
             Violation(
                 "model-cache", name, "volumes[/models]", None, "the host model cache mounted at /models"
             )
         )
+    return v
+
+
+def _config_mount_rules(name: str, svc: Mapping[str, Any]) -> list[Violation]:
+    """From the checkout's ``configs/`` a container mounts only ``configs/profiles``: the folder
+    also holds every node's env file and the cluster file, no container's to read."""
+    v: list[Violation] = []
+    for m in svc.get("volumes") or []:
+        if not isinstance(m, Mapping) or m.get("type") != "bind":
+            continue
+        parts = Path(str(m.get("source", ""))).parts
+        if "configs" in parts:
+            below = parts[parts.index("configs") + 1 :]
+            if not below or below[0] != "profiles":
+                v.append(
+                    Violation(
+                        "configs-mount",
+                        name,
+                        f"volumes[{m.get('target')}]",
+                        m.get("source"),
+                        "only configs/profiles from configs/ (it also holds every node's env file)",
+                    )
+                )
     return v
 
 
@@ -339,6 +365,7 @@ def check_service_health(name: str, svc: Mapping[str, Any]) -> list[Violation]:
         )
     v += _restart_rules(name, svc)
     v += _settings_rules(name, svc)
+    v += _config_mount_rules(name, svc)
     return v
 
 
@@ -385,7 +412,9 @@ def check_source(text: str) -> list[Violation]:
                 )
             )
         m = SHAPE_KEY.search(code)
-        own = m is not None and re.fullmatch(rf"\"?(\$\{{SPARKPAIR_{m.group(1)}(:\?[^}}]*)?\}}\"?)?", m.group(2).strip())
+        own = m is not None and re.fullmatch(
+            rf"\"?(\$\{{SPARKPAIR_{m.group(1)}(:\?[^}}]*)?\}}\"?)?", m.group(2).strip()
+        )
         if HARDCODED_CLUSTER.search(code) or (m is not None and not own):
             out.append(
                 Violation(

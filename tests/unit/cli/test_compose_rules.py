@@ -192,6 +192,16 @@ BAD = {
         "services: {head: {environment: {TRITON_CACHE_DIR: /tmp/triton}}}",
     ),
     "unbounded-grace": ("worker", "stop-grace", "services: {worker: {stop_grace_period: 1h}}"),
+    "configs-mounted": (
+        "head",
+        "configs-mount",
+        "services: {head: {volumes: ['./configs:/opt/sparkpair/src/configs:ro']}}",
+    ),
+    "health-env-file-mounted": (
+        "health",
+        "configs-mount",
+        "services: {health: {volumes: ['./configs/node.env.example:/run/node.env:ro']}}",
+    ),
     "no-settings": ("head", "env-file", "services: {head: {environment: {SPARKPAIR_NNODES: ''}}}"),
     "health-without-readyz": ("health", "healthcheck", "services: {health: {healthcheck: {disable: true}}}"),
     "health-restart-loop": ("health", "restart-bounded", "services: {health: {restart: unless-stopped}}"),
