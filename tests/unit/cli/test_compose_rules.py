@@ -129,7 +129,8 @@ def test_without_an_env_file_the_render_stops_naming_the_setting(tmp_path: Path)
     empty.write_text(f"SPARKPAIR_MODEL_CACHE={tmp_path}\n")
     with pytest.raises(
         cr.ComposeRenderError,
-        match=r"SPARKPAIR_NODE_(NAME|RANK) is missing a value.*wanted this node's env file given with --env-file",
+        match=r"SPARKPAIR_NODE_(NAME|RANK) is missing a value.*wanted this node's env file given with "
+        r"--env-file",
     ):
         cr.render(REPO, env_file=empty, profiles=("worker",))
 
