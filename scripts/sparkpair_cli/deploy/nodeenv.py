@@ -626,7 +626,9 @@ def in_container(root: Path = Path("/")) -> bool:
     return (root / ".dockerenv").exists() or (root / "run" / ".containerenv").exists()
 
 
-def env_file_choice(given: Path | None, environ: Mapping[str, str] | None = None) -> Path:
+def env_file_choice(
+    given: Path | None, environ: Mapping[str, str] | None = None, option: str = "--env-file"
+) -> Path:
     """The node env file a host-side command reads (``node validate``, ``preflight``, ``node
     init``): ``--env-file``, else ``$SPARKPAIR_NODE_ENV``, else :data:`DEFAULT_ENV_FILE`.
 
@@ -638,8 +640,8 @@ def env_file_choice(given: Path | None, environ: Mapping[str, str] | None = None
     named = env.get(NODE_ENV_VAR, "")
     if given is not None and named and Path(named).resolve() != given.resolve():
         raise NodeEnvError(
-            f"--env-file {given} and {NODE_ENV_VAR}={named} name two different node env files; "
-            f"wanted one: drop --env-file, or unset {NODE_ENV_VAR}"
+            f"{option} {given} and {NODE_ENV_VAR}={named} name two different node env files; "
+            f"wanted one: drop {option}, or unset {NODE_ENV_VAR}"
         )
     if given is not None:
         return given
