@@ -182,7 +182,8 @@ def discover_on_engine(
     if code != 0:
         raise RuntimeError(f"`sparkpair node discover` exited {code} in {image}: {stderr.strip()[-1500:]}")
     facts = dv.NodeFacts.from_json(stdout)
-    facts.engine = client.info()
+    facts.engine = client.info()  # the node's engine, asked through its own API
+    facts.errors = [e for e in facts.errors if not e.startswith("Docker engine")]
     return facts
 
 
