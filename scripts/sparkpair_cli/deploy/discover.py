@@ -2,7 +2,9 @@
 node env file proposed from it (``sparkpair node init``).
 
 Every fact is read with the preflight's own readers (:mod:`..preflight.fabric`,
-:mod:`..preflight.memory`) under an injectable root, so the recorded host trees of
+:mod:`..preflight.memory`; what each sysfs and /proc file holds:
+docs/reference/node-env.md#rdma-devices-netdevs-and-the-gpu-in-sysfs-and-proc, and the engine's:
+docs/reference/node-env.md#docker-engine-information) under an injectable root, so the recorded host trees of
 ``tests/fixtures/hosts`` are the fixtures, and carries where it was read. The proposal fills in
 every setting it can from those facts and names the source of each; what no node can know on its
 own (the other nodes' fabric addresses, where the checkpoint lives) is asked for. Layouts that

@@ -417,7 +417,8 @@ _SUBSET_LINE = re.compile(
     rf"^ *(export +)?{_KEY} *= *"
     r"""(?:(?:'[^'$\\\t]*'|"[^"$\\\t]*"|[^'"$\\\t# ][^'"$\\\t]*?)(?: +#[^\t]*)?|) *$"""
 )
-"""One ``KEY=VALUE`` line python-dotenv 1.2 and Compose v2.40 read alike: an unquoted value
+"""One ``KEY=VALUE`` line python-dotenv 1.2 and Compose v2.40 read alike
+(docs/reference/node-env.md#compose-env-files-and-interpolation): an unquoted value
 without quotes, ``$``, backslashes or tabs (a `` #`` after a space starts a comment), or a
 whole single- or double-quoted value without ``$``, backslashes or its own quote."""
 
