@@ -17,8 +17,9 @@ Python ``docker-compose`` 1.x, all Debian bookworm packages), which does not rea
 ``compose.yaml``'s v2 features (``!reset``, profiles, ``deploy`` device reservations).
 
 :func:`env_file_values` asks that program how it reads an env file (quotes, trailing comments,
-``export``, ``${VAR}``; docs/reference/node-env.md#compose-env-files-and-interpolation), so ``sparkpair node validate``, ``sparkpair up`` and the containers
-(whose environment Compose builds from the same file) read one file one way.
+``export``, ``${VAR}``; docs/reference/node-env.md#compose-env-files-and-interpolation), so
+``sparkpair node validate``, ``sparkpair up`` and the containers (whose environment Compose
+builds from the same file) read one file one way.
 """
 
 from __future__ import annotations
