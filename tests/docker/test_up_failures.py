@@ -34,10 +34,10 @@ def _cluster(tmp_path: Path, image: str, *, sim: bool, waive: bool) -> tuple[Pat
     cache = tmp_path / "models"  # empty: no checkpoint
     cache.mkdir()
     head = write_env(
-        tmp_path / "head.env", name="i36-head", rank=0, ip="172.31.79.11", image=image, cache=cache
+        tmp_path / "head.env", name="i36-head", rank=0, ip="172.31.77.11", image=image, cache=cache
     )
     worker = write_env(
-        tmp_path / "worker.env", name="i36-worker", rank=1, ip="172.31.79.12", image=image, cache=cache
+        tmp_path / "worker.env", name="i36-worker", rank=1, ip="172.31.77.12", image=image, cache=cache
     )
     for p in (head, worker):
         text = p.read_text().replace("172.31.77.", "172.31.79.")
