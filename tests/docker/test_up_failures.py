@@ -40,7 +40,7 @@ def _cluster(tmp_path: Path, image: str, *, sim: bool, waive: bool) -> tuple[Pat
         tmp_path / "worker.env", name="i36-worker", rank=1, ip="172.31.77.12", image=image, cache=cache
     )
     for p in (head, worker):
-        text = p.read_text().replace("172.31.77.", "172.31.79.")
+        text = p.read_text().replace("172.31.77.", "172.31.81.")
         if not waive:
             text = re.sub(r"(?m)^SPARKPAIR_PREFLIGHT_WAIVE=.*$", "SPARKPAIR_PREFLIGHT_WAIVE=", text)
         p.write_text(text)
@@ -59,8 +59,8 @@ def _cli(*args: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess[
     import os
 
     env = dict(os.environ) | {
-        "SIM_SUBNET": "172.31.79.0/24", "SIM_HEAD_IP": "172.31.79.11", "SIM_WORKER_IP": "172.31.79.12",
-        "SIM_HEALTH_IP": "172.31.79.13", "SIM_MEMLOCK": str(engine_limit("Max locked memory")),
+        "SIM_SUBNET": "172.31.81.0/24", "SIM_HEAD_IP": "172.31.81.11", "SIM_WORKER_IP": "172.31.81.12",
+        "SIM_HEALTH_IP": "172.31.81.13", "SIM_MEMLOCK": str(engine_limit("Max locked memory")),
         "SIM_NOFILE": str(engine_limit("Max open files")), "COLUMNS": "200",
     }  # fmt: skip
     t0 = time.monotonic()
