@@ -142,7 +142,7 @@ def write_checked(prop: dv.Proposal, path: Path, *, force: bool, where: str) -> 
     )
 
 
-def _ask(prop_missing: list[str], facts: dv.NodeFacts, peers: dict[str, str], cache: str | None):  # type: ignore[no-untyped-def]
+def _ask(facts: dv.NodeFacts, peers: dict[str, str], cache: str | None) -> tuple[dict[str, str], str | None]:
     """On a terminal, ask for the peer and the model cache (the two things no node can know)."""
     if not sys.stdin.isatty():
         return peers, cache
@@ -365,7 +365,7 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(EXIT_CONFIG)
         facts = dv.discover(root)
         if not dry_run:
-            peers, model_cache = _ask([], facts, peers, model_cache)
+            peers, model_cache = _ask(facts, peers, model_cache)
         prop = dv.propose(facts, peers=peers, model_cache=model_cache, name=name, host_user=host_user)
         for k, v in _pairs(set_, "--set").items():
             prop.set(k, v, "--set")
