@@ -336,7 +336,7 @@ def propose(
             p.missing.append(f"{k}: {why}")
     else:
         iface = ipaddress.IPv4Interface(port.ipv4[0])
-        src = f"ip -4 -o addr show: {port.netdev} {port.ipv4[0]}"
+        src = f"the kernel's IPv4 address of {port.netdev}: {port.ipv4[0]}"
         p.set(
             "SPARKPAIR_FABRIC_IFNAME",
             str(port.netdev),

@@ -87,15 +87,47 @@ address/prefix)."""
 
 def ipv4_addresses(host: Host) -> dict[str, list[ipaddress.IPv4Interface]]:
     """Every netdev's IPv4 addresses with their prefix, as the kernel has them
-    (``ip -4 -o addr show``; recorded as ``_cmd/ip-addr.json`` in a host tree).
+    (``ip -4 -o addr show``; recorded as ``_cmd/ip-addr.json`` in a host tree). On a live host
+    without iproute2 (an image that lacks it), each netdev's primary address and netmask from the
+    kernel's ``SIOCGIFADDR`` / ``SIOCGIFNETMASK`` ioctls instead.
 
     Raises:
-        CommandUnavailable: ``ip`` is not installed (or not recorded).
+        CommandUnavailable: ``ip`` is not recorded (a host tree), or neither ``ip`` nor the
+            ioctls answer.
     """
-    r = host.run("ip-addr", ["ip", "-4", "-o", "addr", "show"])
+    try:
+        r = host.run("ip-addr", ["ip", "-4", "-o", "addr", "show"])
+    except CommandUnavailable:
+        if not host.live:
+            raise
+        return _ioctl_ipv4(host.listdir("sys/class/net"))
     out: dict[str, list[ipaddress.IPv4Interface]] = {}
     for ifname, cidr in IP_ADDR_LINE.findall(r.stdout):
         out.setdefault(ifname, []).append(ipaddress.IPv4Interface(cidr))
+    return out
+
+
+SIOCGIFADDR, SIOCGIFNETMASK = 0x8915, 0x891B
+"""Linux ``ioctl`` requests for a netdev's primary IPv4 address and netmask
+(``include/uapi/linux/sockios.h``); the answer is a ``struct ifreq`` whose ``sockaddr_in``
+address sits at bytes 20-24."""
+
+
+def _ioctl_ipv4(ifnames: list[str]) -> dict[str, list[ipaddress.IPv4Interface]]:
+    import fcntl
+    import socket
+    import struct
+
+    out: dict[str, list[ipaddress.IPv4Interface]] = {}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for name in ifnames:
+            req = struct.pack("256s", name.encode()[:15])
+            try:
+                addr = socket.inet_ntoa(fcntl.ioctl(s.fileno(), SIOCGIFADDR, req)[20:24])
+                mask = socket.inet_ntoa(fcntl.ioctl(s.fileno(), SIOCGIFNETMASK, req)[20:24])
+            except OSError:  # no IPv4 address on it (EADDRNOTAVAIL), or no such netdev here
+                continue
+            out[name] = [ipaddress.IPv4Interface(f"{addr}/{mask}")]
     return out
 
 

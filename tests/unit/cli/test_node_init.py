@@ -101,7 +101,7 @@ def test_every_discovered_value_is_written_with_its_source(tmp_path: Path) -> No
     assert values["NCCL_IB_HCA"] == "=rocep1s0f1,roceP2p1s0f1"  # both up halves, exact names
     assert values["SPARKPAIR_NODE_RANK"] == "0" and values["SPARKPAIR_HEAD_ADDR"] == HEAD
     for line in (
-        "# node init: ip -4 -o addr show: enp1s0f1np1 192.168.177.11/24\nVLLM_HOST_IP=192.168.177.11",
+        "# node init: the kernel's IPv4 address of enp1s0f1np1: 192.168.177.11/24\nVLLM_HOST_IP=192.168.177.11",
         "# node init: resolved at every start; now 3 (/sys/class/infiniband/rocep1s0f1/ports/1/gids/3, RoCE v2)\n"
         "NCCL_IB_GID_INDEX=auto",
         "# node init: /proc/sys/kernel/hostname\nSPARKPAIR_NODE_NAME=spark-a",
@@ -182,3 +182,19 @@ def test_out_and_sparkpair_node_env_naming_two_files_are_refused(tmp_path: Path)
                       env={"SPARKPAIR_NODE_ENV": str(tmp_path / "b.env")})  # fmt: skip
     assert r.exit_code == 2 and "name two different node env files" in r.output
     assert str(tmp_path / "a.env") in r.output and str(tmp_path / "b.env") in r.output
+
+
+def test_without_iproute2_the_addresses_come_from_the_kernels_ioctls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image without `ip` (discovery in a node's container) reads each netdev's primary
+    address and netmask with SIOCGIFADDR/SIOCGIFNETMASK: the same as `ip` says, on this machine."""
+    import shutil
+
+    from sparkpair_cli.preflight.fabric import ipv4_addresses
+    from sparkpair_cli.preflight.host import Host
+
+    if shutil.which("ip") is None:
+        pytest.skip("no iproute2 here to compare with")
+    with_ip = ipv4_addresses(Host())
+    monkeypatch.setenv("PATH", "/nonexistent")
+    without = ipv4_addresses(Host())
+    assert without and {k: v[:1] for k, v in with_ip.items()} == without
