@@ -101,8 +101,11 @@ RUN if [ -n "${SPARKPAIR_KERNEL_ARCHS}" ]; then \
       mkdir -p /opt/sparkpair/triton-cache; \
     fi
 
-# Profiles last: editing one rebuilds only this layer (compose also bind-mounts ./configs).
-COPY configs/ configs/
+# Profiles last: editing one rebuilds only this layer (compose also bind-mounts
+# ./configs/profiles). Model and bench profiles only: the image is copied to every node, so no
+# node env, cluster or key file may be in it (.dockerignore sends nothing else of configs/).
+COPY configs/profiles/ configs/profiles/
+COPY configs/bench/ configs/bench/
 
 WORKDIR /vllm-workspace
 ENTRYPOINT ["sparkpair"]

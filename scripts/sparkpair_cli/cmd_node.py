@@ -195,7 +195,9 @@ def register(app: typer.Typer) -> None:
 
     @node.command("validate")
     def validate(
-        env_file: Path = typer.Option(Path("configs/node.env"), help="the node env file"),
+        env_file: Path | None = typer.Option(
+            None, help="the node env file [default: $SPARKPAIR_NODE_ENV, else configs/node.env]"
+        ),
         host_paths: bool = typer.Option(
             True,
             help="also check this host: SPARKPAIR_MODEL_CACHE exists; on the head, the API key file "
@@ -203,11 +205,19 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Validate a node env file and the profile it names; exit 2 with every problem listed."""
+        from .deploy import nodeenv as ne
+
+        try:
+            env_file = ne.env_file_choice(env_file)
+        except NodeEnvError as e:
+            err.print(f"sparkpair node validate: {e}", highlight=False)
+            raise typer.Exit(EXIT_CONFIG) from None
         env = _load_env(env_file)
         profile = _load_profile(env)
-        from .deploy.nodeenv import parse_env_file, unknown_key_problems
-
-        problems = unknown_key_problems(parse_env_file(env_file), str(env_file))
+        values = ne.parse_env_file(env_file)
+        problems = ne.unknown_key_problems(values, str(env_file))
+        problems += ne.not_passed_problems(values, str(env_file))
+        problems += ne.shell_override_problems(values, str(env_file), os.environ)
         try:
             launch.check_shape(env, profile)
             launch.executor_of(env, profile)

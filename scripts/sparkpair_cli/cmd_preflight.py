@@ -11,7 +11,13 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from .deploy.nodeenv import NodeEnvError, load_node_env_file, load_node_env_from_environ
+from .deploy.nodeenv import (
+    NodeEnvError,
+    env_file_choice,
+    in_container,
+    load_node_env_file,
+    load_node_env_from_environ,
+)
 
 err = Console(stderr=True)
 
@@ -22,7 +28,11 @@ def register(app: typer.Typer) -> None:
     @app.command("preflight")
     def preflight(
         local: bool = typer.Option(True, "--local/--no-local", help="run this node's checks"),
-        env_file: Path | None = typer.Option(None, help="node env file (default: the environment)"),
+        env_file: Path | None = typer.Option(
+            None,
+            help="node env file [default: in a container the environment, on the host $SPARKPAIR_NODE_ENV, "
+            "else configs/node.env, as node validate]",
+        ),
         root: Path = typer.Option(Path("/"), help="root for /sys, /proc, /etc reads (recorded trees)"),
         only: str = typer.Option("", help="comma list of check groups (rdma,netdev,gid,memory,...)"),
         facts_out: Path | None = typer.Option(None, help="write this node's report (with facts) as JSON"),
@@ -72,7 +82,12 @@ def register(app: typer.Typer) -> None:
         if local and not compare:
             from sparkpair_health.profile import ProfileError, load_profile
 
+            # in the node's container compose gave the settings as the environment; anywhere else
+            # (the host, or a container of another kind) they are in the env file
+            on_host = not (in_container() and "SPARKPAIR_NODE_NAME" in os.environ)
             try:
+                if env_file is not None or on_host:
+                    env_file = env_file_choice(env_file)
                 env = load_node_env_file(env_file) if env_file else load_node_env_from_environ()
             except NodeEnvError as e:
                 err.print(f"[red]invalid node env[/red]\n{escape(str(e))}", highlight=False)
@@ -84,6 +99,8 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(2) from None
             report = pf.run_local(env, profile, root=root, only=groups)
             pf.print_report(report, err)
+            if on_host and root == Path("/"):
+                err.print(escape(pf.in_image_note(env, env_file, groups)), highlight=False, soft_wrap=True)
             if facts_out:
                 try:
                     facts_out.write_text(report.to_json())

@@ -133,7 +133,7 @@ def test_up_brings_both_engines_to_a_passing_verdict_status_shows_both_and_down_
         f"  sim-head: {{env_file: {head}, docker: 'unix:///var/run/docker.sock'}}\n"
     )
     env |= {
-        "SIM_HEAD_ENV": str(head), "SIM_WORKER_ENV": str(worker), "SIM_SUBNET": SUBNET,
+        "SIM_SUBNET": SUBNET,
         "SIM_HEAD_IP": HEAD_IP, "SIM_WORKER_IP": WORKER_IP, "SIM_HEALTH_IP": HEALTH_IP,
         "SIM_MEMLOCK": str(engine_limit("Max locked memory")), "SIM_NOFILE": str(engine_limit("Max open files")),
         "COLUMNS": "200",

@@ -129,9 +129,9 @@ def test_killing_the_worker_names_it_in_readyz_within_one_canary_interval_and_th
         f"      SPARKPAIR_CANARY_INTERVAL_S: '{CANARY_INTERVAL_S:g}'\n"
         f"      SPARKPAIR_CANARY_TIMEOUT_S: '{CANARY_TIMEOUT_S:g}'\n"
     )
-    sim.compose("up", "-d", "--no-deps", "worker")
+    sim.compose("up", "-d", node="worker")
     time.sleep(5)
-    sim.compose("up", "-d")
+    sim.compose("up", "-d", node="head")
     wait_for(lambda: readyz(sim)["status"] == 200, 1200, "/readyz 200 before the pause", sim)
     bound = CANARY_INTERVAL_S + CANARY_TIMEOUT_S + POLL_SLACK_S
 

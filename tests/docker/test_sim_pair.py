@@ -104,8 +104,11 @@ class Sim:
     seen: list[tuple[float, str, str, str]] = field(default_factory=list)
 
     def compose(
-        self, *args: str, timeout: float = 600, check: bool = True
+        self, *args: str, node: str = "all", timeout: float = 600, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
+        """``docker compose <args>`` as the node runs it on its own machine: ``worker`` with its
+        env file and profile, ``head`` with its own and ``head`` + ``health``; ``all`` (for
+        ``down``) with the head's file and every profile."""
         import os
 
         from compose_rules import compose_binary
@@ -114,9 +117,14 @@ class Sim:
         files = ["-f", str(REPO / "compose.yaml"), "-f", str(REPO / "tests" / "docker" / "compose.sim.yaml")]
         for f in self.extra:
             files += ["-f", str(f)]
+        env_file, profiles = {
+            "worker": (self.worker_env, ["worker"]),
+            "head": (self.head_env, ["head", "health"]),
+            "all": (self.head_env, ["head", "worker", "health"]),
+        }[node]
+        prof = [x for p in profiles for x in ("--profile", p)]
         return sh(*compose_binary(), "-p", self.project, "--project-directory", str(REPO), *files,
-                  "--env-file", str(self.head_env), "--profile", "head", "--profile", "worker", "--profile", "health",
-                  *args, timeout=timeout, check=check, env=env)  # fmt: skip
+                  "--env-file", str(env_file), *prof, *args, timeout=timeout, check=check, env=env)  # fmt: skip
 
     def name(self, service: str) -> str:
         return f"{self.project}-{service}-1"
@@ -152,7 +160,7 @@ def new_sim(image: str, cache: Path, workdir: Path) -> Sim:
     )
     sim = Sim(f"spsim{uuid.uuid4().hex[:6]}", head, worker)
     sim.env = {
-        "SIM_HEAD_ENV": str(head), "SIM_WORKER_ENV": str(worker), "SIM_SUBNET": SUBNET,
+        "SIM_SUBNET": SUBNET,
         "SIM_HEAD_IP": HEAD_IP, "SIM_WORKER_IP": WORKER_IP, "SIM_HEALTH_IP": HEALTH_IP,
         "SIM_MEMLOCK": str(engine_limit("Max locked memory")), "SIM_NOFILE": str(engine_limit("Max open files")),
     }  # fmt: skip
@@ -231,9 +239,9 @@ def pair(sparkpair_image: str, model_cache: Path, tmp_path_factory: pytest.TempP
     sim = new_sim(sparkpair_image, model_cache, work)
     sim.extra = [observe_override(sim, work / "compose.observe.yaml")]
     try:
-        sim.compose("up", "-d", "--no-deps", "worker")
+        sim.compose("up", "-d", node="worker")
         time.sleep(5)
-        sim.compose("up", "-d")
+        sim.compose("up", "-d", node="head")
         assert sim.ip("head") == HEAD_IP and sim.ip("worker") == WORKER_IP
         t0 = time.monotonic()
 

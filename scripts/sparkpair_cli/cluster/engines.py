@@ -8,6 +8,7 @@ remote side ssh runs ``docker system dial-stdio``, so the remote user must be al
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import docker
@@ -97,3 +98,80 @@ def container_state(c: Any) -> str:
         return f"exited {st.get('ExitCode')}"
     health = (st.get("Health") or {}).get("Status")
     return f"{status} ({health})" if health else status
+
+
+CREATED_GRACE_S = 10.0
+"""Seconds a container may stay ``created`` after ``docker compose up -d`` returned: compose starts
+what it creates before it returns, so one still not started is stuck (a device or runtime the
+engine could not give it)."""
+
+LOG_LINES = 20
+"""Last log lines shown for a container that failed."""
+
+
+def failure(c: Any, *, created_for_s: float = 0.0) -> str | None:
+    """Why container ``c`` is not on its way to serving, or ``None``.
+
+    A container has failed when it is ``exited`` or ``dead``, ``restarting`` or already
+    restarted by its restart policy, ``unhealthy``, or ``created`` with a start error from the
+    engine (``State.Error``) or for longer than :data:`CREATED_GRACE_S`.
+    """
+    c.reload()
+    st = c.attrs.get("State", {})
+    status = st.get("Status", "?")
+    restarts = int(c.attrs.get("RestartCount") or 0)
+    health = (st.get("Health") or {}).get("Status")
+    if status in ("exited", "dead"):
+        return f"{status} with exit code {st.get('ExitCode')}"
+    if status == "restarting" or restarts:
+        code = last_exit_code(c)
+        return f"{status}, restarted {restarts} time(s) by its restart policy (last exit code {code})"
+    if health == "unhealthy":
+        return "unhealthy (its health check failed past the start period)"
+    if status == "created" and (st.get("Error") or created_for_s > CREATED_GRACE_S):
+        return "created but never started"
+    return None
+
+
+def last_exit_code(c: Any) -> int | str | None:
+    """The exit code of ``c``'s last ``die`` event (the engine's event log since the container was
+    created); ``State.ExitCode`` is reset when the restart policy starts it again."""
+    import datetime
+
+    created = str(c.attrs.get("Created", ""))[:19]
+    try:
+        since = int(
+            datetime.datetime.fromisoformat(created).replace(tzinfo=datetime.timezone.utc).timestamp()
+        )
+        events = c.client.events(
+            since=since,
+            until=int(time.time()),
+            filters={"container": c.id, "event": "die"},
+            decode=True,
+        )
+        codes = [e.get("Actor", {}).get("Attributes", {}).get("exitCode") for e in events]
+    except Exception:  # noqa: BLE001 - an engine without the event log: the state's code below
+        codes = []
+    codes = [x for x in codes if x is not None]
+    if codes:
+        return int(codes[-1]) if str(codes[-1]).lstrip("-").isdigit() else str(codes[-1])
+    return c.attrs.get("State", {}).get("ExitCode")
+
+
+def failure_report(node: str, c: Any, why: str, tail: int = LOG_LINES) -> str:
+    """Docker's own account of a failed container: ``State.Error``, the exit code, the OOM flag,
+    the restart count and its last ``tail`` log lines, prefixed with the node."""
+    st = c.attrs.get("State", {})
+    service = c.labels.get("com.docker.compose.service", "?")
+    lines = [
+        f"node {node}: container {c.name} ({service}) {why}; Docker: State.Error="
+        f"{(st.get('Error') or '')!r}, ExitCode={st.get('ExitCode')}, OOMKilled={st.get('OOMKilled')}, "
+        f"RestartCount={c.attrs.get('RestartCount', 0)}"
+    ]
+    try:
+        text = c.logs(tail=tail).decode("utf-8", "replace").rstrip("\n")
+    except Exception as e:  # noqa: BLE001 - the SDK raises APIError or requests' errors; the report says so
+        text = f"(no logs: {type(e).__name__}: {e})"
+    lines.append(f"  last {tail} log lines of {c.name}:" if text else f"  {c.name} logged nothing")
+    lines += [f"  | {x}" for x in text.splitlines()[-tail:]]
+    return "\n".join(lines)

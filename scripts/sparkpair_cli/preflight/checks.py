@@ -46,6 +46,44 @@ LOCAL_CHECKS: dict[str, Callable[[Ctx], None]] = {
 names) are listed by ``sparkpair preflight --list``."""
 
 
+IMAGE_GROUPS: dict[str, str] = {
+    "ptxas": "the ptxas Triton uses",
+    "flashinfer": "FlashInfer's DSv4 decode table",
+    "deepgemm": "the DeepGEMM vLLM loads",
+    "nccl": "the NCCL vLLM loads",
+    "checkpoint": "the checkpoint under HF_HOME (/models in the container)",
+}
+"""Check groups that judge the Python packages and paths of the process that runs them: on the
+host they judge the host's, not those of the image the node serves with."""
+
+
+def in_image_note(env: NodeEnv, env_file: Path | None, only: list[str] | None) -> str:
+    """What a preflight run on the host says about :data:`IMAGE_GROUPS`, and the exact command that
+    runs those groups inside the image on this node (``docker compose ... run`` of this node's
+    service, from the checkout, with this env file)."""
+    from sparkpair_health.profile import CONFIGS_DIR
+
+    from ..deploy.compose_cli import ComposeUnavailable, find_compose
+
+    groups = [g for g in IMAGE_GROUPS if not only or g in only]
+    if not groups:
+        return ""
+    try:
+        compose = " ".join(find_compose().argv)
+    except ComposeUnavailable:
+        compose = "docker compose"
+    role = env.role
+    checkout = CONFIGS_DIR.parent
+    ef = env_file.resolve() if env_file else Path("configs/node.env")
+    judged = "; ".join(f"{g}: {IMAGE_GROUPS[g]}" for g in groups)
+    return (
+        f"node {env.SPARKPAIR_NODE_NAME}: run on the host, these checks judged this host's packages and "
+        f"paths, not the image's: {judged}. Run them inside the image on this node:\n"
+        f"  cd {checkout} && {compose} --env-file {ef} --profile {role} run --rm --no-deps {role} "
+        f"preflight --only {','.join(groups)}"
+    )
+
+
 def run_local(env: NodeEnv, profile: Any, root: Path = Path("/"), only: list[str] | None = None) -> Report:
     """Run every local check (or the groups in ``only``) on this node."""
     c = Ctx(env, profile, Host(root))

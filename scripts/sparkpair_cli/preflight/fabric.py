@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..deploy.nodeenv import NodeEnv
@@ -21,9 +22,113 @@ def _ib_port(host: Host, dev: str) -> str:
     return ports[0] if ports else "1"
 
 
+def rdma_devices(host: Host) -> list[str]:
+    """The RDMA devices of this node (``/sys/class/infiniband/*``), sorted."""
+    return host.listdir("sys/class/infiniband")
+
+
+@dataclass(frozen=True)
+class PortState:
+    """The first port of an RDMA device as sysfs gives it (``/sys/class/infiniband/<dev>/ports/<n>/``):
+    ``state`` (``4: ACTIVE``), ``phys_state`` (``5: LinkUp``), ``link_layer`` (``Ethernet`` for
+    RoCE) and ``rate``; ``"?"`` where a file cannot be read."""
+
+    device: str
+    port: str
+    state: str
+    phys_state: str
+    link_layer: str
+    rate: str
+
+    @property
+    def up(self) -> bool:
+        """ACTIVE and LinkUp: a port NCCL uses (it skips the others)."""
+        return "ACTIVE" in self.state and "LinkUp" in self.phys_state
+
+    @property
+    def roce(self) -> bool:
+        """RDMA over Ethernet (RoCE), not InfiniBand."""
+        return self.link_layer == "Ethernet"
+
+    @property
+    def sysfs(self) -> str:
+        return f"/sys/class/infiniband/{self.device}/ports/{self.port}"
+
+
+def port_state(host: Host, dev: str) -> PortState:
+    """:class:`PortState` of ``dev``'s first port."""
+    port = _ib_port(host, dev)
+    base = f"sys/class/infiniband/{dev}/ports/{port}"
+
+    def rd(name: str) -> str:
+        return host.read(f"{base}/{name}") or "?"
+
+    return PortState(dev, port, rd("state"), rd("phys_state"), rd("link_layer"), rd("rate"))
+
+
 def hca_netdevs(host: Host, dev: str) -> list[str]:
     """Netdevs of an RDMA device (``/sys/class/infiniband/<dev>/device/net/*``)."""
     return host.listdir(f"sys/class/infiniband/{dev}/device/net")
+
+
+def netdev_link(host: Host, ifname: str) -> tuple[str, int] | None:
+    """``(operstate, mtu)`` of a netdev (``/sys/class/net/<ifname>/{operstate,mtu}``), ``None``
+    when there is no such netdev."""
+    mtu = host.read(f"sys/class/net/{ifname}/mtu")
+    if mtu is None:
+        return None
+    return host.read(f"sys/class/net/{ifname}/operstate") or "?", int(mtu or 0)
+
+
+IP_ADDR_LINE = re.compile(r"^\d+:\s+(\S+)\s+inet\s+(\d+\.\d+\.\d+\.\d+/\d+)", re.M)
+"""One address of ``ip -4 -o addr show`` (iproute2's one-line format: index, ifname, ``inet``,
+address/prefix)."""
+
+
+def ipv4_addresses(host: Host) -> dict[str, list[ipaddress.IPv4Interface]]:
+    """Every netdev's IPv4 addresses with their prefix, as the kernel has them
+    (``ip -4 -o addr show``; recorded as ``_cmd/ip-addr.json`` in a host tree). On a live host
+    without iproute2 (an image that lacks it), each netdev's primary address and netmask from the
+    kernel's ``SIOCGIFADDR`` / ``SIOCGIFNETMASK`` ioctls instead.
+
+    Raises:
+        CommandUnavailable: ``ip`` is not recorded (a host tree), or neither ``ip`` nor the
+            ioctls answer.
+    """
+    try:
+        r = host.run("ip-addr", ["ip", "-4", "-o", "addr", "show"])
+    except CommandUnavailable:
+        if not host.live:
+            raise
+        return _ioctl_ipv4(host.listdir("sys/class/net"))
+    out: dict[str, list[ipaddress.IPv4Interface]] = {}
+    for ifname, cidr in IP_ADDR_LINE.findall(r.stdout):
+        out.setdefault(ifname, []).append(ipaddress.IPv4Interface(cidr))
+    return out
+
+
+SIOCGIFADDR, SIOCGIFNETMASK = 0x8915, 0x891B
+"""Linux ``ioctl`` requests for a netdev's primary IPv4 address and netmask
+(``include/uapi/linux/sockios.h``); the answer is a ``struct ifreq`` whose ``sockaddr_in``
+address sits at bytes 20-24."""
+
+
+def _ioctl_ipv4(ifnames: list[str]) -> dict[str, list[ipaddress.IPv4Interface]]:
+    import fcntl
+    import socket
+    import struct
+
+    out: dict[str, list[ipaddress.IPv4Interface]] = {}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for name in ifnames:
+            req = struct.pack("256s", name.encode()[:15])
+            try:
+                addr = socket.inet_ntoa(fcntl.ioctl(s.fileno(), SIOCGIFADDR, req)[20:24])
+                mask = socket.inet_ntoa(fcntl.ioctl(s.fileno(), SIOCGIFNETMASK, req)[20:24])
+            except OSError:  # no IPv4 address on it (EADDRNOTAVAIL), or no such netdev here
+                continue
+            out[name] = [ipaddress.IPv4Interface(f"{addr}/{mask}")]
+    return out
 
 
 def check_rdma(c: Ctx) -> None:
@@ -34,7 +139,7 @@ def check_rdma(c: Ctx) -> None:
     the devices matching an entry (a name prefix, or the exact name after ``=``), an exclude
     list (``^``) keeps every other device; NCCL skips ports that are not ACTIVE.
     """
-    devs = c.host.listdir("sys/class/infiniband")
+    devs = rdma_devices(c.host)
     c.report.facts["rdma_devices"] = devs
     if not devs:
         c.add(
@@ -72,17 +177,14 @@ def check_rdma(c: Ctx) -> None:
     bad = []
     up = []
     for h in use:
-        port = _ib_port(c.host, h)
-        state = c.host.read(f"sys/class/infiniband/{h}/ports/{port}/state") or "?"
-        phys = c.host.read(f"sys/class/infiniband/{h}/ports/{port}/phys_state") or "?"
-        layer = c.host.read(f"sys/class/infiniband/{h}/ports/{port}/link_layer") or "?"
-        if "ACTIVE" not in state or "LinkUp" not in phys:
+        ps = port_state(c.host, h)
+        if not ps.up:
             # NCCL skips a port that is not ACTIVE; a device the list names exactly is meant
             # to carry traffic, so it being down is a failure, a prefix or exclude match is not.
             if not exclude and h in names:
-                bad.append(f"{h} port {port}: state {state!r}, phys_state {phys!r}")
-        elif layer != "Ethernet":
-            bad.append(f"{h} port {port}: link_layer {layer!r}")
+                bad.append(f"{h} port {ps.port}: state {ps.state!r}, phys_state {ps.phys_state!r}")
+        elif not ps.roce:
+            bad.append(f"{h} port {ps.port}: link_layer {ps.link_layer!r}")
         else:
             up.append(h)
     if not bad and not up:
@@ -100,11 +202,7 @@ def check_rdma(c: Ctx) -> None:
         c.add("rdma-link", "pass", "RDMA port state", f"{up} ACTIVE/LinkUp", "ACTIVE/LinkUp")
     # Both halves of the port: the devices whose netdevs share the fabric port's PCI
     # function index (on a Spark: rocep1s0f1 + roceP2p1s0f1).
-    active = []
-    for d in devs:
-        port = _ib_port(c.host, d)
-        if "ACTIVE" in (c.host.read(f"sys/class/infiniband/{d}/ports/{port}/state") or ""):
-            active.append(d)
+    active = [d for d in devs if "ACTIVE" in port_state(c.host, d).state]
     used = [d for d in up if d in active]
     unused = [d for d in active if d not in used]
     seen = f"{c.env.NCCL_IB_HCA} (NCCL uses {used})"
@@ -126,8 +224,8 @@ def check_rdma(c: Ctx) -> None:
 def check_netdev(c: Ctx) -> None:
     """The fabric netdev exists, is up, carries VLLM_HOST_IP, and has MTU 9000 (B05, B06)."""
     ifname = c.env.SPARKPAIR_FABRIC_IFNAME
-    base = f"sys/class/net/{ifname}"
-    if c.host.read(f"{base}/mtu") is None:
+    link = netdev_link(c.host, ifname)
+    if link is None:
         c.add(
             "fabric-netdev",
             "fail",
@@ -136,8 +234,7 @@ def check_netdev(c: Ctx) -> None:
             f"a netdev of this node (present: {c.host.listdir('sys/class/net')})",
         )
         return
-    oper = c.host.read(f"{base}/operstate")
-    mtu = int(c.host.read(f"{base}/mtu") or 0)
+    oper, mtu = link
     c.report.facts["fabric_mtu"] = mtu
     if oper != "up":
         c.add("fabric-netdev", "fail", f"{ifname} operstate", oper, "up")
@@ -155,8 +252,7 @@ def check_netdev(c: Ctx) -> None:
     else:
         c.add("fabric-mtu", "pass", f"{ifname} MTU", mtu, str(SPARK_MTU))
     try:
-        r = c.host.run("ip-addr", ["ip", "-4", "-o", "addr", "show", "dev", ifname])
-        ips = re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/\d+", r.stdout)
+        ips = [str(a.ip) for a in ipv4_addresses(c.host).get(ifname, [])]
     except CommandUnavailable:
         ips = []
         c.add("fabric-ip", "warn", f"{ifname} IPv4", "unknown (`ip` not available)", str(c.env.VLLM_HOST_IP))
@@ -210,7 +306,7 @@ def roce_v2_ipv4_index(host: Host, dev: str, ip: str | None = None) -> int | Non
 
 def _fabric_hca(c: Ctx) -> str | None:
     """The RDMA device whose netdev is SPARKPAIR_FABRIC_IFNAME (listed devices first)."""
-    devs = c.host.listdir("sys/class/infiniband")
+    devs = rdma_devices(c.host)
     for h in [*c.env.hcas, *devs]:
         if c.env.SPARKPAIR_FABRIC_IFNAME in hca_netdevs(c.host, h):
             return h
@@ -277,9 +373,8 @@ def check_gid(c: Ctx) -> None:
             )
         else:
             c.add("gid-index", "pass", "NCCL_IB_GID_INDEX", seen, f"{want}")
-    for other in c.env.nccl_hcas(c.host.listdir("sys/class/infiniband")):
-        state = c.host.read(f"sys/class/infiniband/{other}/ports/{_ib_port(c.host, other)}/state") or ""
-        if other == dev or "ACTIVE" not in state:  # NCCL skips ports that are not ACTIVE
+    for other in c.env.nccl_hcas(rdma_devices(c.host)):
+        if other == dev or "ACTIVE" not in port_state(c.host, other).state:  # NCCL skips ports not ACTIVE
             continue
         alt = roce_v2_ipv4_index(c.host, other)
         if alt != want:

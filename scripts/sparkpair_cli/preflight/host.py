@@ -30,14 +30,20 @@ class Host:
 
     Args:
         root: ``/`` on a live node, or a recorded tree.
+        live: run commands (``True``) or read their recordings (``False``); default: live
+            when ``root`` is ``/``.
         host_etc: where the host's ``/etc`` is visible (the container mounts the host's
             ``/etc/systemd`` at ``/run/host/etc/systemd``); falls back to ``etc``.
     """
 
-    def __init__(self, root: Path = Path("/"), host_etc: str = "run/host/etc") -> None:
+    def __init__(
+        self, root: Path = Path("/"), host_etc: str = "run/host/etc", live: bool | None = None
+    ) -> None:
         self.root = Path(root)
         self.host_etc = host_etc
-        self.live = self.root == Path("/")
+        # live commands with files under another root: a container reading the host's /sys
+        # and /proc mounted at /host, on the host's network (`sparkpair node discover`)
+        self.live = self.root == Path("/") if live is None else live
 
     def path(self, rel: str) -> Path:
         """``root/rel`` (``rel`` given without a leading slash)."""

@@ -71,6 +71,82 @@ def test_a_hard_coded_node_count_in_the_file_is_refused() -> None:
     assert [x.rule for x in v] == ["no-hardcoded-cluster"]
 
 
+def test_compose_passes_every_setting_the_schemas_define_and_nothing_else() -> None:
+    import yaml
+    from sparkpair_cli.deploy.nodeenv import container_keys
+
+    listed = set(yaml.safe_load((REPO / "compose.yaml").read_text())["x-settings"])
+    assert listed == set(container_keys()), (
+        f"missing from x-settings: {sorted(set(container_keys()) - listed)}; "
+        f"not a setting: {sorted(listed - set(container_keys()))}"
+    )
+
+
+def _identity(cfg: dict, service: str) -> dict:
+    env = cfg["services"][service]["environment"]
+    return {k: env.get(k) for k in ("SPARKPAIR_NODE_NAME", "SPARKPAIR_NODE_RANK", "VLLM_HOST_IP")}
+
+
+def test_the_worker_gets_the_identity_of_the_env_file_typed_whatever_its_name(tmp_path: Path) -> None:
+    """docker compose --env-file <any other name> --profile worker config: that file's identity,
+    even with a configs/node.env of another node in the project and SPARKPAIR_NODE_ENV naming it."""
+    import shutil
+
+    project = tmp_path / "checkout"
+    (project / "configs").mkdir(parents=True)
+    shutil.copy2(REPO / "compose.yaml", project / "compose.yaml")
+    shutil.copytree(REPO / "configs" / "profiles", project / "configs" / "profiles")
+    (project / "models").mkdir()
+    head = (
+        (REPO / "configs" / "node.env.example")
+        .read_text()
+        .replace("SPARKPAIR_MODEL_CACHE=/srv/sparkpair/models", f"SPARKPAIR_MODEL_CACHE={project / 'models'}")
+    )
+    (project / "configs" / "node.env").write_text(head)  # the head's, the old default
+    worker = tmp_path / "node-spark-b.env"
+    worker.write_text(
+        head.replace("SPARKPAIR_NODE_NAME=spark-a", "SPARKPAIR_NODE_NAME=spark-b")
+        .replace("SPARKPAIR_NODE_RANK=0", "SPARKPAIR_NODE_RANK=1")
+        .replace("VLLM_HOST_IP=192.168.177.11", "VLLM_HOST_IP=192.168.177.12")
+    )
+    want = {"SPARKPAIR_NODE_NAME": "spark-b", "SPARKPAIR_NODE_RANK": "1", "VLLM_HOST_IP": "192.168.177.12"}
+    cfg = cr.render(project, env_file=worker, profiles=("worker",))
+    assert _identity(cfg, "worker") == want
+    decoy = {"SPARKPAIR_NODE_ENV": str(project / "configs" / "node.env")}
+    cfg = cr.render(project, env_file=worker, profiles=("worker",), extra_env=decoy)
+    assert _identity(cfg, "worker") == want
+    # the head's file, typed for the head, gives the head's identity to head and health
+    cfg = cr.render(project, env_file=project / "configs" / "node.env", profiles=("head", "health"))
+    assert (
+        _identity(cfg, "head")["SPARKPAIR_NODE_NAME"]
+        == _identity(cfg, "health")["SPARKPAIR_NODE_NAME"]
+        == "spark-a"
+    )
+
+
+def test_without_an_env_file_the_render_stops_naming_the_setting(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.env"
+    empty.write_text(f"SPARKPAIR_MODEL_CACHE={tmp_path}\n")
+    with pytest.raises(
+        cr.ComposeRenderError,
+        match=r"SPARKPAIR_NODE_(NAME|RANK) is missing a value.*wanted this node's env file given with "
+        r"--env-file",
+    ):
+        cr.render(REPO, env_file=empty, profiles=("worker",))
+
+
+def test_an_env_file_in_the_source_is_refused() -> None:
+    bad = (
+        (REPO / "compose.yaml")
+        .read_text()
+        .replace(
+            "x-node: &node\n", "x-node: &node\n  env_file:\n    - ${SPARKPAIR_NODE_ENV:-configs/node.env}\n"
+        )
+    )
+    v = cr.check_source(bad)
+    assert [x.rule for x in v] == ["env-file"] and "env_file" in str(v[0])
+
+
 def test_an_unset_model_cache_stops_the_render_with_the_key_named(env_file: Path, tmp_path: Path) -> None:
     p = tmp_path / "node.env"
     p.write_text(
@@ -117,7 +193,17 @@ BAD = {
         "services: {head: {environment: {TRITON_CACHE_DIR: /tmp/triton}}}",
     ),
     "unbounded-grace": ("worker", "stop-grace", "services: {worker: {stop_grace_period: 1h}}"),
-    "no-env-file": ("worker", "env-file", "services: {worker: {env_file: !reset []}}"),
+    "configs-mounted": (
+        "head",
+        "configs-mount",
+        "services: {head: {volumes: ['./configs:/opt/sparkpair/src/configs:ro']}}",
+    ),
+    "health-env-file-mounted": (
+        "health",
+        "configs-mount",
+        "services: {health: {volumes: ['./configs/node.env.example:/run/node.env:ro']}}",
+    ),
+    "no-settings": ("head", "env-file", "services: {head: {environment: {SPARKPAIR_NNODES: ''}}}"),
     "health-without-readyz": ("health", "healthcheck", "services: {health: {healthcheck: {disable: true}}}"),
     "health-restart-loop": ("health", "restart-bounded", "services: {health: {restart: unless-stopped}}"),
 }

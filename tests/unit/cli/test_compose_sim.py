@@ -10,19 +10,18 @@ import compose_rules as cr
 
 REPO = Path(__file__).resolve().parents[3]
 ALLOWED = {
-    "head": {"network_mode", "networks", "ipc", "devices", "deploy", "environment", "healthcheck", "ulimits"},
+    "head": {"network_mode", "networks", "ipc", "devices", "deploy", "healthcheck", "ulimits"},
     "worker": {
         "network_mode",
         "networks",
         "ipc",
         "devices",
         "deploy",
-        "environment",
         "healthcheck",
         "ulimits",
     },
     # Host networking becomes an address on the simulated fabric, as for the nodes.
-    "health": {"network_mode", "networks", "environment", "healthcheck", "ulimits"},
+    "health": {"network_mode", "networks", "healthcheck", "ulimits"},
 }
 
 
@@ -40,28 +39,28 @@ def _env(tmp: Path, name: str, rank: str, ip: str) -> Path:
 def test_the_simulation_differs_from_compose_yaml_only_where_ci_lacks_hardware(tmp_path: Path) -> None:
     head = _env(tmp_path, "sim-head", "0", "192.168.177.11")
     worker = _env(tmp_path, "sim-worker", "1", "192.168.177.12")
-    profiles = ("head", "worker", "health")
-    real = cr.render(REPO, env_file=head, profiles=profiles)
-    sim = cr.render(REPO, env_file=head, profiles=profiles, files=[REPO / "tests" / "docker" / "compose.sim.yaml"],
-                    extra_env={"SIM_HEAD_ENV": str(head), "SIM_WORKER_ENV": str(worker),
-                               "SIM_MEMLOCK": "8388608", "SIM_NOFILE": "20000"})  # fmt: skip
+    sim_env = {"SIM_MEMLOCK": "8388608", "SIM_NOFILE": "20000"}
+    sim_file = [REPO / "tests" / "docker" / "compose.sim.yaml"]
+    real, sim = {}, {}
+    # each node renders with its own env file, as `docker compose` runs on each machine
+    for env, profiles in ((head, ("head", "health")), (worker, ("worker",))):
+        real |= cr.render(REPO, env_file=env, profiles=profiles)["services"]
+        sim |= cr.render(REPO, env_file=env, profiles=profiles, files=sim_file, extra_env=sim_env)["services"]
     for name, allowed in ALLOWED.items():
-        a, b = real["services"][name], sim["services"][name]
+        a, b = real[name], sim[name]
         changed = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
         assert changed <= allowed, f"{name}: the override changes {sorted(changed - allowed)}"
         assert a["command"] == b["command"] and a["image"] == b["image"]
         assert a.get("healthcheck", {}).get("test") == b.get("healthcheck", {}).get("test")
         assert a.get("restart") == b.get("restart") and a.get("cap_add") == b.get("cap_add")
         assert a.get("volumes") == b.get("volumes")
-    # Each node gets its own env file, as on two machines.
-    assert sim["services"]["worker"]["environment"]["SPARKPAIR_NODE_RANK"] == "1"
-    assert sim["services"]["head"]["environment"]["SPARKPAIR_NODE_RANK"] == "0"
+        # the settings are compose.yaml's: the node's own env file, untouched by the simulation
+        assert a["environment"] == b["environment"], name
+    assert sim["worker"]["environment"]["SPARKPAIR_NODE_RANK"] == "1"
+    assert sim["head"]["environment"]["SPARKPAIR_NODE_RANK"] == "0"
     # The start periods are the real ones; only the polling interval is shorter.
     for name in ("head", "worker", "health"):
-        assert (
-            sim["services"][name]["healthcheck"]["start_period"]
-            == real["services"][name]["healthcheck"]["start_period"]
-        )
+        assert sim[name]["healthcheck"]["start_period"] == real[name]["healthcheck"]["start_period"]
     # The private IPC namespace gets compose.yaml's shm_size (B17).
-    assert sim["services"]["head"]["shm_size"] == real["services"]["head"]["shm_size"]
-    assert sim["services"]["head"]["ipc"] == "private" and real["services"]["head"]["ipc"] == "host"
+    assert sim["head"]["shm_size"] == real["head"]["shm_size"]
+    assert sim["head"]["ipc"] == "private" and real["head"]["ipc"] == "host"

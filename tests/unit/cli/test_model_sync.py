@@ -29,7 +29,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_receiver(into: Path, token: transfer.SyncToken = TOKEN, **kw) -> tuple[int, threading.Thread, list, list]:
+def start_receiver(
+    into: Path, token: transfer.SyncToken = TOKEN, **kw
+) -> tuple[int, threading.Thread, list, list]:
     """A receiver in a thread on a free loopback port: (port, thread, names got, errors); the
     errors hold each refused peer's error, then the error that ended the receiver, if any."""
     port = free_port()
@@ -174,7 +176,9 @@ def test_a_receiver_refuses_a_file_member_naming_its_folder_itself(tmp_path: Pat
         info.size = 1
         tar.addfile(info, io.BytesIO(b"x"))
     errs = _receive_bytes(tmp_path / "in", buf.getvalue())
-    assert errs and "names the destination" in str(errs[0]) and "wanted a file inside it" in str(errs[0]), errs
+    assert errs and "names the destination" in str(errs[0]) and "wanted a file inside it" in str(errs[0]), (
+        errs
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"], list(tmp_path.iterdir())
 
 
@@ -231,8 +235,63 @@ def test_pull_refuses_a_revision_that_is_not_a_commit_and_names_the_offline_hub(
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
     r = subprocess.run([*cmd, "--revision", "a" * 40], capture_output=True, text=True, env=env)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert f"t/tiny@{'a' * 40}: LocalEntryNotFoundError" in " ".join(r.stderr.split()), r.stderr
+    assert f"t/tiny@{'a' * 40}: OfflineModeIsEnabled" in " ".join(r.stderr.split()), r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_pull_takes_the_repo_and_revision_from_the_profile(tmp_path: Path) -> None:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    cmd = [sys.executable, "-m", "sparkpair_cli.main", "model", "pull", "--into", str(tmp_path / "m")]
+    r = subprocess.run([*cmd, "--profile", "deepseek-v4-flash"], capture_output=True, text=True, env=env)
+    said = " ".join(r.stderr.split())
+    # the hub is asked for the profile's pin (here it cannot be: offline), nothing else
+    assert (
+        r.returncode == 1
+        and "deepseek-ai/DeepSeek-V4-Flash-0731@9e165c30e2704aec5d9d593cce3eebd58bbef1cb" in said
+    )
+    r = subprocess.run(
+        [*cmd, "--profile", "deepseek-v4-flash", "--revision", "b" * 40], capture_output=True, text=True
+    )
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2 and f"--revision '{'b' * 40}' and --profile deepseek-v4-flash's" in said, said
+    r = subprocess.run([*cmd, "--profile", "tiny-demo"], capture_output=True, text=True)
+    assert r.returncode == 2 and "has no --revision" in " ".join(r.stderr.split())
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 2 and "wanted REPO_ID and --revision, or --profile NAME" in " ".join(
+        r.stderr.split()
+    )
+
+
+def test_a_download_or_copy_that_does_not_fit_is_refused_naming_the_shortfall(tmp_path: Path) -> None:
+    from sparkpair_cli.cluster import space
+
+    free = space.free_bytes(tmp_path / "not" / "yet")  # the folder's file system, before it exists
+    assert free == space.free_bytes(tmp_path) > 0
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "a.safetensors").write_bytes(b"x" * 4096)  # resumed: already complete
+    (tmp_path / "ck" / "b.safetensors").write_bytes(b"x" * 10)  # cut short: downloaded again
+    sizes = {"a.safetensors": 4096, "b.safetensors": 8192, "c.safetensors": 100}
+    assert space.bytes_here(tmp_path / "ck", sizes) == 4096
+    assert space.bytes_here(tmp_path / "ck") == 4106
+    fits = space.Need(str(tmp_path), 4096 + 8192, 4096, free)
+    assert fits.problem("model pull") is None
+    big = free + 3 * space.GIB  # what a 155 GiB checkpoint is to a nearly full disk
+    short = space.Need(str(tmp_path), big, 0, free)
+    why = short.problem("node spark-b")
+    assert why and why.startswith(f"node spark-b: {tmp_path} has {free / space.GIB:.1f} GiB free")
+    assert f"short by {(3 * space.GIB + space.HEADROOM_BYTES) / space.GIB:.1f} GiB" in why
+    assert space.Need(str(tmp_path), big, big, 0).problem("x") is None  # all there: nothing to write
+
+
+def test_model_space_reports_free_bytes_and_what_the_folder_holds(tmp_path: Path) -> None:
+    import json
+
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "a").write_bytes(b"y" * 123)
+    r = subprocess.run([sys.executable, "-m", "sparkpair_cli.main", "model", "space", str(tmp_path / "ck")],
+                       capture_output=True, text=True)  # fmt: skip
+    got = json.loads(r.stdout)
+    assert r.returncode == 0 and got["bytes"] == 123 and got["free"] > 0
 
 
 def test_the_nodes_serve_with_the_hub_offline() -> None:
@@ -312,7 +371,9 @@ def test_a_manifest_entry_outside_the_folder_or_malformed_is_refused(entry: dict
         manifest.from_json(text, "m.json")
 
 
-def test_model_verify_prints_the_manifest_digest_the_nodes_are_compared_by(snapshot: Path, tmp_path: Path) -> None:
+def test_model_verify_prints_the_manifest_digest_the_nodes_are_compared_by(
+    snapshot: Path, tmp_path: Path
+) -> None:
     m = tmp_path / "m.json"
     entries = manifest.build(snapshot)
     m.write_text(manifest.to_json(entries))
@@ -351,7 +412,9 @@ def test_a_sender_with_another_token_is_refused_naming_it_and_nothing_is_written
     port, t, got, errs = start_receiver(into)
     socket.create_connection(("127.0.0.1", port)).close()  # a port scan
     other = transfer.SyncToken(b"u" * 64, "--token-file=/elsewhere")
-    with pytest.raises(transfer.TransferError, match=r"refused this sender's token \(--token-file=/elsewhere\)"):
+    with pytest.raises(
+        transfer.TransferError, match=r"refused this sender's token \(--token-file=/elsewhere\)"
+    ):
         transfer.send(snapshot, "127.0.0.1", port, token=other)
     assert not into.exists(), "the receiver wrote before the sender proved the token"
     assert t.is_alive(), "a refused peer ended the receiver"
@@ -425,9 +488,14 @@ def test_the_token_comes_from_a_file_or_the_environment_and_is_checked(tmp_path:
     assert "secret" not in repr(tok) and tok.secret.decode() not in repr(tok)
     env_tok, _ = transfer.resolve_token(None, {transfer.TOKEN_ENV: "k" * 40})
     assert env_tok.secret == b"k" * 40 and env_tok.source == transfer.TOKEN_ENV
-    with pytest.raises(transfer.TransferError, match="no sync token: --token-file, SPARKPAIR_SYNC_TOKEN_FILE and SPARKPAIR_SYNC_TOKEN are unset"):
+    with pytest.raises(
+        transfer.TransferError,
+        match="no sync token: --token-file, SPARKPAIR_SYNC_TOKEN_FILE and SPARKPAIR_SYNC_TOKEN are unset",
+    ):
         transfer.resolve_token(None, {})
-    with pytest.raises(transfer.TransferError, match=r"--token-file=.*missing.*cannot read the token file \(No such file"):
+    with pytest.raises(
+        transfer.TransferError, match=r"--token-file=.*missing.*cannot read the token file \(No such file"
+    ):
         transfer.resolve_token(tmp_path / "missing", {})
     (tmp_path / "short").write_text("abc\n")
     with pytest.raises(transfer.TransferError, match="the token has 3 characters; wanted at least 32"):
@@ -444,7 +512,9 @@ def test_model_receive_and_send_as_commands_copy_with_the_token_file_receive_cre
     tok, into, port = tmp_path / "sync-token", tmp_path / "copy", free_port()
     cli = [sys.executable, "-m", "sparkpair_cli.main", "model"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKPAIR_SYNC_TOKEN")}
-    r = subprocess.run([*cli, "send", str(snapshot), "--to", f"127.0.0.1:{port}"], capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [*cli, "send", str(snapshot), "--to", f"127.0.0.1:{port}"], capture_output=True, text=True, env=env
+    )
     assert r.returncode == 2 and "no sync token" in r.stderr and "Traceback" not in r.stderr, r.stderr
     rx = subprocess.Popen([*cli, "receive", "--into", str(into), "--bind", "127.0.0.1", "--port", str(port),
                            "--timeout-s", "60", "--token-file", str(tok)], stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
@@ -458,7 +528,9 @@ def test_model_receive_and_send_as_commands_copy_with_the_token_file_receive_cre
         assert rx.wait(60) == 0
     finally:
         rx.kill()
-    assert (into / "model-00001-of-00002.safetensors").read_bytes() == (snapshot / "model-00001-of-00002.safetensors").read_bytes()
+    assert (into / "model-00001-of-00002.safetensors").read_bytes() == (
+        snapshot / "model-00001-of-00002.safetensors"
+    ).read_bytes()
 
 
 def test_preflight_pull_hint_gives_every_required_option_of_model_pull() -> None:

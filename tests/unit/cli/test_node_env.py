@@ -117,7 +117,8 @@ def test_env_file_syntax(tmp_path: Path) -> None:
     p.write_text("# c\n\nexport A=1\nB='two words'\nC=x # tail\nD=\n")
     assert parse_env_file(p) == {"A": "1", "B": "two words", "C": "x", "D": ""}
     p.write_text("not a line\n")
-    with pytest.raises(NodeEnvError, match=r"n.env:1: 'not a line' is not KEY=VALUE"):
+    # Compose's own words, naming the file and the line
+    with pytest.raises(NodeEnvError, match=r"n.env: docker compose cannot read it .*line 1: key cannot"):
         parse_env_file(p)
 
 
@@ -330,3 +331,46 @@ def test_node_validate_names_a_misspelt_key_and_the_one_meant(tmp_path: Path) ->
     )
     (line,) = unknown_key_problems(parse_env_file(env), str(env))
     assert "SPARKPAIR_NODE_RANKK" in line and "did you mean SPARKPAIR_NODE_RANK?" in line, line
+
+
+def _validate(env_file: Path | None, environ: dict[str, str]) -> tuple[int, str]:
+    from sparkpair_cli.main import app
+    from typer.testing import CliRunner
+
+    args = ["node", "validate", "--no-host-paths"] + (["--env-file", str(env_file)] if env_file else [])
+    r = CliRunner().invoke(app, args, env={"COLUMNS": "300", "SPARKPAIR_NODE_ENV": "", **environ})
+    return r.exit_code, " ".join(r.output.split())
+
+
+def _good(tmp_path: Path, extra: str = "") -> Path:
+    p = tmp_path / "node-spark-a.env"
+    hosts = Path(__file__).resolve().parents[2] / "fixtures" / "hosts"
+    p.write_text((hosts / "spark-head-good" / "node.env").read_text() + extra)
+    return p
+
+
+def test_node_validate_names_a_key_no_container_receives(tmp_path: Path) -> None:
+    assert _validate(_good(tmp_path, "NCCL_DEBUG=INFO\n"), {})[0] == 0  # compose passes it
+    code, text = _validate(_good(tmp_path, "HF_TOKEN=hf_x\n"), {})
+    assert code == 2 and "HF_TOKEN in " in text and "is not passed to the containers" in text, text
+
+
+def test_node_validate_names_a_shell_variable_compose_would_take_over_the_file(tmp_path: Path) -> None:
+    code, text = _validate(_good(tmp_path), {"SPARKPAIR_NODE_NAME": "spark-b", "SPARKPAIR_ROUTER": "triton"})
+    assert code == 2, text
+    said = "is exported in this shell; docker compose would give it to the containers over"
+    assert f"SPARKPAIR_NODE_NAME='spark-b' {said} 'spark-a' in" in text
+    assert f"SPARKPAIR_ROUTER='triton' {said} nothing in" in text
+
+
+def test_node_validate_reads_sparkpair_node_env_and_refuses_two_files(tmp_path: Path) -> None:
+    good = _good(tmp_path)
+    code, text = _validate(None, {"SPARKPAIR_NODE_ENV": str(good)})
+    assert code == 0 and str(good) in text, text
+    code, text = _validate(tmp_path / "other.env", {"SPARKPAIR_NODE_ENV": str(good)})
+    assert (
+        code == 2
+        and "name two different node env files" in text
+        and str(good) in text
+        and "other.env" in text
+    )
