@@ -106,8 +106,8 @@ class ConfigPlan:
         return out
 
     def label(self) -> str:
-        """``T 1-16 dec_t16_d128_k4_w8, 17-64 t64_d64_r2_s4, >=1024 mx_t128_d64_k128_w8_s4``."""
-        parts = [f"{lo}-{hi} {name}" if hi != UNBOUNDED else f">={lo} {name}"
+        """``T 1 dec_t16_d64_k4_w4, 2-16 dec_t16_d128_k4_w8, >=17 t64_d64_r2_s4``."""
+        parts = [f">={lo} {name}" if hi == UNBOUNDED else f"{lo} {name}" if lo == hi else f"{lo}-{hi} {name}"
                  for lo, hi, name, _ in self.spans()]
         return "T " + ", ".join(parts)
 
