@@ -78,16 +78,25 @@ def test_every_plan_candidate_at_every_served_token_count_on_the_served_layout()
         fe.use_plan(None, plan.fp32_scales)
 
 
-def test_the_probe_with_capability_12_1_writes_the_choice_the_plan_adopts(tmp_path: Path) -> None:
-    """``run_probe`` as the node runs it, capability faked to GB10's, cut down to bound the device time:
-    the served layout and recipe only (the o_proj rows on the others are the stack tier's and
-    tests/gpu/test_o_proj_layouts.py's), capture sizes 1 and 36 and a 64-token chunk (the test above
-    takes every served count)."""
+def test_the_probe_with_capability_12_1_writes_the_choice_the_plan_adopts(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """``run_probe`` as the node runs it, capability faked to GB10's, with the DeepGEMM the image's vLLM
+    vendors named (this machine has no vLLM; DeepGEMM's own rows fail here, as on a CPU), cut down to bound
+    the device time: the first layout the switches make (the served one) with recipe (1,1,128) (the other
+    layouts' rows are the stack tier's and tests/gpu/test_o_proj_layouts.py's), capture sizes 1 and 36
+    and a 64-token chunk (the test above takes every served count)."""
+    import sparkpair_overlay.deepgemm as dg
+
+    monkeypatch.setattr(
+        dg, "deepgemm_found", lambda *a, **k: ("vendored", "vllm.third_party.deep_gemm 2.8.1")
+    )
     out = Path(OUT or tmp_path) / "probe.json"
     tokens = ServedTokens((1, 36), 64, "cut-down DSpark profile")
 
     def o_proj_runner(tp: int, layouts, deepgemm: str):  # type: ignore[no-untyped-def]
-        rows = kp.probe_o_proj(tp, ["w3-ue8m0-row"], deepgemm=deepgemm, ts=tokens.o_proj_ts())
+        assert layouts[0] == "w3-ue8m0-row", layouts
+        rows = kp.probe_o_proj(tp, layouts[:1], deepgemm=deepgemm, ts=tokens.o_proj_ts())
         return [r for r in rows if r["recipe"] == [1, 1, 128]]
 
     data = run_probe(
