@@ -197,3 +197,23 @@ def test_no_kernel_paths_when_deepgemm_serves_the_o_proj(tmp_path):
     data, asked = _run(tmp_path, {"dec_t16_d64_k4_w4": {1: 10.0}}, o_us={"triton": 9.0, "deepgemm": 5.0})
     assert data["o_proj_decision"]["backend"] == "deepgemm"
     assert asked == [] and data["kernel_paths"] == [] and data["kernel_path_decision"] is None
+
+
+def test_sparkpair_probe_prints_the_failures_and_the_config_per_range(tmp_path):
+    from rich.console import Console
+    from sparkpair_cli import cmd_probe
+
+    times = {"dec_t16_d64_k4_w4": {1: 10.0, 36: 30.0}, "t64_d64_r2_s4": {1: 14.0, 36: 15.0}}
+    data, _ = _run(tmp_path, times, bad={"dec_t16_d64_k4_w4": 36})
+    data.update(device="test", router=[])
+    console = Console(record=True, width=250)
+    saved, cmd_probe.console = cmd_probe.console, console
+    try:
+        cmd_probe._print(data)
+    finally:
+        cmd_probe.console = saved
+    text = console.export_text()
+    assert "o_proj kernel paths: 4 rows, 3 correct (Triton 3.8.0)" in text, text
+    assert "dec_t16_d64_k4_w4 not correct at T=[36]" in text
+    assert "o_proj configs on w3-ue8m0-row/a-ue8m0-tma (probe)" in text
+    assert ">= 2" in text and "t64_d64_r2_s4" in text and "T=36: fastest of 1 correct" in text
