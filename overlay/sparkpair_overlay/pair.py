@@ -46,13 +46,15 @@ class PairMismatch(RuntimeError):
 
 
 def serve_identity(plan: KernelPlan, switches: Switches | None) -> dict[str, str]:
-    """What must be equal on every rank: vLLM version, decisions, switches, ``SPARKPAIR_*`` settings."""
+    """What must be equal on every rank: vLLM version, decisions (the o_proj kernel's config per token
+    range included), switches, ``SPARKPAIR_*`` settings."""
     settings = dict(plan.settings)
     ident = {
         "vllm": plan.vllm_version,
         "capability": "cpu" if plan.capability is None else f"{plan.capability[0]}.{plan.capability[1]}",
         "o_proj": f"{plan.o_proj.label} on {plan.o_proj.weight_layout}",
         "router": f"bf16:{plan.router_bf16.label},fp32:{plan.router_fp32.label}",
+        "o_proj_configs": "(none)" if plan.o_proj_configs is None else plan.o_proj_configs.label(),
     }
     if switches is not None:
         ident.update(

@@ -42,12 +42,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .decision import DECISION_MARGIN, pick_stable
 from .jsonio import Fields, PlanError, read_json_file
+from .o_proj_configs import ConfigPlan, decide_o_proj_configs
 from .probe_results import Capability, OProjProbe, ProbeResults, Recipe, RouterProbe
 from .serve_matrix import (
     O_PROJ_BACKENDS,
@@ -63,10 +64,10 @@ from .serve_matrix import (
 )
 
 __all__ = [
-    "DECISION_MARGIN", "Capability", "KernelPlan", "OProjDecision", "OProjProbe", "PlanError", "ProbeResults",
-    "Recipe", "RouterDecision", "RouterProbe", "Switches", "build_plan", "capability_family", "decide_o_proj",
-    "construction_problem", "decide_router", "format_capability", "pick_stable", "recipe_scales_tma_aligned",
-    "upstream_recipe",
+    "DECISION_MARGIN", "Capability", "ConfigPlan", "KernelPlan", "OProjDecision", "OProjProbe", "PlanError",
+    "ProbeResults", "Recipe", "RouterDecision", "RouterProbe", "Switches", "build_plan", "capability_family",
+    "decide_o_proj", "construction_problem", "decide_o_proj_configs_for", "decide_router",
+    "format_capability", "pick_stable", "recipe_scales_tma_aligned", "upstream_recipe",
 ]
 
 #: Schema tag of the plan JSON written to ``SPARKPAIR_PLAN_PATH``.
@@ -424,6 +425,32 @@ def decide_o_proj(
     return decision(mode, recipe, f"SPARKPAIR_O_PROJ={mode}{warn}", "forced")
 
 
+def decide_o_proj_configs_for(decision: OProjDecision, cap: Capability | None, probe: ProbeResults | None,
+                              switches: Switches | None = None) -> ConfigPlan | None:
+    """The ``fp8_einsum`` config per token-count range when our kernel serves the o_proj, else ``None``.
+
+    The probe's ``kernel_paths`` rows count only when taken on ``cap`` under the same DeepGEMM switches
+    (as the o_proj rows, :func:`probe_switch_mismatch`) and on the served layout (the decision's ``wo_a``
+    layout with the activation layout of its recipe); its persisted ``kernel_path_decision`` is adopted
+    while those rows hold it (:func:`sparkpair_overlay.o_proj_configs.decide_o_proj_configs`). Without
+    such rows: GB10's built-in table (:mod:`sparkpair_overlay.kernels.fp8_einsum_plan`), which says what
+    evidence it rests on.
+    """
+    if decision.backend != "triton" or cap is None:
+        return None
+    usable, note = _probe_for(probe, cap)
+    if usable is not None and usable.kernel_paths:
+        mismatch = probe_switch_mismatch(usable, switches or Switches())
+        if mismatch is not None:
+            usable, note = None, f"kernel-path rows taken under other switches ({mismatch}): ignored"
+    plan = decide_o_proj_configs(decision.backend, decision.weight_layout, decision.recipe,
+                                 usable.kernel_paths if usable is not None else (),
+                                 usable.kernel_path_decision if usable is not None else None)
+    if plan is not None and usable is None and probe is not None:
+        plan = replace(plan, reason=f"{note}; {plan.reason}")
+    return plan
+
+
 # --------------------------------------------------------------------------- the plan
 
 
@@ -446,6 +473,8 @@ class KernelPlan:
             :meth:`router_decision` for its own weight dtype and shape.
         switches: the vLLM switches the o_proj decision assumed (environment, DeepGEMM found, and
             the probe's ``--linear-backend``); ``None`` off family 120.
+        o_proj_configs: when our kernel serves the o_proj, the ``fp8_einsum`` config per token-count
+            range for the served layout (:func:`decide_o_proj_configs_for`); ``None`` otherwise.
     """
 
     vllm_version: str
@@ -464,6 +493,7 @@ class KernelPlan:
     router_kernel_error: str | None = None
     probe: ProbeResults | None = field(default=None, compare=False)
     switches: Switches | None = None
+    o_proj_configs: ConfigPlan | None = None
 
     @property
     def guards_o_proj(self) -> bool:
@@ -495,7 +525,11 @@ class KernelPlan:
         """The one log line: ``sparkpair overlay plan: router=... o_proj=... (vllm X, cap Y, reasons...)``."""
         router = f"bf16:{self.router_bf16.label},fp32:{self.router_fp32.label}"
         reasons = [f"router bf16: {self.router_bf16.reason}", f"router fp32: {self.router_fp32.reason}",
-                   f"o_proj: {self.o_proj.reason}", *self.notes]
+                   f"o_proj: {self.o_proj.reason}"]
+        if self.o_proj_configs is not None:
+            c = self.o_proj_configs
+            reasons.append(f"o_proj configs ({c.source}): {c.label()}")
+        reasons += self.notes
         cap = format_capability(self.capability)
         if self.capability_source != "platform":
             cap += f" via {self.capability_source}"
@@ -518,6 +552,7 @@ class KernelPlan:
                        "recipe": list(self.o_proj.recipe) if self.o_proj.recipe else None,
                        "label": self.o_proj.label},
             "switches": None if self.switches is None else self.switches.to_json(),
+            "o_proj_configs": None if self.o_proj_configs is None else self.o_proj_configs.to_json(),
             "settings": dict(self.settings),
             "serve_paths": (self.probe.serve_choice.to_json()
                             if self.probe is not None and self.probe.serve_choice is not None else None),
@@ -557,6 +592,7 @@ class KernelPlan:
         raw_sw = f.data.get("switches")
         switches = None if raw_sw is None else _switches(Fields(raw_sw, source, "switches"))
         raw_probe = f.data.get("probe")
+        raw_cfg = f.data.get("o_proj_configs")
         return cls(
             vllm_version=f.value("vllm_version", str),
             version_verified=f.value("version_verified", bool),
@@ -574,6 +610,8 @@ class KernelPlan:
             router_kernel_error=f.optional("router_kernel_error", str),
             probe=None if raw_probe is None else ProbeResults.from_json(raw_probe, f"{source} (probe)"),
             switches=switches,
+            o_proj_configs=(None if raw_cfg is None
+                            else ConfigPlan.from_json(Fields(raw_cfg, source, "o_proj_configs"))),
         )
 
     @classmethod
@@ -681,13 +719,15 @@ def build_plan(
         )
     kw: dict[str, Any] = dict(mode=router_mode, max_m_override=router_max_m, probe=probe,
                               kernel_error=router_kernel_error, platform=platform)
+    o_proj = decide_o_proj(capability, mode=o_proj_mode, recipe_override=o_proj_recipe, probe=probe,
+                           kernel_error=o_proj_kernel_error, platform=platform, switches=switches)
     return KernelPlan(
         vllm_version, version_verified, True, platform, capability, capability_source,
         decide_router(capability, "bfloat16", **kw),
         decide_router(capability, "float32", **kw),
-        decide_o_proj(capability, mode=o_proj_mode, recipe_override=o_proj_recipe, probe=probe,
-                      kernel_error=o_proj_kernel_error, platform=platform, switches=switches),
+        o_proj,
         tuple(sorted((settings or {}).items())), tuple(notes), router_mode, router_max_m,
         router_kernel_error, probe,
         switches if platform == "cuda" and capability_family(capability) == 120 else None,
+        decide_o_proj_configs_for(o_proj, capability, probe, switches),
     )

@@ -118,13 +118,9 @@ def plan_switches(env: Mapping[str, str], probe: ProbeResults | None) -> Switche
 def linear_backend_of(args: Sequence[str]) -> str:
     """The ``--linear-backend`` a ``vllm serve`` argument list sets (the last one wins, as argparse
     does; ``--linear-backend X`` or ``--linear-backend=X``), else ``auto``."""
-    value = "auto"
-    for i, a in enumerate(args):
-        if a == "--linear-backend" and i + 1 < len(args):
-            value = args[i + 1]
-        elif a.startswith("--linear-backend="):
-            value = a.split("=", 1)[1]
-    return value
+    from .serve_args import serve_arg
+
+    return serve_arg(args, "--linear-backend") or "auto"
 
 
 def launch_problem(env: Mapping[str, str], args: Sequence[str], probe: ProbeResults,
@@ -226,12 +222,18 @@ def _apply_patches(plan: KernelPlan) -> KernelPlan:
         try:
             notes += o_proj_patch.apply(plan.o_proj, plan.capability, kernel, plan.o_proj.patch_recipe,
                                         plan=plan, rebind_einsum=plan.patches_o_proj)
+            if kernel is not None and plan.o_proj_configs is not None:
+                use_plan, err = _load_kernel(O_PROJ_KERNEL_MODULE, "use_plan")
+                if err:
+                    raise RuntimeError(err)
+                cfg = plan.o_proj_configs
+                use_plan(cfg.ranges, cfg.fp32_scales)  # the kernel's table for the served layout
         except Exception as exc:  # noqa: BLE001
             o_proj_patch.restore()
             why = f"o_proj patch failed: {type(exc).__name__}: {exc}"
             logger.error("sparkpair overlay: %s; o_proj left to vLLM", why)
             o_up = OProjDecision("upstream", None, False, why, source="upstream")
-            plan = dataclasses.replace(plan, o_proj=o_up)
+            plan = dataclasses.replace(plan, o_proj=o_up, o_proj_configs=None)
     plan = dataclasses.replace(plan, notes=tuple(notes))
     if plan.patches_router:
         router_patch.use_plan(plan)  # layers built from now on ask the final plan

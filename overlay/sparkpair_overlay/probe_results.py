@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .jsonio import Fields, PlanError, read_json_file
+from .o_proj_configs import ConfigPlan
 from .serve_matrix import ACT_LAYOUTS, ROUTER_LAYOUTS, WEIGHT_LAYOUTS, Switches, act_layout
 
 if TYPE_CHECKING:
@@ -184,14 +185,18 @@ class OProjChoice:
 
 @dataclass(frozen=True)
 class KernelPathRow:
-    """One timing of one compiled path of one of the overlay's kernels (rows later work adds).
+    """One timing of one compiled config of one of the overlay's kernels, on the served operands.
 
     Attributes:
-        kernel: ``fp8_einsum`` | ``router_gemm`` | ...
-        path: the kernel's own path name (a dispatch-table entry).
+        kernel: ``fp8_einsum`` (the o_proj kernel; :mod:`sparkpair_overlay.probe.kernel_paths` writes them).
+        path: the kernel's own path name (``sparkpair_overlay.kernels.fp8_einsum.kernel_path``: ``decode``,
+            ``tile``, ``tile-split``, ``mx-decode``, ``mx-tile``, ``mx-tile-acc``).
         config: the config name it ran.
-        tokens: the token count timed; t_min, t_max: the token range the path serves.
-        layout: the operand layout key it was timed on (as the o_proj / router rows name them).
+        tokens: the token count timed; t_min, t_max: the token counts at which the probe rates this
+            config as a candidate of the plan (``t_max`` 2**62 for no end).
+        layout: the operand layout it was timed on, ``"<weight layout>/<activation layout>"``
+            (:func:`sparkpair_overlay.o_proj_configs.layout_key`); the plan counts only rows on the
+            served one.
         ok: correct vs fp64; us: median µs (CUDA-graph replay); err: the error metric.
         triton: the Triton version that compiled it; instructions: the instruction forms found in its
             compiled code (for example ``mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32``).
@@ -275,7 +280,14 @@ class ProbeResults:
                      "weight_layout": "w3-ue8m0-row", "act_layout": "a-ue8m0-tma", "err": 0.002}],
          "o_proj_decision": {"backend": "triton", "recipe": [1, 1, 128], "weight_layout": "w3-ue8m0-row",
                              "reason": "..."},
-         "kernel_paths": [], "checkpoint": [], "margin": 0.08,
+         "kernel_paths": [{"kernel": "fp8_einsum", "path": "decode", "config": "dec_t16_d128_k4_w8",
+                           "tokens": 6, "t_range": [1, 64], "layout": "w3-ue8m0-row/a-ue8m0-tma",
+                           "ok": true, "us": 61.0, "err": 0.0021, "triton": "3.8.0",
+                           "instructions": ["mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"]}],
+         "kernel_path_decision": {"kernel": "fp8_einsum", "layout": "w3-ue8m0-row/a-ue8m0-tma",
+                                  "ranges": [{"t_max": 16, "config": "dec_t16_d128_k4_w8", "reason": "..."}],
+                                  "source": "probe", "reason": "..."},
+         "checkpoint": [], "margin": 0.08,
          "serve_choice": {"schema": "sparkpair-serve-paths/1", ...}}
 
     ``switches`` are the ones the served model gets: the environment the probe ran in and the
@@ -294,6 +306,7 @@ class ProbeResults:
     checkpoint: tuple[CheckpointCheck, ...] = ()
     vllm_version: str | None = None
     margin: float | None = None
+    kernel_path_decision: ConfigPlan | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object :meth:`from_json` reads back to an equal value."""
@@ -307,6 +320,8 @@ class ProbeResults:
             "o_proj": [o.to_json() for o in self.o_proj],
             "o_proj_decision": None if self.o_proj_decision is None else self.o_proj_decision.to_json(),
             "kernel_paths": [k.to_json() for k in self.kernel_paths],
+            "kernel_path_decision": (None if self.kernel_path_decision is None
+                                     else self.kernel_path_decision.to_json()),
             "checkpoint": [c.to_json() for c in self.checkpoint],
             "margin": self.margin,
             "serve_choice": None if self.serve_choice is None else self.serve_choice.to_json(),
@@ -332,19 +347,22 @@ class ProbeResults:
             raise f.fail("capability", None, "[MAJOR, MINOR]")
         router = tuple(RouterProbe.from_json(r) for r in f.objects("router"))
         o_proj = tuple(OProjProbe.from_json(o) for o in f.objects("o_proj"))
+        kernel_paths = tuple(KernelPathRow.from_json(k) for k in f.objects("kernel_paths"))
         # One row per measurement: a second row for the same one would hide the first (a
         # failure followed by a pass of the same shape reads as a pass).
         for what, keys in (
             ("router", [(r.path, r.weight_dtype, r.m, r.layout) for r in router]),
             ("o_proj", [(o.backend, o.recipe, o.weight_layout, o.t) for o in o_proj]),
+            ("kernel_paths", [(k.kernel, k.config, k.layout, k.tokens) for k in kernel_paths]),
         ):
             dup = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
             if dup is not None:
                 raise f.fail(what, f"two rows for {dup}",
                              "one row per (path/backend, dtype/recipe, layout, tokens)")
-        bad = [r.m for r in router if r.m < 1] + [o.t for o in o_proj if o.t < 1]
+        bad = [r.m for r in router if r.m < 1] + [o.t for o in o_proj if o.t < 1] + [
+            k.tokens for k in kernel_paths if k.tokens < 1]
         if bad:
-            raise f.fail("router/o_proj", f"token count {bad[0]}", "token counts >= 1")
+            raise f.fail("router/o_proj/kernel_paths", f"token count {bad[0]}", "token counts >= 1")
         raw_sw = f.data.get("switches")
         switches = None
         if raw_sw is not None:
@@ -356,6 +374,9 @@ class ProbeResults:
         decision = (None if raw_dec is None
                     else OProjChoice.from_json(Fields(raw_dec, source, "o_proj_decision")))
         checkpoint = tuple(CheckpointCheck.from_json(c) for c in f.objects("checkpoint"))
+        raw_kp = f.data.get("kernel_path_decision")
+        kp_decision = (None if raw_kp is None
+                       else ConfigPlan.from_json(Fields(raw_kp, source, "kernel_path_decision")))
         serve: ServeChoice | None = None
         raw = f.data.get("serve_choice")
         if raw is not None:
@@ -373,8 +394,8 @@ class ProbeResults:
         return cls(
             capability=(cap[0], cap[1]), router=router, o_proj=o_proj, serve_choice=serve, switches=switches,
             deepgemm_identity=f.optional("deepgemm_identity", str), o_proj_decision=decision,
-            kernel_paths=tuple(KernelPathRow.from_json(k) for k in f.objects("kernel_paths")),
-            checkpoint=checkpoint, vllm_version=f.optional("vllm", str), margin=f.optional("margin", float),
+            kernel_paths=kernel_paths, checkpoint=checkpoint, vllm_version=f.optional("vllm", str),
+            margin=f.optional("margin", float), kernel_path_decision=kp_decision,
         )
 
     @classmethod

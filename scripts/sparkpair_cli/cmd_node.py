@@ -330,6 +330,8 @@ def register(app: typer.Typer) -> None:
         tp = str(profile.server.tensor_parallel_size)
         probe_argv = [sys.executable, "-m", "sparkpair_cli.main", "probe", "--out", str(out_path), "--tp", tp,
                       "--tp-rank", str(env.SPARKPAIR_NODE_RANK)]
+        if profile.is_dsv4:  # the o_proj is rated at this profile's token counts (else the DSv4 default's)
+            probe_argv += ["--profile", str(env.SPARKPAIR_PROFILE)]
         ckpt = checkpoint_dir(env.SPARKPAIR_MODEL or profile.server.model) if profile.is_dsv4 else None
         if ckpt is not None:  # the model's files are here: the probe checks the o_proj on one real wo_a
             probe_argv += ["--checkpoint", str(ckpt)]

@@ -24,11 +24,13 @@ def register(app: typer.Typer) -> None:
         file: Path = typer.Option(None, "--file", help="show this plan JSON instead of computing one"),
         as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
     ) -> None:
-        """Show which path each patched kernel takes (router GEMM, o_proj fp8_einsum) and why."""
+        """Show which path each patched kernel takes (router GEMM, o_proj fp8_einsum and its config per
+        token-count range) and why."""
         from rich.console import Console
         from rich.table import Table
 
         console = Console()
+        from sparkpair_overlay.kernels.fp8_einsum_plan import UNBOUNDED
         from sparkpair_overlay.plan import KernelPlan, PlanError
 
         if file is not None:
@@ -67,6 +69,12 @@ def register(app: typer.Typer) -> None:
             t.add_row(f"router ({dtype} weight)", label, d.reason)
         on = f" on {kplan.o_proj.weight_layout}" if kplan.o_proj.weight_layout else ""
         t.add_row("o_proj fp8_einsum", kplan.o_proj.label + on, kplan.o_proj.reason)
+        cfg = kplan.o_proj_configs
+        if cfg is not None:
+            t.add_row("  configs", f"{cfg.source} on {cfg.layout}", cfg.reason)
+            for lo, hi, name, why in cfg.spans():
+                span = f"T {lo}-{hi}" if lo != hi else f"T {lo}"
+                t.add_row(f"  {span if hi < UNBOUNDED else f'T >= {lo}'}", name, why)
         console.print(t)
         if kplan.switches is not None:
             console.print(f"vLLM switches assumed: {kplan.switches.describe()} (checked again when vLLM "

@@ -87,6 +87,45 @@ def _print(data: dict[str, Any]) -> None:
             f"o_proj: {dec['backend']}{tuple(dec['recipe'])} on {dec['weight_layout']} ({dec['reason']})",
             highlight=False,
         )
+    _print_kernel_paths(data)
+
+
+def _print_kernel_paths(data: dict[str, Any]) -> None:
+    """The o_proj kernel's configs: how many rows, which failed, and the config per token range."""
+    rows = data.get("kernel_paths") or []
+    tokens = data.get("token_counts") or {}
+    if tokens:
+        console.print(f"token counts: {tokens.get('source')}; o_proj at {tokens.get('o_proj')}, kernel paths "
+                      f"at {tokens.get('kernel_paths')}", highlight=False)
+    if not rows:
+        return
+    bad: dict[str, list[int]] = {}
+    for r in rows:
+        if not r["ok"]:
+            bad.setdefault(r["config"], []).append(r["tokens"])
+    versions = sorted({str(r.get("triton")) for r in rows})
+    console.print(f"o_proj kernel paths: {len(rows)} rows, {len(rows) - sum(map(len, bad.values()))} correct "
+                  f"(Triton {', '.join(versions)})", highlight=False)
+    for name, ts in bad.items():
+        why = next(r.get("error") or "" for r in rows if r["config"] == name and not r["ok"])
+        console.print(f"[red]  {name} not correct at T={ts}: {why[:100]}[/red]", highlight=False)
+    acc = data.get("mx_accumulation") or {}
+    if acc:
+        console.print(f"block-scaled MMA over K={acc.get('k')}: max error promoted per K tile "
+                      f"{acc.get('mx-tile')}, accumulated in the MMA {acc.get('mx-tile-acc')}",
+                      highlight=False)
+    dec = data.get("kernel_path_decision")
+    if dec:
+        table = Table(title=f"o_proj configs on {dec['layout']} ({dec['source']})")
+        for col in ("T", "config", "why"):
+            table.add_column(col, overflow="fold")
+        lo = 1
+        for r in dec["ranges"]:
+            hi = r["t_max"]
+            span = f">= {lo}" if hi >= 1 << 62 else (f"{lo}-{hi}" if hi != lo else str(lo))
+            table.add_row(span, r["config"], r["reason"])
+            lo = hi + 1
+        console.print(table)
 
 
 probe_app_help = "On-device kernel self-test: correctness vs fp32/fp64 and timing; writes the probe JSON."
@@ -103,11 +142,36 @@ _CkptOpt = Annotated[
     Path | None,
     typer.Option("--checkpoint", help="the served model's folder: also check the o_proj on one real wo_a"),
 ]
+#: The profile whose token counts the probe takes when none is named: the DeepSeek-V4 profile (the
+#: probe's shapes are DeepSeek-V4-Flash's).
+DEFAULT_PROFILE = "deepseek-v4-flash"
+_ProfileOpt = Annotated[
+    str,
+    typer.Option("--profile", help="the served profile (name or file): the o_proj is rated at its CUDA-graph "
+                 "capture sizes and prefill chunk"),
+]
+
+
+def profile_tokens(profile: str) -> Any:
+    """The :class:`sparkpair_overlay.probe.ServedTokens` of a profile (name or file).
+
+    Raises:
+        ValueError: the profile does not load, or its arguments give no capture sizes (the message says
+            which).
+    """
+    from sparkpair_health.profile import ProfileError, load_profile
+    from sparkpair_overlay.probe import served_tokens
+
+    try:
+        prof = load_profile(profile)
+    except ProfileError as exc:
+        raise ValueError(f"--profile {profile}: {exc}") from None
+    return served_tokens(prof.server.args, f"profile {prof.name}")
 
 
 def probe_cmd(
     out: _OutOpt = Path("/tmp/sparkpair/probe.json"), tp: _TpOpt = 2, tp_rank: _RankOpt = 0,
-    checkpoint: _CkptOpt = None,
+    checkpoint: _CkptOpt = None, profile: _ProfileOpt = DEFAULT_PROFILE,
 ) -> None:
     """Probe every candidate kernel path on this GPU and write the probe JSON."""
     from sparkpair_overlay.deepgemm import DeepGemmSettingError
@@ -120,10 +184,11 @@ def probe_cmd(
             status.update(f"probing {p.label} ({p.done}/{p.total}) ...")
 
         try:
+            tokens = profile_tokens(profile)
             if checkpoint is not None:
-                data = run_probe(out, tp, progress, checkpoint_dir=checkpoint, tp_rank=tp_rank)
+                data = run_probe(out, tp, progress, checkpoint_dir=checkpoint, tp_rank=tp_rank, tokens=tokens)
             else:
-                data = run_probe(out, tp, progress)
+                data = run_probe(out, tp, progress, tokens=tokens)
         except (ProbeUnavailable, ServePathError, DeepGemmSettingError, ValueError) as exc:
             console.print(f"[red]{exc}[/red]", highlight=False)
             raise typer.Exit(EXIT_NO_DEVICE) from None

@@ -38,11 +38,22 @@ def test_the_gate_runs_on_the_images_triton() -> None:
     assert "Triton 3.6.0 is installed" in triton_problem("3.6.0") and want in triton_problem("3.6.0")
 
 
+#: The ptxas each target is assembled with here (``None``: Triton's default, CUDA 13.3's
+#: ``ptxas-blackwell`` for sm_12x). sm_121a, what the image serves, takes CUDA 12.9's: the oldest release
+#: that knows sm_121a and the one the image's base carries (the Dockerfile points Triton at it), which
+#: allocates registers differently (test below); sm_120a keeps 13.3, so both releases are gated on
+#: family 120 without a second build of any target.
+GATE_PTXAS = {"sm_121a": "ptxas", "sm_120a": None, "sm_90a": None}
+
+
 @pytest.mark.parametrize("arch", aot.DEFAULT_ARCHS)
 def test_every_config_compiles_and_fits(arch: str, tmp_path) -> None:
-    results = aot.build([arch], str(tmp_path / "cache"))
+    name = GATE_PTXAS[arch]
+    results = aot.build([arch], str(tmp_path / "cache"), ptxas=aot.bundled_ptxas(name) if name else None)
     variants = aot.all_variants()
     assert len(results) == len(variants)
+    if name == "ptxas":
+        assert {r.ptxas for r in results} == {"12.9"}, {r.ptxas for r in results}
     problems = [r.problem() for r in results if not r.fits]
     assert not problems, "\n".join(problems)
     for v, r in zip(variants, results, strict=True):
@@ -99,6 +110,27 @@ def test_gate_rejects_a_config_that_spills(tmp_path) -> None:
     r = aot.compile_variant(v, "sm_121a", str(tmp_path))
     assert r.ok and r.spills and r.spills > 0 and not r.fits, r
     assert r.status == "spills" and f"spills {r.spills} B" in r.problem() and "t64_d128_s4_bc" in r.problem()
+
+
+def test_gate_rejects_a_config_that_spills_only_with_cuda_129s_ptxas(tmp_path) -> None:
+    """A 32x64 decode tile over 2 K blocks (dropped from the configs for this) on per-row packed scales:
+    CUDA 13.3's ptxas (Triton's default) fits it in 106 registers, CUDA 12.9's (the image's base) spills
+    8 B; the gate assembling sm_121a with 12.9 fails it, naming the release."""
+    from sparkpair_overlay.kernels import fp8_einsum as fe
+
+    cfg = fe._dcfg("dec_t32_d64_k2_w4", 32, 64, 2, 4)
+    variants = aot.fp8_einsum_variants(("ue8m0-int32",))
+    base = next(v for v in variants if v.config.name == "dec_t16_d64_k2_w4")
+    kwargs = {**base.kwargs, **cfg.constexprs()}
+    v = aot.AotVariant("fp8_einsum", cfg, base.variant, base.fn, base.args, kwargs, "fp8")
+    new = aot.compile_variant(v, "sm_121a", str(tmp_path / "a"), aot.bundled_ptxas("ptxas-blackwell"))
+    old = aot.compile_variant(v, "sm_121a", str(tmp_path / "b"), aot.bundled_ptxas("ptxas"))
+    assert (new.ptxas, old.ptxas) == ("13.3", "12.9")
+    assert new.fits and new.spills == 0, new
+    assert not old.fits and old.spills and old.status == "spills", old
+    assert "(ptxas 12.9) spills" in old.problem() and "dec_t32_d64_k2_w4" in old.problem()
+    with pytest.raises(ValueError, match="unknown bundled ptxas 'nvcc'"):
+        aot.bundled_ptxas("nvcc")
 
 
 def _oversized_fp8_variant() -> aot.AotVariant:

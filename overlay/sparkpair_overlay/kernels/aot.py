@@ -9,6 +9,9 @@ same directory (the image ships it) and the first GB10 call loads the cubin inst
 
 Targets: ``sm_121a`` (GB10) and ``sm_120a`` (the other family-120 parts, where the overlay routes
 to these kernels too), and ``sm_90a`` (H100/H200, the proxy the GPU tests and benchmarks run on).
+sm_12x builds are assembled by Triton's ``ptxas-blackwell`` unless ``ptxas`` names another
+(:func:`bundled_ptxas`: the gate also assembles sm_121a with CUDA 12.9's, the oldest the image may
+use, since two releases allocate registers differently: 12.9 spilled 8 B on a config 13.3 did not).
 On sm_12x every build is inspected as GB10 would run it (:func:`mma_problem`): it fits
 :data:`GB10_SHARED_MEMORY_BYTES` (101,376 B per block), spills no register, and every MMA on fp8
 operands in its PTX is a native fp8 instruction (``mma.sync ... e4m3.e4m3``) or, for the
@@ -128,6 +131,7 @@ class AotResult:
     spills: int | None = None
     limit: int | None = None
     error: str = ""
+    ptxas: str = ""  # the ptxas release that assembled it (``ptxas --version``'s), "" when not read
     mma: dict[str, int] = field(default_factory=dict)  # MMA opcode -> count in the PTX
     mma_error: str = ""  # why those MMAs fail the sm_12x check (mma_problem), "" when they pass
 
@@ -151,6 +155,8 @@ class AotResult:
     def problem(self) -> str:
         """Human-readable failure (empty when fine)."""
         what = f"{self.kernel}/{self.config} [{self.variant}]"
+        if self.ptxas:
+            what += f" (ptxas {self.ptxas})"
         if not self.ok:
             return f"{what} does not compile for {self.arch}: {self.error}"
         if self.limit is not None and (self.shared or 0) > self.limit:
@@ -262,18 +268,79 @@ def _resource_usage(cubin: bytes) -> tuple[int | None, int | None]:
     return (int(regs.group(1)) if regs else None, int(stack.group(1)) if stack else None)
 
 
-def compile_variant(v: AotVariant, arch: str, cache_dir: str | None = None) -> AotResult:
-    """Compile one variant for ``arch`` (no GPU needed) and report registers and shared memory."""
+#: The ptxas releases Triton 3.8 bundles (``triton/backends/nvidia/bin``): ``ptxas`` (CUDA 12.9, the
+#: oldest release that knows sm_121a and the one the image's base carries: the Dockerfile points
+#: ``TRITON_PTXAS_BLACKWELL_PATH`` at the base's) and ``ptxas-blackwell`` (CUDA 13.3, Triton's default
+#: for sm_100 and up).
+BUNDLED_PTXAS = ("ptxas", "ptxas-blackwell")
+
+
+def bundled_ptxas(name: str) -> str:
+    """The path of one of Triton's bundled ptxas binaries (:data:`BUNDLED_PTXAS`).
+
+    Raises:
+        ValueError: ``name`` is not one of them, or this Triton does not ship it.
+    """
+    require_triton()
+    import triton
+
+    if name not in BUNDLED_PTXAS:
+        raise ValueError(f"unknown bundled ptxas {name!r}; known: {', '.join(BUNDLED_PTXAS)}")
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+    if not os.path.exists(path):
+        raise ValueError(f"Triton {triton.__version__} ships no {name} at {path}")
+    return path
+
+
+def ptxas_release(path: str) -> str:
+    """``12.9`` for a ptxas whose ``--version`` says ``release 12.9``; ``""`` when it cannot be read."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    m = re.search(r"release (\d+\.\d+)", out)
+    return m.group(1) if m else ""
+
+
+@contextmanager
+def _blackwell_ptxas(path: str | None) -> Iterator[None]:
+    """Assemble sm_100+ builds with ``path`` while inside (``TRITON_PTXAS_BLACKWELL_PATH``, which Triton
+    reads at each compile); ``None`` changes nothing."""
+    key = "TRITON_PTXAS_BLACKWELL_PATH"
+    saved = os.environ.get(key)
+    if path is not None:
+        os.environ[key] = path
+    try:
+        yield
+    finally:
+        if path is not None:
+            if saved is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = saved
+
+
+def compile_variant(
+    v: AotVariant, arch: str, cache_dir: str | None = None, ptxas: str | None = None
+) -> AotResult:
+    """Compile one variant for ``arch`` (no GPU needed) and report registers and shared memory.
+
+    ``ptxas``: the ptxas that assembles an sm_12x build (default: Triton's choice, ``ptxas-blackwell``
+    or ``TRITON_PTXAS_BLACKWELL_PATH``); the result names the release that did.
+    """
     require_triton()
     limit = shared_memory_limit(arch)
     res = AotResult(
         kernel=v.kernel, config=v.config.name, variant=v.variant, arch=arch, ok=False, limit=limit
     )
+    if ptxas is not None:
+        res.ptxas = ptxas_release(ptxas)
     # Forget kernels compiled earlier in this process for this target, so the compile goes through
-    # the file cache in ``cache_dir`` (and writes it) instead of returning the in-memory kernel.
+    # the file cache in ``cache_dir`` (and writes it) instead of returning the in-memory kernel
+    # (whose key does not include the ptxas; the file cache's does).
     v.fn.device_caches.pop(f"aot-{arch}", None)
     try:
-        with _target_driver(arch, cache_dir):
+        with _target_driver(arch, cache_dir), _blackwell_ptxas(ptxas):
             k = v.fn.warmup(
                 *v.args, grid=(1,), **v.kwargs, num_warps=v.config.num_warps, num_stages=v.config.num_stages
             )
@@ -451,8 +518,11 @@ def build(
     cache_dir: str | None = None,
     variants: Sequence[AotVariant] | None = None,
     progress: Callable[[AotResult], None] | None = None,
+    ptxas: str | None = None,
 ) -> list[AotResult]:
     """Compile ``variants`` (default: all) for each arch; return one result per (variant, arch).
+
+    ``ptxas``: as :func:`compile_variant`'s (sm_12x builds only).
 
     Raises:
         ValueError: an unknown arch name.
@@ -466,7 +536,7 @@ def build(
     results: list[AotResult] = []
     for arch in archs:
         for v in todo:
-            r = compile_variant(v, arch, cache_dir)
+            r = compile_variant(v, arch, cache_dir, ptxas if AOT_TARGETS[arch] // 10 == 12 else None)
             results.append(r)
             if progress is not None:
                 progress(r)
@@ -475,6 +545,7 @@ def build(
 
 __all__ = [
     "AOT_TARGETS",
+    "BUNDLED_PTXAS",
     "DEFAULT_ARCHS",
     "FP8_EINSUM_LAYOUTS",
     "AotResult",
@@ -482,8 +553,10 @@ __all__ = [
     "HAS_TRITON",
     "all_variants",
     "build",
+    "bundled_ptxas",
     "compile_variant",
     "fp8_einsum_variants",
+    "ptxas_release",
     "router_variants",
     "shared_memory_limit",
 ]

@@ -125,25 +125,41 @@ from ._common import (
     tl,
     triton,
 )
+from .fp8_einsum_plan import (
+    FP8_EINSUM_PLAN,
+    FP8_EINSUM_PLAN_FP32,
+    FP8_EINSUM_PLAN_UE8M0,
+    UNBOUNDED,
+    PlanTable,
+    default_plan,
+    plan_config_name,
+    plan_problem,
+)
 
 __all__ = [
     "FP8_EINSUM_CONFIGS",
     "FP8_EINSUM_DECODE_CONFIGS",
     "FP8_EINSUM_MX_CONFIGS",
     "FP8_EINSUM_PLAN",
+    "FP8_EINSUM_PLAN_CANDIDATES",
     "FP8_EINSUM_PLAN_FP32",
     "FP8_EINSUM_PLAN_UE8M0",
     "FP8_EINSUM_SUM_CONFIGS",
     "MX_KERNEL",
     "SUPPORTED_EQUATION",
+    "UNBOUNDED",
+    "active_plan",
     "block_scales_view",
+    "candidate_range",
     "decode_ue8m0",
     "fp8_einsum",
     "fp8_einsum_with_config",
+    "kernel_path",
     "rows_repeat_in_blocks",
     "select_fp8_einsum_config",
     "split_sum_config",
     "unpack_ue8m0_int32",
+    "use_plan",
 ]
 
 SUPPORTED_EQUATION = "bhr,hdr->bhd"
@@ -1047,53 +1063,89 @@ FP8_EINSUM_SUM_CONFIGS: tuple[KernelConfig, ...] = tuple(
 
 _CONFIGS_BY_NAME = {c.name: c for c in FP8_EINSUM_CONFIGS}
 
-#: GB10's plan (family 120, the only place the overlay routes o_proj here), by scale encoding:
-#: ``(max_T, config name)`` in increasing max_T; beyond the last entry, the last config. Decode
-#: (T <= 256) from the GB10-shaped proxy (benchmarks/results/gb10-proxy/, runs 1-3: H100, 48 SMs in
-#: a green context, cold L2, CUDA-graph replay p50; Triton 3.6 there, so these measure structure,
-#: not GB10's instructions), default MMA mode, served layout (int32 per-row scales read as block
-#: scales), against cuBLAS's fp8 GEMM in the same context: T <= 16 dec_t16_d128_k4_w8 12.0-13.5 us
-#: (0.88-1.11x cuBLAS; the previous dec_t16_d64_k4_w4 14.3-15.6); T = 17..64 t64_d64_r2_s4 15.1-15.8
-#: (0.98-1.24x; dec_t32_d64_k4_w4 14.8-16.1 and dec_t32_d128_k4_w8, the previous choice to T = 32,
-#: 16.8-18.2); T = 65..256 the unsplit t64_d64_s4, T = 128 21.4 (1.07x; t64_d64_r2_s4 28.3). With
-#: DISABLE_MMA_V3=1 (mma.sync on f16-upcast operands) the same plan is 1.2-2.5x cuBLAS: there the
-#: 4-warp split tiles t16_d64_r4_s4 / t32_d64_r4_s4 were fastest (14.7-15.3 / 21.4-21.9 us) but lost
-#: 1-6 us in the default mode. T = 257..1023: the promoting tile loop (not measured on the proxy in
-#: this form: 8 warps since Triton 3.8's sm_121a build of the 4-warp tile spilled). T >= 1024: the
-#: block-scaled tile loop, promoted per K tile -- argued, not measured: the block-scaled MMA's
-#: published rate on an SM120 part is about twice plain fp8 mma.sync's (its promotion, one fp32 add
-#: per element and 128-wide K tile, costs what the promoting path's one FMA does; the _acc form has
-#: none), and sm_90 decomposes dot_scaled, so no GPU here times it (docs/reference/triton-gb10.md).
-#: The probe is to choose per T range on the device.
-FP8_EINSUM_PLAN_UE8M0: tuple[tuple[int, str], ...] = (
-    (16, "dec_t16_d128_k4_w8"),
-    (64, "t64_d64_r2_s4"),
-    (256, "t64_d64_s4"),
-    (1023, "t64_d128_s4_w8_bc"),
-    (1 << 62, "mx_t128_d64_k128_w8_s4"),
-)
-FP8_EINSUM_PLAN_FP32: tuple[tuple[int, str], ...] = (
-    (16, "dec_t16_d128_k4_w8"),
-    (64, "t64_d64_r2_s4"),
-    (256, "t64_d64_s4"),
-    (1023, "t128_d64_s3_w8"),
-    (1 << 62, "mx_t128_d64_k128_w8_s4"),
-)
-FP8_EINSUM_PLAN = FP8_EINSUM_PLAN_UE8M0  # the served recipe on GB10
+#: The plan tables in force in this process, by ``fp32_scales`` (both scales fp32): GB10's built-in
+#: defaults (:mod:`.fp8_einsum_plan`, with the evidence they rest on) until :func:`use_plan` installs
+#: the probe's per-range choice for the served layout.
+_ACTIVE_PLANS: dict[bool, PlanTable] = {False: FP8_EINSUM_PLAN_UE8M0, True: FP8_EINSUM_PLAN_FP32}
 
 
-def _pick(plan: tuple[tuple[int, str], ...], t: int) -> KernelConfig:
-    for max_t, name in plan:
-        if t <= max_t:
-            return _CONFIGS_BY_NAME[name]
-    return _CONFIGS_BY_NAME[plan[-1][1]]
+def use_plan(plan: PlanTable | None, fp32_scales: bool) -> PlanTable:
+    """Make ``plan`` the table :func:`select_fp8_einsum_config` reads for one scale encoding (``None``:
+    the built-in default again); returns the table it replaced.
+
+    The overlay calls it once per process, before the model is built, with the kernel plan's per-range
+    choice (:class:`sparkpair_overlay.o_proj_configs.ConfigPlan`). Later calls are plain Python dict reads
+    at launch time (a CUDA graph replays the configs it captured).
+
+    Raises:
+        ValueError: the table is not usable (:func:`.fp8_einsum_plan.plan_problem`: empty, not
+            increasing, not ending at UNBOUNDED, or naming a config this module does not have).
+    """
+    table = default_plan(fp32_scales) if plan is None else tuple((int(m), str(n)) for m, n in plan)
+    problem = plan_problem(table, _CONFIGS_BY_NAME)
+    if problem is not None:
+        raise ValueError(f"fp8_einsum.use_plan: {problem}; wanted ((max_T, config name), ...)")
+    old = _ACTIVE_PLANS[fp32_scales]
+    _ACTIVE_PLANS[fp32_scales] = table
+    return old
+
+
+def active_plan(fp32_scales: bool) -> PlanTable:
+    """The table in force for one scale encoding (see :func:`use_plan`)."""
+    return _ACTIVE_PLANS[fp32_scales]
 
 
 def select_fp8_einsum_config(t: int, fp32_scales: bool = False) -> KernelConfig:
-    """The config :func:`fp8_einsum` uses for ``t`` tokens: GB10's plan,
-    :data:`FP8_EINSUM_PLAN_FP32` when both scales are fp32 (``fp32_scales``), else
-    :data:`FP8_EINSUM_PLAN_UE8M0`."""
-    return _pick(FP8_EINSUM_PLAN_FP32 if fp32_scales else FP8_EINSUM_PLAN_UE8M0, t)
+    """The config :func:`fp8_einsum` uses for ``t`` tokens: the table in force (:func:`active_plan`)
+    for fp32 scales (``fp32_scales``: both scales fp32) or the other encodings."""
+    return _CONFIGS_BY_NAME[plan_config_name(_ACTIVE_PLANS[fp32_scales], t)]
+
+
+def kernel_path(cfg: KernelConfig) -> str:
+    """The kernel path a config runs, as the probe's ``kernel_paths`` rows name it: ``decode``
+    (PATH 1), ``tile-split`` / ``tile`` (PATH 0 with / without a K split), ``mx-decode`` (the
+    block-scaled decode tile), ``mx-tile`` (block-scaled tile loop, promoted per K tile) or
+    ``mx-tile-acc`` (accumulated in the MMA over the whole K)."""
+    meta = cfg.constexprs()
+    if cfg.kernel == MX_KERNEL:
+        if meta["ONE_TILE"]:
+            return "mx-decode"
+        return "mx-tile" if meta["PROMOTE"] else "mx-tile-acc"
+    if meta.get("PATH", 0) == 1:
+        return "decode"
+    if meta.get("PATH", 0) == 2:
+        return "split-sum"
+    return "tile-split" if meta["SPLIT_R"] > 1 else "tile"
+
+
+#: Token counts up to which a decode tile (tokens on the MMA's N side, every CTA streaming its weight
+#: slice once per T tile) is worth timing: past 64 each extra T tile reads the weight again.
+DECODE_TILE_MAX_T = 64
+#: Token counts up to which a K-split tile loop is worth timing (the split trades partial-sum traffic
+#: for CTAs; from a few hundred tokens the unsplit grid fills the GPU).
+SPLIT_TILE_MAX_T = 256
+
+
+def candidate_range(cfg: KernelConfig) -> tuple[int, int] | None:
+    """The token counts ``[lo, hi]`` at which the probe times ``cfg`` as a candidate of the plan
+    (``hi`` :data:`.fp8_einsum_plan.UNBOUNDED` for no end), or ``None`` for a config no plan takes (the
+    no-PDL reference tile, the split sums). Decode tiles: 1..:data:`DECODE_TILE_MAX_T`; K-split tile
+    loops and the 16-token unsplit tile: 1..:data:`SPLIT_TILE_MAX_T`; tile loops of 64 tokens from 17,
+    of 128 tokens from 65 (fewer tokens leave most of the tile empty), to no end."""
+    path = kernel_path(cfg)
+    if path == "split-sum" or (path == "decode" and not cfg["USE_PDL"]):
+        return None
+    if path in ("decode", "mx-decode"):
+        return 1, DECODE_TILE_MAX_T
+    if path == "tile-split" or cfg["BLOCK_T"] <= 32:
+        return 1, SPLIT_TILE_MAX_T
+    return (17 if cfg["BLOCK_T"] <= 64 else 65), UNBOUNDED
+
+
+#: Every config the plan may take (:func:`candidate_range` is not ``None``), in definition order.
+FP8_EINSUM_PLAN_CANDIDATES: tuple[KernelConfig, ...] = tuple(
+    c for c in FP8_EINSUM_CONFIGS if candidate_range(c) is not None
+)
 
 
 # ----------------------------------------------------------------------------------------------

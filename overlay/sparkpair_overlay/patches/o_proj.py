@@ -313,11 +313,16 @@ def apply(decision: OProjDecision, capability: Capability | None, kernel: Callab
 
 
 def restore() -> None:
-    """Put every original object back (exactly vLLM's functions again) and forget the check."""
+    """Put every original object back (exactly vLLM's functions again), the kernel's built-in config
+    tables too, and forget the check."""
     import sys
 
     with _CHECK_LOCK:
         _CHECK.clear()
+    kernel = sys.modules.get("sparkpair_overlay.kernels.fp8_einsum")
+    if kernel is not None:  # the plan may have installed its per-range configs: the built-in tables again
+        for fp32_scales in (False, True):
+            kernel.use_plan(None, fp32_scales)
     for name, orig in list(_ORIGINAL_EINSUM.items()):
         if name in sys.modules:
             setattr(sys.modules[name], "fp8_einsum", orig)  # noqa: B010 - ModuleType declares no such attribute

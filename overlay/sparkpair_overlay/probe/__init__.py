@@ -4,7 +4,10 @@
 
 * the overlay's own patched kernels and their upstream alternatives (router GEMM, o_proj
   ``fp8_einsum`` on every ``wo_a`` layout the served switches can make:
-  :mod:`sparkpair_overlay.probe.kernels`),
+  :mod:`sparkpair_overlay.probe.kernels`), at the served profile's token counts,
+* when our kernel serves the o_proj, every config of it at every served token count on the served
+  layout (:mod:`sparkpair_overlay.probe.kernel_paths`), from which the config per token-count range is
+  chosen (:mod:`sparkpair_overlay.o_proj_configs`),
 * every serve path vLLM 0.33 sends through DeepGEMM on family 120, each with the other backends
   vLLM offers for it (:mod:`sparkpair_overlay.probe.serve_paths`), and
 * where the model's files are given, the overlay's o_proj on one real layer's ``wo_a``
@@ -13,10 +16,10 @@
 checks each against fp32/fp64 references, times the correct ones, chooses per serve path and the
 o_proj together (:func:`sparkpair_overlay.probe.joint.choose_with_o_proj`: a linear backend decides
 the ``wo_a`` layout the o_proj is handed), keeps the previous file's choices where the new times are
-within :data:`~sparkpair_overlay.decision.DECISION_MARGIN` of them, and writes the ``sparkpair-probe/2``
-JSON the kernel plan reads (``SPARKPAIR_PROBE_RESULTS``; layout in docs/kernels.md "Probe"). The
-node's launch passes the serve-path choice to vLLM through its real switches, or stops with the
-verdict when a path has no correct candidate.
+within :data:`~sparkpair_overlay.decision.DECISION_MARGIN` of them (the per-range configs too), and
+writes the ``sparkpair-probe/2`` JSON the kernel plan reads (``SPARKPAIR_PROBE_RESULTS``; layout in
+docs/kernels.md "Probe"). The node's launch passes the serve-path choice to vLLM through its real
+switches, or stops with the verdict when a path has no correct candidate.
 """
 
 from __future__ import annotations
@@ -25,14 +28,22 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..decision import DECISION_MARGIN
 from ..jsonio import PlanError
+from ..o_proj_configs import ConfigPlan, choose_config_ranges, layout_key
 from ..plan import capability_family
-from ..probe_results import PROBE_SCHEMA, CheckpointCheck, OProjProbe, ProbeResults, RouterProbe
+from ..probe_results import (
+    PROBE_SCHEMA,
+    CheckpointCheck,
+    KernelPathRow,
+    OProjProbe,
+    ProbeResults,
+    RouterProbe,
+)
 from ..serve_matrix import Recipe, switches_from_env
 from .choice import (
     LINEAR_PATH,
@@ -44,8 +55,13 @@ from .choice import (
     rows_for_unavailable,
 )
 from .joint import choose_with_o_proj
+from .kernel_paths import ServedTokens, accumulation_summary, served_tokens
+from .kernels import O_PROJ_DIMS, O_PROJ_TS
 
-__all__ = ["ProbeProgress", "ProbeUnavailable", "measure_serve_paths", "run_probe", "write_probe_json"]
+__all__ = [
+    "Previous", "ProbeProgress", "ProbeUnavailable", "ServedTokens", "measure_serve_paths",
+    "previous_choices", "run_probe", "served_tokens", "write_probe_json",
+]
 
 Timer = Callable[[Callable[[], Any]], float]
 Progress = Callable[[ProbeProgress], None]
@@ -146,24 +162,44 @@ def write_probe_json(out_path: Path, data: Mapping[str, Any]) -> None:
 
 OProjRunner = Callable[[int, Sequence[str], str], list[dict[str, Any]]]
 CheckpointRunner = Callable[[Sequence[str]], list[CheckpointCheck]]
+#: ``(tp, wo_a layout, recipe, token counts) -> kernel_paths rows`` (default
+#: :func:`kernel_paths.probe_kernel_paths` on the device).
+KernelPathRunner = Callable[[int, str, Recipe, Sequence[int]], list[dict[str, Any]]]
 
 
-def previous_choices(out_path: Path, capability: Any, vllm_version: str | None) -> tuple[
-        dict[str, str], tuple[str, Recipe] | None, str]:
-    """What the probe file at ``out_path`` chose last time, if it was made here: ``({path: candidate},
-    (o_proj backend, recipe) or None, note)``. A file from another schema, device or vLLM is not used."""
+@dataclass(frozen=True)
+class Previous:
+    """What the probe file at the output path chose last time (made on this device and vLLM).
+
+    Attributes:
+        serve: ``{serve path: candidate}`` (forced ones left out).
+        o_proj: ``(backend, recipe)`` of the o_proj decision, or ``None``.
+        configs: the per-range ``fp8_einsum`` configs it chose, or ``None``.
+        note: where they came from, or why none.
+    """
+
+    serve: dict[str, str]
+    o_proj: tuple[str, Recipe] | None
+    configs: ConfigPlan | None
+    note: str
+
+
+def previous_choices(out_path: Path, capability: Any, vllm_version: str | None) -> Previous:
+    """What the probe file at ``out_path`` chose last time, if it was made here. A file from another schema,
+    device or vLLM is not used."""
     if not out_path.exists():
-        return {}, None, "no previous probe file"
+        return Previous({}, None, None, "no previous probe file")
     try:
         old = ProbeResults.load(out_path, "previous probe file")
     except PlanError as exc:
-        return {}, None, f"previous probe file not used ({exc})"
+        return Previous({}, None, None, f"previous probe file not used ({exc})")
     if list(old.capability) != list(capability or []) or old.vllm_version != vllm_version:
-        return {}, None, "previous probe file is from another device or vLLM: not used"
+        return Previous({}, None, None, "previous probe file is from another device or vLLM: not used")
     serve = {c.path: c.candidate for c in (old.serve_choice.choices if old.serve_choice else ())
              if c.candidate is not None and not c.forced}
     dec = old.o_proj_decision
-    return serve, (None if dec is None else (dec.backend, dec.recipe)), f"previous choices from {out_path}"
+    return Previous(serve, None if dec is None else (dec.backend, dec.recipe), old.kernel_path_decision,
+                    f"previous choices from {out_path}")
 
 
 def run_probe(
@@ -179,6 +215,8 @@ def run_probe(
     tp_rank: int = 0,
     o_proj_runner: OProjRunner | None = None,
     checkpoint_runner: CheckpointRunner | None = None,
+    tokens: ServedTokens | None = None,
+    kernel_path_runner: KernelPathRunner | None = None,
 ) -> dict[str, Any]:
     """Probe the device, choose the serve paths and the o_proj, write the probe JSON; return it.
 
@@ -197,12 +235,19 @@ def run_probe(
         o_proj_runner: ``(tp, layouts, deepgemm source) -> rows`` (default :func:`kernels.probe_o_proj`
             when ``kernels``); checkpoint_runner: ``(layouts) -> checks`` (default
             :func:`checkpoint.check_checkpoint` when ``checkpoint_dir``). The CPU tiers inject both.
+        tokens: the served profile's token counts (:func:`kernel_paths.served_tokens`): the o_proj rows are
+            taken at every capture size and the prefill chunk, the kernel paths also between them;
+            ``None``: :data:`kernels.O_PROJ_TS` for both (said in ``token_counts``).
+        kernel_path_runner: ``(tp, layout, recipe, ts) -> rows`` (default
+            :func:`kernel_paths.probe_kernel_paths` when ``kernels``); run when the o_proj decision is
+            Triton's, on its layout and recipe.
 
     Returns:
         The JSON object written (schema ``sparkpair-probe/2``): device facts, ``vllm``, ``switches`` (the
         environment's, with the chosen ``--linear-backend``), ``deepgemm`` (which DeepGEMM vLLM uses) and
         ``deepgemm_identity``, ``router``, ``o_proj`` (rows with their layouts), ``checkpoint``,
-        ``kernel_paths``, ``o_proj_decision``, ``margin``, ``serve_paths`` (rows) and ``serve_choice``.
+        ``token_counts``, ``kernel_paths`` (rows), ``kernel_path_decision`` (the config per token range),
+        ``mx_accumulation``, ``o_proj_decision``, ``margin``, ``serve_paths`` (rows) and ``serve_choice``.
         The default registry is probed only on capability family 120 (``serve_paths_skipped`` says why
         not elsewhere).
 
@@ -258,7 +303,9 @@ def run_probe(
         vllm_version: str | None = str(vllm.__version__)
     except Exception:  # noqa: BLE001 - the probe also runs where vLLM is absent (the GPU tier)
         vllm_version = None
-    prev_serve, prev_o_proj, prev_note = previous_choices(out_path, facts["capability"], vllm_version)
+    prev = previous_choices(out_path, facts["capability"], vllm_version)
+    o_proj_ts = tokens.o_proj_ts() if tokens is not None else O_PROJ_TS
+    path_ts = tokens.kernel_path_ts() if tokens is not None else O_PROJ_TS
     router: list[dict[str, Any]] = []
     if kernels:
         from . import kernels as kp
@@ -286,7 +333,7 @@ def run_probe(
         from . import kernels as kp
 
         def o_proj_runner(tp_: int, layouts_: Sequence[str], dg: str) -> list[dict[str, Any]]:
-            return kp.probe_o_proj(tp_, layouts_, deepgemm=dg)
+            return kp.probe_o_proj(tp_, layouts_, deepgemm=dg, ts=o_proj_ts)
 
     if o_proj_runner is not None:
         if on_progress:
@@ -313,8 +360,8 @@ def run_probe(
         o_proj=tuple(OProjProbe.from_json(_fields(o)) for o in o_proj),
         switches=base, deepgemm_identity=dg_identity, checkpoint=tuple(checks), vllm_version=vllm_version,
     )
-    choice, o_dec = choose_with_o_proj(paths, rows, probe, overrides, previous=prev_serve,
-                                       previous_o_proj=prev_o_proj, base=base)
+    choice, o_dec = choose_with_o_proj(paths, rows, probe, overrides, previous=prev.serve,
+                                       previous_o_proj=prev.o_proj, base=base)
     linear = next((c.candidate for c in choice.choices if c.path == LINEAR_PATH and c.candidate), None)
     served = replace(base, linear_backend=linear or base.linear_backend)
     decision = None
@@ -322,6 +369,27 @@ def run_probe(
             and o_dec.source == "probe":
         decision = {"backend": o_dec.backend, "recipe": list(o_dec.recipe),
                     "weight_layout": o_dec.weight_layout, "reason": o_dec.reason}
+    path_rows: list[dict[str, Any]] = []
+    path_decision: ConfigPlan | None = None
+    if kernel_path_runner is None and kernels:
+
+        def kernel_path_runner(tp_: int, weight: str, recipe: Recipe,
+                               ts: Sequence[int]) -> list[dict[str, Any]]:
+            from .kernel_paths import probe_kernel_paths
+
+            def step(name: str, t: int) -> None:
+                if on_progress:
+                    on_progress(ProbeProgress(f"o_proj kernel paths: {name} T={t}", 1, 2))
+
+            return probe_kernel_paths(tp_, weight, recipe, ts, on_config=step)
+
+    if kernel_path_runner is not None and o_dec is not None and o_dec.backend == "triton" \
+            and o_dec.weight_layout is not None and o_dec.recipe is not None:
+        path_rows = kernel_path_runner(tp, o_dec.weight_layout, o_dec.recipe, path_ts)
+        layout = layout_key(o_dec.weight_layout, o_dec.recipe)
+        old = prev.configs if prev.configs is not None and prev.configs.layout == layout else None
+        path_decision = choose_config_ranges([KernelPathRow.from_json(_fields(r)) for r in path_rows], layout,
+                                             old.ranges if old is not None else None)
     data = {
         "schema": PROBE_SCHEMA,
         **facts,
@@ -335,10 +403,15 @@ def run_probe(
         "o_proj": o_proj,
         "checkpoint": [c.to_json() for c in checks],
         "checkpoint_skipped": ckpt_note,
-        "kernel_paths": [],
+        "token_counts": (tokens.to_json() if tokens is not None
+                         else {"o_proj": list(O_PROJ_TS), "kernel_paths": list(O_PROJ_TS),
+                               "source": "built-in (no profile given)"}),
+        "kernel_paths": path_rows,
+        "kernel_path_decision": None if path_decision is None else path_decision.to_json(),
+        "mx_accumulation": accumulation_summary(path_rows, O_PROJ_DIMS[1]) if path_rows else None,
         "o_proj_decision": decision,
         "margin": DECISION_MARGIN,
-        "previous": prev_note,
+        "previous": prev.note,
         "serve_paths": [r.to_json() for r in rows],
         "serve_choice": choice.to_json(),
         "serve_paths_skipped": skipped_why,

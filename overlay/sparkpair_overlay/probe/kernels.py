@@ -2,7 +2,8 @@
 
 Runs every candidate path of each patched kernel at the served model's shapes (router: M in
 {1, 8, 32, 36, 64, 128, 512}, bf16 and fp32 gate weights [256, 4096]; o_proj: T in
-{1, 32, 36, 2048}, G = 8 / TP groups, D=1024, R=4096), on the operands the served model hands it,
+{1, 32, 36, 2048} or the served profile's token counts, G = 8 / TP groups, D=1024, R=4096), on the
+operands the served model hands it,
 compares each against an fp64 reference, and times it as CUDA-graph replay per call. For the o_proj
 that means: for each ``wo_a`` layout the served switches can make (one per linear backend the probe
 may choose, :func:`o_proj_layouts`), every (backend, recipe) the matrix serves on it
@@ -26,7 +27,11 @@ from ..serve_matrix import ROUTER_LAYOUTS, Switches, linear_outcome, o_proj_cand
 #: 36 = a DSpark verify / draft step of the default profile (serve_paths.VERIFY_TOKENS), so the
 #: router's Triton/cuBLAS crossover and the o_proj paths are measured at that token count too.
 ROUTER_MS = (1, 8, 32, 36, 64, 128, 512)
+#: Token counts when no profile is given (the DSv4 profile's one decode token, its 32- and 36-token
+#: capture sizes, and vLLM 0.33's GB10 prefill chunk); ``sparkpair probe`` reads the profile's.
 O_PROJ_TS = (1, 32, 36, 2048)
+#: ``(D, R)`` per group of DeepSeek-V4-Flash's o_proj (docs/reference/vllm-code-paths.md#dsv4-shapes).
+O_PROJ_DIMS = (1024, 4096)
 ROUTER_TOL = {"bfloat16": 1e-5, "float32": 2e-6}  # max|err| / max|ref| (docs/kernels.md "Probe")
 O_PROJ_TOL = 1e-2  # relative Frobenius (docs/kernels.md "Probe")
 
@@ -138,7 +143,7 @@ def probe_o_proj(
     timer: Callable[[Callable[[], object]], float] | None = None,
     use_vllm: bool | None = None,
     transform: Callable[..., Any] | None = None,
-    dims: tuple[int, int] = (1024, 4096),
+    dims: tuple[int, int] = O_PROJ_DIMS,
 ) -> list[dict[str, Any]]:
     """o_proj rows: every (backend, recipe) the matrix serves on each of ``layouts``, at each T.
 
