@@ -51,6 +51,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from fake_logprobs import BatchNoise, entries
 from vllm_thinking import vllm_thinks
 
 CHAT_MODES = (
@@ -392,6 +393,7 @@ class _Handler(BaseHTTPRequestHandler):
         echo = key_echo_pieces(o.api_key) if "echo_key" in self.faults and o.api_key else []
         ptoks = 11
         msg: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": []}
+        original_text: list[str] | None = None
         tc = body.get("tool_choice")
         if body.get("tools") and tc not in (None, "none", "auto"):
             name = tc["function"]["name"] if isinstance(tc, dict) else "get_weather"
@@ -421,6 +423,12 @@ class _Handler(BaseHTTPRequestHandler):
             text, ctoks = msg["content"] or "", 20
         else:
             text, ctoks, fr = self._text(body)
+            o.noise.enter()
+            if o.noise.noise is not None:
+                time.sleep(o.noise.hold_s)
+            said = _pieces(text)
+            text = "".join(o.noise.leave(said))
+            original_text = said
             if "batch_differs" in self.faults:
                 with o.lock:
                     o.in_flight += 1
@@ -460,19 +468,45 @@ class _Handler(BaseHTTPRequestHandler):
         usage = {"prompt_tokens": ptoks, "completion_tokens": ctoks, "total_tokens": ptoks + ctoks}
         if "usage_wrong" in self.faults:
             usage["total_tokens"] += 3
+        want_lp = bool(body.get("logprobs"))
+        reasoning_tokens = [msg["reasoning"]] if msg.get("reasoning") else []
+        if msg["tool_calls"]:
+            a = msg["tool_calls"][0]["function"]["arguments"]
+            answer_tokens = [a[: len(a) // 2], a[len(a) // 2 :]]
+        else:
+            said = msg["content"] or ""
+            said = said[: len(said) - len("".join(echo))] if echo else said
+            answer_tokens = _pieces(said) + echo if said or echo else []
+        tokens = reasoning_tokens + answer_tokens
+        original = reasoning_tokens + (original_text + echo if original_text is not None else answer_tokens)
+        if len(original) != len(tokens):
+            original = tokens
+        lp_entries = entries(tokens, original) if want_lp else []
         if not stream:
+            choice: dict[str, Any] = {"index": 0, "message": msg, "finish_reason": fr}
+            if want_lp:
+                choice["logprobs"] = {"content": lp_entries}
             answer = {
                 "id": ident,
                 "object": "chat.completion",
                 "created": created,
                 "model": o.model,
-                "choices": [{"index": 0, "message": msg, "finish_reason": fr}],
+                "choices": [choice],
                 "usage": usage,
             }
             o.cached[False] = answer
             self._send(200, answer)
             return
         base = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": o.model}
+        lp_iter = iter(lp_entries)
+
+        def with_lp(choice: dict[str, Any]) -> dict[str, Any]:
+            if want_lp:
+                entry = next(lp_iter, None)
+                if entry is not None:
+                    choice["logprobs"] = {"content": [entry]}
+            return choice
+
         out = [
             json.dumps(
                 {
@@ -515,11 +549,15 @@ class _Handler(BaseHTTPRequestHandler):
                         {
                             **base,
                             "choices": [
-                                {
-                                    "index": 0,
-                                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": part}}]},
-                                    "finish_reason": None,
-                                }
+                                with_lp(
+                                    {
+                                        "index": 0,
+                                        "delta": {
+                                            "tool_calls": [{"index": 0, "function": {"arguments": part}}]
+                                        },
+                                        "finish_reason": None,
+                                    }
+                                )
                             ],
                         }
                     )
@@ -531,21 +569,33 @@ class _Handler(BaseHTTPRequestHandler):
                         {
                             **base,
                             "choices": [
-                                {"index": 0, "delta": {"reasoning": msg["reasoning"]}, "finish_reason": None}
+                                with_lp(
+                                    {
+                                        "index": 0,
+                                        "delta": {"reasoning": msg["reasoning"]},
+                                        "finish_reason": None,
+                                    }
+                                )
                             ],
                         }
                     )
                 )
             said = msg["content"] or ""
             said = said[: len(said) - len("".join(echo))] if echo else said
-            words = said.split(" ")
-            if "stream_differs" in self.faults:
-                words[0] = words[0].upper()
-            pieces = [w if i == 0 else " " + w for i, w in enumerate(words)] + echo
+            pieces = _pieces(said) + echo
+            if "stream_differs" in self.faults and pieces:
+                pieces[0] = pieces[0].upper()
+                if want_lp:  # the stream says another token than the answer's: its logprobs say so
+                    lp_entries[len(reasoning_tokens)] = entries([pieces[0]], [pieces[0]])[0]
             for w in pieces:
                 out.append(
                     json.dumps(
-                        {**base, "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]},
+                        {
+                            **base,
+                            "choices": [
+                                with_lp({"index": 0, "delta": {"content": w}, "finish_reason": None})
+                            ],
+                        },
                         ensure_ascii=False,
                     )
                 )
@@ -562,6 +612,14 @@ class _Handler(BaseHTTPRequestHandler):
             out.append("[DONE]")
         o.cached[True] = out
         self._sse(out)
+
+
+def _pieces(text: str) -> list[str]:
+    """A text as this server's tokens: its words, each after the first with its leading space."""
+    if not text:
+        return []
+    words = text.split(" ")
+    return [w if i == 0 else " " + w for i, w in enumerate(words)]
 
 
 class _Server(ThreadingHTTPServer):
@@ -591,6 +649,9 @@ class FaultServer:
         thinking_defaults: ``None``: a model without a thinking mode (no reasoning, ever);
             else a thinking model served with these ``--default-chat-template-kwargs``: it
             reasons exactly when vLLM's DeepSeek-V4 encoder would think (``vllm_thinking``).
+        noise: batch noise (:class:`fake_logprobs.BatchNoise`): with ``flip``, an answer served
+            while another is in flight takes, every other time, the runner-up of a near-tie at its
+            middle token; with ``garbage``, a token outside the top 5 there.
     """
 
     def __init__(
@@ -606,8 +667,11 @@ class FaultServer:
         spec_k: int | None = None,
         acceptance: float = 0.7,
         thinking_defaults: dict[str, Any] | None = None,
+        noise: str | None = None,
     ) -> None:
         self.faults = set(faults or ())
+        self.noise = BatchNoise(noise)
+        """Batch noise on chat answers (``fake_logprobs``): ``None``, ``flip`` or ``garbage``."""
         self.thinking_defaults = thinking_defaults
         self.spec_k = spec_k
         self.acceptance = acceptance

@@ -106,7 +106,7 @@ def check_stream(ctx: CheckContext, deadline: Deadline) -> Passed:
     agree = compare_stream(ref, s.chunks)
     ev["difference"] = agree.evidence
     if not agree.ok:
-        problems.append(agree.problem)
+        problems.append(f"streamed text vs non-streamed: {agree.problem}")
     elif agree.near_tie:  # judged up to the near-tie: the text before it, framing, prompt usage
         problems += prefix_problems("", agree, s.chunks, {"content": ref_text})
     if agree.identical and s.finish_reasons != [ref_fr]:

@@ -71,7 +71,7 @@ def test_acceptance_below_the_floor_fails_naming_the_rate_and_the_floor() -> Non
             "raised vllm:spec_decode_num_draft_tokens_total by 0",
         ),
         ({"spec_k": 3}, "spec_not_drafting", "spec_acceptance", "no draft tokens over the suite's requests"),
-        ({"spec_k": 3}, "batch_differs", "spec_batch_greedy", "of 3 greedy requests sent together"),
+        ({"spec_k": 3}, "batch_differs", "spec_batch_greedy", "with 3 greedy requests sent together"),
         (
             {"spec_k": 3, "acceptance": 50.0},
             None,
