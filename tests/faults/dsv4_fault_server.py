@@ -315,7 +315,7 @@ def make_app(st: FaultState) -> FastAPI:
             await asyncio.sleep(st.noise.hold_s)
         # a near-tie lies in free text; a tool call's arguments and a copied needle have none
         free_text = a.tool is None and "secret code" not in _last_user(body)
-        served = st.noise.leave(original if free_text else []) or original
+        served = st.noise.leave(original if free_text else [], body) or original
         if served != original:
             a.reasoning = "".join(served[: len(r_tok)]) or a.reasoning
             a.content = "".join(served[len(r_tok) :]) or a.content

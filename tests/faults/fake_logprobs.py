@@ -6,13 +6,14 @@ answer's tie position (:func:`tie_position`), where the model's two best tokens 
 tied: the token and its :func:`variant` at :data:`TIE` and :data:`TIE - 0.01`.
 
 :class:`BatchNoise` decides, per answer, what a real pair's batch does to it: served alone,
-nothing; served while another request is in flight, every other such answer takes the variant
-at the tie (``noise="flip"``, its logprobs showing the tie from the other side), or a token the
+nothing; served while another request is in flight, every other such answer to the same request takes
+the variant at the tie (``noise="flip"``, its logprobs showing the tie from the other side), or a token the
 model does not consider, outside the top 5 (``noise="garbage"``).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -24,7 +25,8 @@ TIE = -0.69
 0.01 nats, far under the suite's bound)."""
 
 GARBAGE = "\u00a7\u00a7junk"
-"""The token ``noise="garbage"`` puts at the tie position (never among the top 5)."""
+"""The token ``noise="garbage"`` puts at the tie position, after the original's leading
+spaces (never among the top 5)."""
 
 NOISES = ("flip", "garbage")
 
@@ -71,6 +73,15 @@ def entries(tokens: list[str], original: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+PER_REQUEST = ("stream", "stream_options", "request_id", "user", "logprobs", "top_logprobs")
+"""Body fields that make no other request (streamed or not, whatever its nonce)."""
+
+
+def request_key(body: dict[str, Any]) -> str:
+    """What identifies a request across its repeats: its body less :data:`PER_REQUEST`."""
+    return json.dumps({k: v for k, v in body.items() if k not in PER_REQUEST}, sort_keys=True, default=str)
+
+
 class BatchNoise:
     """What a batch does to greedy answers (see the module docstring).
 
@@ -85,7 +96,7 @@ class BatchNoise:
         self.noise = noise
         self.hold_s = hold_s
         self.in_flight = 0
-        self.crowded_answers = 0
+        self.crowded_answers: dict[str, int] = {}
         self.changed = 0
         """Answers the noise changed (a test wants > 0: the noise was really injected)."""
         self.lock = threading.Lock()
@@ -95,19 +106,22 @@ class BatchNoise:
         with self.lock:
             self.in_flight += 1
 
-    def leave(self, tokens: list[str]) -> list[str]:
-        """The request is answered: ``tokens`` as the batch leaves them."""
+    def leave(self, tokens: list[str], body: dict[str, Any] | None = None) -> list[str]:
+        """The request (``body``) is answered: ``tokens`` as the batch leaves them. Crowded
+        answers to the same request (:func:`request_key`) alternate: unchanged, changed, ..."""
         with self.lock:
             crowded = self.in_flight > 1
             self.in_flight -= 1
             if not crowded or self.noise is None or not tokens:
                 return tokens
-            self.crowded_answers += 1
-            if self.crowded_answers % 2:
+            key = request_key(body or {})
+            self.crowded_answers[key] = n = self.crowded_answers.get(key, 0) + 1
+            if n % 2:
                 return tokens
             self.changed += 1
         out = list(tokens)
         p = tie_position(tokens)
         assert p is not None
-        out[p] = variant(tokens[p]) if self.noise == "flip" else GARBAGE
+        lead = tokens[p][: len(tokens[p]) - len(tokens[p].lstrip())]
+        out[p] = variant(tokens[p]) if self.noise == "flip" else lead + GARBAGE
         return out

@@ -427,7 +427,7 @@ class _Handler(BaseHTTPRequestHandler):
             if o.noise.noise is not None:
                 time.sleep(o.noise.hold_s)
             said = _pieces(text)
-            text = "".join(o.noise.leave(said))
+            text = "".join(o.noise.leave(said, body))
             original_text = said
             if "batch_differs" in self.faults:
                 with o.lock:
