@@ -70,6 +70,11 @@ CHAT_MODES = (
 )
 """Non-streamed chat behaviours the gateway fault walk drives through (``FaultServer.chat_mode``)."""
 
+BUSY_MODES = ("slow",)
+"""Chat modes of an engine that works but answers late: held ``hang_s`` like ``hang`` while
+the exported engine counters (``engine_metrics``) keep moving (not in the fault walk: busy is
+not a fault)."""
+
 STREAM_MODES = (
     "ok",
     "empty",  # 200 text/event-stream carrying only `data: [DONE]`: a stream that ends without content
@@ -242,7 +247,7 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:  # the client closed the connection: what a bounded reader does
                 pass
             self.close_connection = True
-        elif mode == "hang":
+        elif mode in ("hang", "slow"):
             t_end = time.monotonic() + o.hang_s
             while time.monotonic() < t_end and not o.closing:
                 time.sleep(0.05)
@@ -276,10 +281,13 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.path == "/version":
             self._send(200, {"version": "fault-server"})
         elif self.path == "/metrics":
-            c = self.server.owner.spec if self.server.owner.spec_k else {}
+            o = self.server.owner
+            c = o.spec if o.spec_k else {}
             lines = [
                 f"# TYPE vllm:spec_decode_{k} counter\nvllm:spec_decode_{k}_total {v}" for k, v in c.items()
             ]
+            if o.engine_metrics:
+                lines.append(o.engine_text())
             self._raw(200, "text/plain; version=0.0.4", ("\n".join(lines) + "\n").encode())
         else:
             self._send(404, {"error": {"message": "not found", "code": 404}})
@@ -353,6 +361,16 @@ class _Handler(BaseHTTPRequestHandler):
         return text, mt, "length"
 
     def _chat(self, body: dict[str, Any]) -> None:
+        o = self.server.owner
+        with o.lock:
+            o.chat_running += 1
+        try:
+            self._chat_answer(body)
+        finally:
+            with o.lock:
+                o.chat_running -= 1
+
+    def _chat_answer(self, body: dict[str, Any]) -> None:
         o = self.server.owner
         with o.lock:
             o.chat_count += 1
@@ -649,6 +667,10 @@ class FaultServer:
         thinking_defaults: ``None``: a model without a thinking mode (no reasoning, ever);
             else a thinking model served with these ``--default-chat-template-kwargs``: it
             reasons exactly when vLLM's DeepSeek-V4 encoder would think (``vllm_thinking``).
+        engine_metrics: ``/metrics`` also exports vLLM's engine counters
+            (:meth:`engine_text`): requests running are the chat requests in flight; the step
+            counter moves at each read while one runs, unless the engine is stuck (any chat
+            mode but ``slow`` holding the answer, or ``wedge``).
         noise: batch noise (:class:`fake_logprobs.BatchNoise`): with ``flip``, an answer served
             while another is in flight takes, every other time, the runner-up of a near-tie at its
             middle token; with ``garbage``, a token outside the top 5 there.
@@ -668,6 +690,7 @@ class FaultServer:
         acceptance: float = 0.7,
         thinking_defaults: dict[str, Any] | None = None,
         noise: str | None = None,
+        engine_metrics: bool = False,
     ) -> None:
         self.faults = set(faults or ())
         self.noise = BatchNoise(noise)
@@ -677,6 +700,10 @@ class FaultServer:
         self.acceptance = acceptance
         self.spec = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
         self.in_flight = 0
+        self.engine_metrics = engine_metrics
+        self.chat_running = 0
+        self.engine_steps = 0
+        self.generated = 0
         self.chat_mode = "ok"
         self.stream_mode = "ok"
         """One of :data:`STREAM_MODES`."""
@@ -698,6 +725,30 @@ class FaultServer:
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.owner = self
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def engine_text(self) -> str:
+        """vLLM's engine counters (names as ``vllm/v1/metrics/loggers.py``): one engine step per
+        read while a chat request runs on an engine that is not stuck."""
+        with self.lock:
+            stuck = self.chat_mode in ("hang", "drip") or "wedge" in self.faults
+            if self.chat_running > 0 and not stuck:
+                self.engine_steps += 1
+                self.generated += 1
+            run, steps, gen = self.chat_running, self.engine_steps, self.generated
+        return (
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0",model_name="{self.model}"}} {run}\n'
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f'vllm:num_requests_waiting{{engine="0",model_name="{self.model}"}} 0\n'
+            "# TYPE vllm:iteration_tokens_total histogram\n"
+            f'vllm:iteration_tokens_total_bucket{{engine="0",le="+Inf"}} {steps}\n'
+            f'vllm:iteration_tokens_total_count{{engine="0"}} {steps}\n'
+            f'vllm:iteration_tokens_total_sum{{engine="0"}} {gen}\n'
+            "# TYPE vllm:generation_tokens counter\n"
+            f'vllm:generation_tokens_total{{engine="0"}} {gen}\n'
+            "# TYPE vllm:prompt_tokens counter\n"
+            f'vllm:prompt_tokens_total{{engine="0"}} {steps}\n'
+        )
 
     @property
     def base_url(self) -> str:
