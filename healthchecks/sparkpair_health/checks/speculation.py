@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ..client import Deadline
 from .base import (
     JSON,
+    STATE_GENERATED,
     CheckContext,
     CheckSpec,
     Fail,
@@ -292,10 +293,30 @@ def check_spec_batch_greedy(ctx: CheckContext, deadline: Deadline) -> Passed:
     )
 
 
+def acceptance_floor(ctx: CheckContext) -> tuple[float, str]:
+    """(floor, how it was set) of ``spec_acceptance``.
+
+    With the profile's ``chat_acceptance`` and ``tool_acceptance``, derived from the suite's own
+    mix: ``floor_margin`` x the two rates weighted by the completion tokens the suite's chat and
+    tool-call requests generated (:data:`~sparkpair_health.checks.base.STATE_GENERATED`); else
+    the profile's ``acceptance_floor``.
+    """
+    sc = ctx.profile.checks.speculation
+    mix = ctx.state.get(STATE_GENERATED) or {}
+    chat, tool = int(mix.get("chat", 0)), int(mix.get("tool", 0))
+    if sc.chat_acceptance is None or sc.tool_acceptance is None or chat + tool == 0:
+        return sc.acceptance_floor, "the profile's checks.speculation.acceptance_floor"
+    expected = (chat * sc.chat_acceptance + tool * sc.tool_acceptance) / (chat + tool)
+    return sc.floor_margin * expected, (
+        f"floor_margin {sc.floor_margin:g} x {expected:.3f} expected on the suite's mix: {chat} chat tokens "
+        f"at {sc.chat_acceptance:g}, {tool} tool-call tokens at {sc.tool_acceptance:g} (checks.speculation)"
+    )
+
+
 def check_spec_acceptance(ctx: CheckContext, deadline: Deadline) -> Passed:
     """Acceptance rate (accepted / drafted tokens) over the suite's requests >= the profile's floor."""
     method, k = _speculation(ctx)
-    floor = ctx.profile.checks.speculation.acceptance_floor
+    floor, derived = acceptance_floor(ctx)
     now = read_spec_counters(ctx, deadline)
     if now is None:
         raise Fail(
@@ -304,7 +325,7 @@ def check_spec_acceptance(ctx: CheckContext, deadline: Deadline) -> Passed:
     start = ctx.state.get(STATE_START)
     since = "the suite's requests" if isinstance(start, SpecCounters) else "the server's start"
     delta = now.minus(start) if isinstance(start, SpecCounters) else now
-    ev = {"method": method, "k": k, "floor": floor, "over": since, **delta.as_dict()}
+    ev = {"method": method, "k": k, "floor": floor, "floor_from": derived, "over": since, **delta.as_dict()}
     bad = now.implausible(start if isinstance(start, SpecCounters) else None)
     if bad is not None:
         ctx.state[STATE_RESULT] = {**ev, "acceptance_rate": None}
@@ -317,12 +338,11 @@ def check_spec_acceptance(ctx: CheckContext, deadline: Deadline) -> Passed:
     counts = f"{delta.accepted_tokens:g} of {delta.draft_tokens:g} draft tokens accepted"
     if rate < floor:
         raise Fail(
-            f"acceptance rate {rate:.3f} over {since} ({counts}) is below the profile's floor "
-            f"{floor:g} (checks.speculation.acceptance_floor)",
+            f"acceptance rate {rate:.3f} over {since} ({counts}) is below the floor {floor:.3f} ({derived})",
             ev,
         )
     return Passed(
-        f"acceptance rate {rate:.3f} >= floor {floor:g} over {since} ({counts}; "
+        f"acceptance rate {rate:.3f} >= floor {floor:.3g} over {since} ({counts}; "
         f"mean accepted length {length:.2f})"
         if length is not None
         else f"acceptance rate {rate:.3f}",
