@@ -21,8 +21,10 @@ The contract (docs/health-verdict.md, "The canary"), in one place:
   replay when the id names the request). A cache or proxy replaying an answer fails here,
   whatever the answer says.
 - **Right**: with a trained model (the profile's ``checks.semantic``), the first expected
-  answer and its ``finish_reason``; otherwise the text and ``finish_reason`` that the
-  baseline tick, right after the suite passed, gave (:meth:`CanaryMixin.record_reference`).
+  answer and its ``finish_reason``; otherwise the tokens, text and ``finish_reason`` that the
+  baseline tick, right after the suite passed, gave (:meth:`CanaryMixin.record_reference`),
+  compared with their logprobs: a parting at a near-tie is noise
+  (:func:`~sparkpair_health.checks.compare.compare_greedy`).
 - **The outcome** is a :class:`CanaryResult`: ``ok``, ``kind`` (:data:`CANARY_KINDS`),
   ``cause`` (which request, and why), the latency, and the answers.
 - **Busy is not wedged**: a tick reads the engine's own counters
@@ -50,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .apikey import redact
+from .checks.compare import LOGPROB_FIELDS, compare_greedy
 from .client import ENGINE_DEAD_MARKERS, HealthClient
 from .engine_load import EngineLoad, judge_slow, parse_engine_load
 from .gateway_settings import GatewaySettings
@@ -250,14 +253,17 @@ class CanaryMixin:
             self._client = HealthClient(self.s.base_url, self.key, request_timeout_s=self.s.canary_timeout_s)
         if self._suite_settings is None:  # the profile loaded once, not on every canary
             self._suite_settings = self.suite_settings().model_copy(update={"profile": self._profile()})
-        prompt, max_tokens, _, _ = self.canary_request()
+        prompt, max_tokens, contains, _ = self.canary_request()
+        # compared with a reference (a model without knowledge): the tokens with their logprobs,
+        # so a near-tie parting is not taken for a wrong answer (checks.compare)
+        extra = LOGPROB_FIELDS if contains is None else {}
         return decode_probe(
             self._client,
             self._suite_settings,
             prompt=prompt,
             max_tokens=max_tokens,
             timeout_s=timeout_s,
-            fields={"request_id": request_id, "user": request_id},
+            fields={"request_id": request_id, "user": request_id, **extra},
             stream=mode == "stream",
         )
 
@@ -287,6 +293,15 @@ class CanaryMixin:
         ref = self.reference
         if ref is None:
             return "no reference answer recorded (the suite has not passed)"
+        if ref.steps is not None and ans.steps is not None:
+            agree = compare_greedy(ref.steps, ans.steps, ("reference", "canary"))
+            if not agree.ok:
+                return (
+                    f"greedy answer {ans.text[:80]!r} against the reference {ref.text[:80]!r}: "
+                    f"{agree.problem}"
+                )
+            if agree.near_tie:
+                return ""  # parted from the reference at a near-tie: noise, not a wrong answer
         if (ans.text, ans.finish_reason) != (ref.text, ref.finish_reason):
             return (
                 f"greedy answer {ans.text[:80]!r} (finish_reason {ans.finish_reason!r}) differs from "

@@ -5,7 +5,8 @@ engine (the ``soak`` tier: ``scripts/test.sh`` runs it beside the other runs; ab
 
 The server serves the ``tiny-ngram`` profile (``--max-num-seqs 4``, n-gram speculation); the load
 is the bench client (``sparkpair bench``: vLLM's own ``bench serve``) at that concurrency with
-long prompts (1,536 tokens, 75 % of ``max_model_len``) and short ones, 1,000 output tokens each,
+long prompts (1,024 tokens: with 900 output tokens and the chat template, as much of
+``max_model_len`` 2,048 as a request can take) and short ones (64), 900 output tokens each,
 so the canary queues behind full batches. The gateway runs with the settings the fault cases of
 ``tests/unit/health/test_gateway_busy.py`` and ``test_gateway_real.py`` use (canary every 3 s,
 5 s deadline), so a queued canary is slow. It also proves the engine-signal names on the real
