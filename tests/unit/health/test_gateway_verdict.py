@@ -234,7 +234,7 @@ def test_readyz_never_says_ready_while_it_answers_503() -> None:
         ("body_list", "body is JSON list, wanted an object"),
         ("body_usage_str", "without a choices[0] object"),
         ("drip", f"no whole answer within canary_timeout_s={DEADLINE:g} s"),
-        ("other_text", "differs from"),
+        ("other_text", "against the reference '"),
         ("wrong_content_type", "not JSON"),
     ],
 )
