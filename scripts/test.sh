@@ -3,7 +3,7 @@
 # scripts/ensure-prometheus.sh), start a Docker engine (scripts/ensure-docker.sh) and run every
 # CPU test tier: unit, vLLM-real and kernels-AOT in .venv (vLLM 0.32 CPU build), the docker tier
 # in .venv, the stack tier in .venv-stack (vLLM 0.33.0 wheel), and the soak tier in .venv (the
-# gateway over the real CPU vLLM under a load generator: ~5 minutes, started with the first runs
+# gateway over the real CPU vLLM under a load generator: ~6 minutes, started with the first runs
 # and beside them, never after them: tests/vllm_real/test_canary_soak.py). The gpu tier needs an
 # NVIDIA GPU and is run by hand on an H200 (see benchmarks/README.md).
 #

@@ -1,7 +1,7 @@
 """The soak: the gateway in front of the real vLLM CPU server under a concurrent load generator
 keeps ``/readyz`` at 200 throughout, and reports ``busy`` where its canary was slow on a working
 engine (the ``soak`` tier: ``scripts/test.sh`` runs it beside the other runs; about
-:data:`SOAK_S` of load plus a server start, ~5 minutes in all).
+:data:`SOAK_S` of load plus a server start, ~6 minutes in all: 5 min 44 s measured).
 
 The server serves the ``tiny-ngram`` profile (``--max-num-seqs 4``, n-gram speculation); the load
 is the bench client (``sparkpair bench``: vLLM's own ``bench serve``) at that concurrency with
