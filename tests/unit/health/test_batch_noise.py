@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,13 +25,17 @@ import httpx
 import pytest
 from sparkpair_health.checks import CHECKS, MODEL_CHECKS, CheckContext, check_list
 from sparkpair_health.client import HealthClient
+from sparkpair_health.gateway import Gateway
 from sparkpair_health.profile import Profile, SpeculationSpec, load_profile
 from sparkpair_health.suite import SuiteSettings, Timeouts, run_check, run_suite
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
 from dsv4_fault_server import FaultState, serve  # noqa: E402
+from dsv4_fault_server import Served as ServedApp  # noqa: E402
 from fake_logprobs import BatchNoise  # noqa: E402
 from health_fault_server import FaultServer  # noqa: E402
+from readyz_poll import wait_readyz  # noqa: E402
+from test_gateway_verdict import gw_settings  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_checks_model import fault_profile  # noqa: E402
@@ -136,3 +141,33 @@ def test_garbage_under_load_fails_the_dsv4_comparisons_naming_the_token(check: s
     status, msg = out[check]
     assert status == "fail", (check, msg)
     assert "\u00a7\u00a7junk" in msg and "not a near-tie" in msg, msg
+
+
+@pytest.mark.parametrize("noise", ["flip", "garbage"])
+def test_the_gateways_reference_canary_tolerates_near_ties_and_fails_garbage(noise: str) -> None:
+    """A model without knowledge: each canary answer is compared with the reference the baseline
+    tick recorded, token by token with logprobs; under load a near-tie parting stays 200, a token
+    outside the top 5 is a 503 naming it."""
+    with FaultServer(noise=noise) as srv:
+        gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=4.0))
+        with ServedApp(gw.app) as g:
+            gw.start()
+            try:
+                wait_readyz(g.base_url, 200, 60)
+                with load(srv.base_url, "tiny"):
+                    if noise == "flip":
+                        t_end = time.monotonic() + 4 * gw.s.stale_after_s
+                        while time.monotonic() < t_end:
+                            r = httpx.get(g.base_url + "/readyz", timeout=5)
+                            assert r.status_code == 200, r.text[:400]
+                            time.sleep(0.1)
+                        assert srv.noise.changed > 0
+                    else:
+                        _, r = wait_readyz(g.base_url, 503, 4 * gw.s.stale_after_s, "garbage")
+                        t_end = time.monotonic() + 2 * gw.s.stale_after_s
+                        while "not a near-tie" not in (gw.last_canary or {}).get("cause", ""):
+                            assert time.monotonic() < t_end, gw.last_canary
+                            time.sleep(0.1)
+                        assert "\u00a7\u00a7junk" in gw.last_canary["cause"]
+            finally:
+                gw.stop()
