@@ -101,7 +101,7 @@ def check_semantic(ctx: CheckContext, deadline: Deadline) -> Passed:
 
 def check_greedy_sanity(ctx: CheckContext, deadline: Deadline) -> Passed:
     """Each expected answer, asked twice greedily with thinking off: contains the expected
-    text, ends as wanted, and the two runs are byte-identical (B15)."""
+    text, ends as wanted, and the two runs give the same tokens or part only at a near-tie (B15)."""
     answers = _expected_answers(ctx)
     c = ctx.profile.checks
     probs: list[str] = []
