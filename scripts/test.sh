@@ -2,15 +2,18 @@
 # Set up (scripts/setup.sh, scripts/setup-stack.sh, scripts/ensure-chromium.sh,
 # scripts/ensure-prometheus.sh), start a Docker engine (scripts/ensure-docker.sh) and run every
 # CPU test tier: unit, vLLM-real and kernels-AOT in .venv (vLLM 0.32 CPU build), the docker tier
-# in .venv, the stack tier in .venv-stack (vLLM 0.33.0 wheel). The gpu tier needs an NVIDIA GPU
-# and is run by hand on an H200 (see benchmarks/README.md).
+# in .venv, the stack tier in .venv-stack (vLLM 0.33.0 wheel), and the soak tier in .venv (the
+# gateway over the real CPU vLLM under a load generator: ~6 minutes, started with the first runs
+# and beside them, never after them: tests/vllm_real/test_canary_soak.py). The gpu tier needs an
+# NVIDIA GPU and is run by hand on an H200 (see benchmarks/README.md).
 #
-# The three runs share the machine two at a time: much of each is one busy core (Triton
-# compiles, mypy, the interpreter, a server starting) or waiting (containers, health timeouts),
-# so two at once finish sooner than one after the other on a 2-core machine. The first two
-# start together; the third starts when either ends. Each writes its own log and temp folder;
-# a run's log is printed whole when it ends, and every 5 minutes the last line of each unfinished
-# one.
+# The main, docker and stack runs share the machine two at a time: much of each is one busy
+# core (Triton compiles, mypy, the interpreter, a server starting) or waiting (containers, health
+# timeouts), so two at once finish sooner than one after the other on a 2-core machine. The first
+# two start together; the third starts when either ends. The soak run starts with the first two
+# and runs beside them (its load shares the cores, which is what it tests: busy is not wedged).
+# Each writes its own log and temp folder; a run's log is printed whole when it ends, and every
+# 5 minutes the last line of each unfinished one.
 #
 # Exit status: non-zero when any run fails (or the stack run collects no test). The last line
 # sums every run's pytest summary.
@@ -50,7 +53,7 @@ start() {
 finish() {
   wait -n || true
   local name
-  for name in main docker stack; do
+  for name in main soak docker stack; do
     if [[ -f "$logs/$name.rc" && ! -f "$logs/$name.shown" ]]; then
       touch "$logs/$name.shown"
       echo "sparkpair: $(date +%H:%M:%S) the $name run ended (rc $(cat "$logs/$name.rc")); its log:"
@@ -63,7 +66,7 @@ finish() {
 # line of each unfinished run's log.
 (
   while sleep 300; do
-    for name in main docker stack; do
+    for name in main soak docker stack; do
       if [[ -f "$logs/$name.log" && ! -f "$logs/$name.rc" ]]; then
         echo "sparkpair: $(date +%H:%M:%S) $name run: $(tail -c 300 "$logs/$name.log" | tr -d '\r' | tail -n 1)"
       fi
@@ -74,19 +77,20 @@ progress=$!
 
 py="$root/.venv/bin/python"
 stack_py="$root/.venv-stack/bin/python"
-start main "$py" -m pytest -m "not gpu and not docker" --ignore=tests/stack --durations=25 "$@"
+start main "$py" -m pytest -m "not gpu and not docker and not soak" --ignore=tests/stack --durations=25 "$@"
+start soak "$py" -m pytest -m "soak and not gpu" --ignore=tests/stack --durations=5 -p no:cacheprovider
 if [[ $docker_tier == 1 ]]; then
   start docker "$py" -m pytest -m "docker and not gpu" --ignore=tests/stack --durations=10 -p no:cacheprovider
   finish
 fi
 start stack "$stack_py" -m pytest tests/stack -m stack --durations=10 -p no:cacheprovider
-while [[ $(find "$logs" -name '*.shown' | wc -l) -lt $((2 + docker_tier)) ]]; do
+while [[ $(find "$logs" -name '*.shown' | wc -l) -lt $((3 + docker_tier)) ]]; do
   finish
 done
 kill "$progress" 2>/dev/null || true
 
 # One closing line for every run: "N passed, N failed, ..." summed, then each run's own.
-python3 - "$logs" $((SECONDS - t0)) main docker stack <<'PY'
+python3 - "$logs" $((SECONDS - t0)) main soak docker stack <<'PY'
 import re
 import sys
 from collections import Counter
@@ -108,7 +112,7 @@ order = ("failed", "error", "passed", "skipped", "xfailed", "xpassed")  # each r
 summary = ", ".join(f"{total[k]} {k}" for k in order if total[k]) or "no tests ran"
 print(f"==== {summary} in {wall:.2f}s ({'; '.join(parts)}) ====")
 PY
-for name in main docker stack; do
+for name in main soak docker stack; do
   if [[ -f "$logs/$name.rc" && "$(cat "$logs/$name.rc")" != "0" ]]; then
     exit 1
   fi

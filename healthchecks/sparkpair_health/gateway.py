@@ -24,7 +24,8 @@ Background (one daemon thread): wait for readiness -> run the suite (health v1 c
 the DeepSeek-V4 checks: :func:`sparkpair_health.checks.check_list`) -> the baseline canary
 tick (the reference answer) -> a canary tick every ``canary_interval_s`` seconds: the
 readiness gate's decode probe sent non-streamed and streamed, each with a nonce, each answer
-judged decoded, fresh and right (the contract: :mod:`sparkpair_health.gateway_canary`).
+judged decoded, fresh and right; a slow answer judged busy or wedged from the engine's own
+counters (the contract: :mod:`sparkpair_health.gateway_canary`).
 Every exception in the suite or a canary is a verdict (503 naming it), never the end of the
 thread. A peer node that dies, freezes or restarts is named, with its state, from the
 evidence :mod:`sparkpair_health.peers` reads. With ``recovery`` on, each canary tick is also
@@ -136,6 +137,8 @@ class Gateway(CanaryMixin):
         self.last_canary: dict[str, Any] | None = None
         self.last_ok_at: float | None = None
         self.canary_failures = 0
+        self.busy_since: float | None = None
+        """When the canary's current run of busy ticks began (monotonic s), else ``None``."""
         self.reference: DecodeAnswer | None = None
         self.freshness = Freshness()
         self.canary_history: deque[dict[str, Any]] = deque(maxlen=CANARY_HISTORY)
@@ -209,6 +212,8 @@ class Gateway(CanaryMixin):
                 body["peer_down"] = redact(self.peer_down.to_dict(), self.key)
             if self.last_canary:
                 body["last_canary"] = self.last_canary
+                if self.last_canary.get("kind") == "busy" and failing is None:
+                    body["busy"] = self.last_canary.get("cause", "")
             self.metrics.ready.set(1.0 if failing is None else 0.0)
             return failing is None, body
 
@@ -297,11 +302,27 @@ class Gateway(CanaryMixin):
     def _canary_tick(self) -> None:
         res = self.canary_once()
         done_at = self._clock()
-        ok, cause, lat = res.ok, res.cause, res.latency_s
+        cause, lat = res.cause, res.latency_s
         self.metrics.canary_last_latency.set(lat)
-        self.metrics.canary_total.labels("ok" if ok else "fail").inc()
-        peer = self.peers.look(ok) if self.peers is not None else None
+        self.metrics.canary_total.labels("ok" if res.ok else "busy" if res.busy else "fail").inc()
+        # a slow answer asks the peers too (canary_ok=False): a paused or frozen peer is never busy
+        peer = self.peers.look(res.ok) if self.peers is not None else None
         self.metrics.record_peer(peer)
+        busy = res.busy and peer is None
+        if not busy:
+            self.busy_since = None
+        elif self.busy_since is None:
+            self.busy_since = done_at - lat
+        busy_for = 0.0 if self.busy_since is None else done_at - self.busy_since
+        if busy and busy_for > self.s.canary_busy_max_s:
+            busy, res.kind = False, "timeout"
+            cause = (
+                f"the canary has been slow on a busy engine for {busy_for:.0f} s, longer than "
+                f"canary_busy_max_s={self.s.canary_busy_max_s:g} s (starved, or the server never "
+                f"answers it): {cause}"
+            )
+        self.metrics.engine_busy.set(1.0 if busy else 0.0)
+        ok = res.ok or busy  # busy: reported, not a failure
         with self._lock:
             self.last_canary = {
                 "ok": ok,
@@ -316,7 +337,8 @@ class Gateway(CanaryMixin):
             self.peer_down = peer
         if ok and peer is None:
             self.canary_failures = 0
-            self.metrics.canary_latency.observe(lat)
+            if res.ok:
+                self.metrics.canary_latency.observe(lat)
             if self.suite_ok and not self.recovery_exhausted():
                 self._set(
                     *(
@@ -334,7 +356,7 @@ class Gateway(CanaryMixin):
                 else:
                     self._set("canary_failing", {"check": "canary", "cause": cause})
         self.metrics.canary_consecutive_failures.set(self.canary_failures)
-        self._recover(ok, cause, peer)
+        self._recover(ok, "" if ok else cause, peer)
 
     def _recover(self, ok: bool, cause: str, peer: PeerDown | None) -> None:
         """Wedge recovery's look at this canary tick (only once the pair has served: suite passed)."""

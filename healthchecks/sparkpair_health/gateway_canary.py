@@ -21,12 +21,17 @@ The contract (docs/health-verdict.md, "The canary"), in one place:
   replay when the id names the request). A cache or proxy replaying an answer fails here,
   whatever the answer says.
 - **Right**: with a trained model (the profile's ``checks.semantic``), the first expected
-  answer and its ``finish_reason``; otherwise the text and ``finish_reason`` that the
-  baseline tick, right after the suite passed, gave (:meth:`CanaryMixin.record_reference`).
+  answer and its ``finish_reason``; otherwise the tokens, text and ``finish_reason`` that the
+  baseline tick, right after the suite passed, gave (:meth:`CanaryMixin.record_reference`),
+  compared with their logprobs: a parting at a near-tie is noise
+  (:func:`~sparkpair_health.checks.compare.compare_greedy`).
 - **The outcome** is a :class:`CanaryResult`: ``ok``, ``kind`` (:data:`CANARY_KINDS`),
-  ``cause`` (which request, and why), the latency, and the answers. A timeout is its own kind
-  (``timeout``), with how long the tick waited, so a judgement of slow answers can replace it
-  without touching the rest.
+  ``cause`` (which request, and why), the latency, and the answers.
+- **Busy is not wedged**: a tick reads the engine's own counters
+  (:mod:`sparkpair_health.engine_load`) as it starts and again when an answer is late; a late
+  answer on an engine with a request running whose step or token counters moved meanwhile is
+  ``busy`` (reported, not a 503); one whose counters stood still, or a server that exports none,
+  is a ``timeout``. The gateway asks the peers first: a paused or frozen peer is never busy.
 - **The bound**: ``/readyz`` follows the last successful tick, which is at most
   ``canary_interval_s + canary_timeout_s`` old on a healthy pair
   (:attr:`~sparkpair_health.gateway_settings.GatewaySettings.stale_after_s`); a backend gone
@@ -47,7 +52,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .apikey import redact
+from .checks.compare import LOGPROB_FIELDS, compare_greedy
 from .client import ENGINE_DEAD_MARKERS, HealthClient
+from .engine_load import EngineLoad, judge_slow, parse_engine_load
 from .gateway_settings import GatewaySettings
 from .suite import DecodeAnswer
 
@@ -70,10 +77,25 @@ SEEN_IDS = 4096
 CANARY_MODES: tuple[Literal["chat", "stream"], ...] = ("chat", "stream")
 """The requests of one tick, in order: non-streamed, then streamed."""
 
-CANARY_KINDS = ("ok", "answer", "replayed", "timeout", "engine_died", "server_gone", "auth", "defect")
-"""What a tick's outcome is: judged right; an answer judged wrong (not decoded, a stream without
-content, another text); a replayed answer (:class:`Freshness`); no whole answer within the
-deadline; the engine's dead error; the server gone; the key refused; a defect of the gateway."""
+CANARY_KINDS = ("ok", "busy", "answer", "replayed", "timeout", "engine_died", "server_gone", "auth", "defect")
+"""What a tick's outcome is: judged right; slow while the engine works (:func:`judge_slow`:
+reported, not a failure); an answer judged wrong (not decoded, a stream without content, another
+text); a replayed answer (:class:`Freshness`); no whole answer within the deadline while the
+engine's counters stood still (or it exports none); the engine's dead error; the server gone;
+the key refused; a defect of the gateway."""
+
+PROGRESS_READ_S = 2.0
+"""Longest a read of the engine's counters (``GET /metrics``) may take, seconds; at most a
+third of ``canary_timeout_s``. The tick's requests get ``canary_timeout_s`` less this, so a tick that
+must also read the counters after a slow answer still ends within ``canary_timeout_s`` (the
+staleness bound of ``/readyz`` is unchanged)."""
+
+
+def progress_read_s(settings: GatewaySettings) -> float:
+    """Seconds kept for the counter read after a slow answer (:data:`PROGRESS_READ_S`, capped at
+    a third of ``canary_timeout_s``)."""
+    return min(PROGRESS_READ_S, settings.canary_timeout_s / 3)
+
 
 NONCE_PREFIX = "sparkpair-canary-"
 
@@ -102,8 +124,8 @@ class CanaryResult:
     Attributes:
         ok: both answers judged right.
         kind: one of :data:`CANARY_KINDS`.
-        cause: ``""`` when ok; else which request (``canary``, ``streamed canary``) and why,
-            key redacted.
+        cause: ``""`` when ok; else which request (``canary``, ``streamed canary``) and why
+            (for ``busy``: what moved), key redacted.
         latency_s: seconds from the first request to the last answer (or the failure).
         answers: the decoded answers, in :data:`CANARY_MODES` order (fewer when one failed).
     """
@@ -113,6 +135,11 @@ class CanaryResult:
     cause: str
     latency_s: float
     answers: list[DecodeAnswer] = field(default_factory=list)
+
+    @property
+    def busy(self) -> bool:
+        """Slow while the engine works: not ``ok``, and not a failure either."""
+        return self.kind == "busy"
 
 
 class Freshness:
@@ -226,16 +253,30 @@ class CanaryMixin:
             self._client = HealthClient(self.s.base_url, self.key, request_timeout_s=self.s.canary_timeout_s)
         if self._suite_settings is None:  # the profile loaded once, not on every canary
             self._suite_settings = self.suite_settings().model_copy(update={"profile": self._profile()})
-        prompt, max_tokens, _, _ = self.canary_request()
+        prompt, max_tokens, contains, _ = self.canary_request()
+        # compared with a reference (a model without knowledge): the tokens with their logprobs,
+        # so a near-tie parting is not taken for a wrong answer (checks.compare)
+        extra = LOGPROB_FIELDS if contains is None else {}
         return decode_probe(
             self._client,
             self._suite_settings,
             prompt=prompt,
             max_tokens=max_tokens,
             timeout_s=timeout_s,
-            fields={"request_id": request_id, "user": request_id},
+            fields={"request_id": request_id, "user": request_id, **extra},
             stream=mode == "stream",
         )
+
+    def engine_load(self, timeout_s: float) -> EngineLoad | None:
+        """The engine's counters now (``GET /metrics`` within ``timeout_s``), or ``None`` (no
+        answer, not vLLM's metrics); never raises."""
+        try:
+            if self._client is None:
+                return None
+            r = self._client.get("/metrics", timeout_s=max(timeout_s, 0.05))
+            return parse_engine_load(r.text) if r.status_code == 200 else None
+        except Exception:  # noqa: BLE001 - no signal this tick: a slow answer stays a timeout
+            return None
 
     def judge_canary(self, ans: DecodeAnswer) -> str:
         """Why a decoded canary answer is wrong, or ``""`` when it is right (see :meth:`canary_request`)."""
@@ -252,6 +293,15 @@ class CanaryMixin:
         ref = self.reference
         if ref is None:
             return "no reference answer recorded (the suite has not passed)"
+        if ref.steps is not None and ans.steps is not None:
+            agree = compare_greedy(ref.steps, ans.steps, ("reference", "canary"))
+            if not agree.ok:
+                return (
+                    f"greedy answer {ans.text[:80]!r} against the reference {ref.text[:80]!r}: "
+                    f"{agree.problem}"
+                )
+            if agree.near_tie:
+                return ""  # parted from the reference at a near-tie: noise, not a wrong answer
         if (ans.text, ans.finish_reason) != (ref.text, ref.finish_reason):
             return (
                 f"greedy answer {ans.text[:80]!r} (finish_reason {ans.finish_reason!r}) differs from "
@@ -300,7 +350,8 @@ class CanaryMixin:
         from .suite import NotReady
 
         t0 = time.monotonic()
-        end = t0 + self.s.canary_timeout_s
+        end = t0 + self.s.canary_timeout_s - (0.0 if baseline else progress_read_s(self.s))
+        before = None if baseline else self.engine_load(progress_read_s(self.s))
         answers: list[DecodeAnswer] = []
         pairs: list[tuple[DecodeAnswer, str]] = []
         mode = CANARY_MODES[0]
@@ -325,10 +376,13 @@ class CanaryMixin:
                         kind, cause = "engine_died", f"engine died: {cause}"
                     break
         except RequestTimeout as e:
-            kind = "timeout"
+            waited = time.monotonic() - t0
+            after = None if baseline else self.engine_load(progress_read_s(self.s))
+            busy, why = judge_slow(before, after, time.monotonic() - t0)
+            kind = "busy" if busy else "timeout"
             cause = (
-                f"no whole answer within canary_timeout_s={self.s.canary_timeout_s:g} s (waited "
-                f"{time.monotonic() - t0:.1f} s; engine wedged or a peer gone?): {mode_label(mode)}: {e}"
+                f"{'slow but busy' if busy else 'no whole answer'} within canary_timeout_s="
+                f"{self.s.canary_timeout_s:g} s (waited {waited:.1f} s): {why}: {mode_label(mode)}: {e}"
             )
         except NotReady as e:  # AuthRefused: the key stopped working
             kind, cause = "auth", str(e)

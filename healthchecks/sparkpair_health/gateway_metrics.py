@@ -63,6 +63,11 @@ class GatewayMetrics:
         self.canary_consecutive_failures = Gauge(
             "sparkpair_canary_consecutive_failures", "canary failures since the last success", registry=r
         )
+        self.engine_busy = Gauge(
+            "sparkpair_engine_busy",
+            "1 while the last canary was slow on an engine whose own counters moved (busy, not wedged)",
+            registry=r,
+        )
 
         self.stability_findings = Gauge(
             "sparkpair_stability_findings",

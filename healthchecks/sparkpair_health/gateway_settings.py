@@ -92,6 +92,11 @@ class GatewaySettings(BaseSettings):
         canary_interval_s: seconds between canary completions (>= 0.1).
         canary_timeout_s: the overall deadline of one canary request, seconds (connect to
             last byte, not per read).
+        canary_busy_max_s: the longest the canary may stay slow on a busy engine (its answers
+            late while the engine's own counters move: reported ``busy``, not a 503) before the
+            verdict fails it anyway: a canary starved that long, or a server that keeps its
+            counters moving but never answers it, seconds. Default 180 s: the long-prompt
+            timeout, the longest the suite lets one 48K-token prefill take.
         canary_max_tokens: tokens the canary asks for (when the profile has no expected answer).
         canary_prompt: the canary's user message (when the profile has no expected answer).
         peers / head_log / peer_probe_port: how a peer that is down is named (:mod:`sparkpair_health.peers`).
@@ -131,6 +136,7 @@ class GatewaySettings(BaseSettings):
     long_prompt_timeout_s: float = Field(180.0, gt=0, allow_inf_nan=False)
     canary_interval_s: float = Field(15.0, ge=0.1, le=3600.0, allow_inf_nan=False)
     canary_timeout_s: float = Field(10.0, gt=0, le=3600.0, allow_inf_nan=False)
+    canary_busy_max_s: float = Field(180.0, ge=0, le=86400.0, allow_inf_nan=False)
     canary_max_tokens: int = Field(4, gt=0)
     canary_prompt: str = "Reply with OK."
     dsv4_checks: bool = True

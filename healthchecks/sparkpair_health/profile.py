@@ -339,9 +339,15 @@ class SpeculationChecksSpec(_Strict):
 
     Attributes:
         acceptance_floor: lowest acceptance rate (accepted / drafted tokens, 0..1) over the
-            suite's requests that passes. The field measured ~0.73 for DSpark on chat and
-            0.15-0.22 once a tool-call grammar constrained the output
-            (docs/reference/speculation.md).
+            suite's requests that passes, when the profile gives no per-kind rates. The field
+            measured ~0.73 for DSpark on chat and 0.15-0.22 once a tool-call grammar constrained
+            the output (docs/reference/speculation.md).
+        chat_acceptance / tool_acceptance: the acceptance rate expected on chat (and reasoning)
+            tokens and on tool-call tokens. With both set, the floor is derived from the suite's
+            own mix at run time: ``floor_margin`` x the rates weighted by the tokens the suite's
+            chat and tool-call requests generated (``usage.completion_tokens``;
+            docs/reference/numerics.md, "Speculation acceptance on the suite's mix").
+        floor_margin: the fraction of the expected rate that still passes (0..1).
         min_draft_tokens: draft tokens the server must count during the suite for speculation
             to be called active.
         concurrency: concurrent greedy requests of the batch check; ``None`` means the
@@ -350,6 +356,9 @@ class SpeculationChecksSpec(_Strict):
     """
 
     acceptance_floor: float = Field(default=0.3, ge=0.0, le=1.0)
+    chat_acceptance: float | None = Field(default=None, ge=0.0, le=1.0)
+    tool_acceptance: float | None = Field(default=None, ge=0.0, le=1.0)
+    floor_margin: float = Field(default=0.6, gt=0.0, le=1.0)
     min_draft_tokens: int = Field(default=1, ge=1)
     concurrency: int | None = Field(default=None, ge=2)
     max_tokens: int = Field(default=48, gt=0)

@@ -26,8 +26,6 @@ workers to join when it starts, so the workers must be up again first. Runs in t
 
 from __future__ import annotations
 
-import math
-import re
 import sys
 import time
 from collections import deque
@@ -35,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .engine_load import ENGINE_SAMPLES, read_samples
 from .stability import StabilityNode, docker_client
 
 
@@ -46,27 +45,14 @@ DEAD_CAUSES = ("engine died", "server went away")
 """Prefixes/fragments of the gateway canary's causes that mean the engine is gone
 (:meth:`sparkpair_health.gateway_canary.CanaryMixin.canary_once` writes them)."""
 
-_SAMPLE = re.compile(r"^(vllm:num_requests_running|vllm:generation_tokens_total)(\{[^}]*\})?\s+(\S+)", re.M)
-
 
 def vllm_progress(metrics_text: str) -> tuple[float, float] | None:
     """(requests running, generated tokens total) summed over label sets from vLLM's
     Prometheus text, or ``None`` when either series is absent or a sample of them is not a
-    finite number (names: vLLM's
-    ``vllm/v1/metrics/loggers.py``, counters exported with the ``_total`` suffix)."""
-    running = tokens = None
-    for name, _, value in _SAMPLE.findall(metrics_text):
-        try:
-            v = float(value)
-        except ValueError:
-            return None  # a sample that is no number: no counters this tick
-        if not math.isfinite(v):
-            return None
-        if name.endswith("running"):
-            running = (running or 0.0) + v
-        else:
-            tokens = (tokens or 0.0) + v
-    return None if running is None or tokens is None else (running, tokens)
+    finite number (names: :data:`sparkpair_health.engine_load.ENGINE_SAMPLES`, read by its one
+    parser)."""
+    got = read_samples(metrics_text, {k: ENGINE_SAMPLES[k] for k in ("running", "generated")})
+    return None if got is None else (got["running"], got["generated"])
 
 
 class TokenProgress:

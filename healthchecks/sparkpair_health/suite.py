@@ -29,6 +29,7 @@ from rich.console import Console
 
 from .apikey import redact
 from .checks import CHECKS, SWEEP_CHECKS, CheckContext, CheckSpec, Fail, Passed, Skip
+from .checks.compare import Step, steps_of_answer, steps_of_chunks
 from .client import (
     Deadline,
     HealthClient,
@@ -203,6 +204,8 @@ class DecodeAnswer(BaseModel):
         id: the answer's ``id`` (streamed: every chunk's) when it is a non-empty string, else ``None``.
         created: the answer's ``created`` (unix seconds) when it is an int, else ``None``.
         streamed: whether the answer came as a stream.
+        steps: the generated tokens with their logprobs when the request asked for them
+            (:mod:`sparkpair_health.checks.compare`), else ``None``.
     """
 
     ok: bool
@@ -213,6 +216,7 @@ class DecodeAnswer(BaseModel):
     id: str | None = None
     created: int | None = None
     streamed: bool = False
+    steps: list[Step] | None = None
 
 
 def _int(v: Any) -> int | None:
@@ -259,6 +263,7 @@ def judge_decode(status: int, body: str) -> DecodeAnswer:
         completion_tokens=n,
         id=ident,
         created=created,
+        steps=steps_of_answer(d),
     )
     if n is None or n < 1:
         ans.problem = f"HTTP 200 without a decoded token (usage.completion_tokens={n!r}): {body[:200]!r}"
@@ -302,6 +307,7 @@ def judge_stream(got: Streamed) -> DecodeAnswer:
         completion_tokens=n,
         id=ident,
         created=_int(first.get("created")),
+        steps=steps_of_chunks(s.chunks),
     )
     framing = s.framing_problems(want_usage=True)
     if not s.content and not s.tool_calls and not s.usage_chunks:

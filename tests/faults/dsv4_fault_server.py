@@ -31,6 +31,11 @@ the needle, "Paris", usage). Each fault reproduces one field bug:
 | ``stream_drops_chunk`` | the stream loses its second content piece | B11 |
 | ``wedge_after`` | after ``wedge_after`` chat requests, requests hang (``wedge_s``) | B08 |
 | ``engine_dead`` | every chat request answers HTTP 500 EngineDeadError (toggle at run time) | B08 |
+
+Logprobs (a request with ``logprobs: true``) come as vLLM sends them, one token per stream piece
+(``fake_logprobs``); ``FaultState.noise`` (``BatchNoise("flip")`` or ``("garbage")``) is batch
+noise: an answer served while another request is in flight takes, every other time, the
+runner-up of the near-tie at its middle token, or a token outside the top 5.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
+from fake_logprobs import BatchNoise, entries
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from vllm_thinking import vllm_thinks
@@ -89,6 +95,8 @@ class FaultState:
     wedge_s: float = 30.0
     default_chat_kwargs: dict[str, Any] = field(default_factory=dict)
     """The server's ``--default-chat-template-kwargs``."""
+    noise: BatchNoise = field(default_factory=BatchNoise)
+    """Batch noise on answers with text (``fake_logprobs``); tool calls are left as they are."""
     chat_requests: int = 0
     seen_models: list[str] = field(default_factory=list)
     seen_auth: list[str] = field(default_factory=list)
@@ -300,6 +308,19 @@ def make_app(st: FaultState) -> FastAPI:
         if mml_left < int(body.get("max_tokens") or 0):
             return JSONResponse({"error": {"message": "maximum context length exceeded"}}, status_code=400)
         a = _answer(body, st, n_req)
+        r_tok, c_tok = _pieces(a.reasoning) if a.reasoning else [], _pieces(a.content) if a.content else []
+        original = r_tok + c_tok
+        st.noise.enter()
+        if st.noise.noise is not None:
+            await asyncio.sleep(st.noise.hold_s)
+        # a near-tie lies in free text; a tool call's arguments and a copied needle have none
+        free_text = a.tool is None and "secret code" not in _last_user(body)
+        served = st.noise.leave(original if free_text else [], body) or original
+        if served != original:
+            a.reasoning = "".join(served[: len(r_tok)]) or a.reasoning
+            a.content = "".join(served[len(r_tok) :]) or a.content
+        lp = entries(served, original) + (entries(_halves(a.tool[1]), _halves(a.tool[1])) if a.tool else [])
+        want_lp = bool(body.get("logprobs"))
         usage = {
             "prompt_tokens": pt,
             "completion_tokens": a.completion_tokens,
@@ -317,51 +338,73 @@ def make_app(st: FaultState) -> FastAPI:
                         "function": {"name": a.tool[0], "arguments": a.tool[1]},
                     }
                 ]
+            choice: dict[str, Any] = {"index": 0, "message": msg, "finish_reason": a.finish}
+            if want_lp:
+                choice["logprobs"] = {"content": lp}
             return JSONResponse(
                 {
                     "id": ident,
                     "object": "chat.completion",
                     "created": int(time.time()),
                     "model": st.served_model_name,
-                    "choices": [{"index": 0, "message": msg, "finish_reason": a.finish}],
+                    "choices": [choice],
                     "usage": usage,
                 }
             )
-        return StreamingResponse(_stream(a, body, usage, st, ident), media_type="text/event-stream")
+        return StreamingResponse(
+            _stream(a, body, usage, st, ident, lp if want_lp else None), media_type="text/event-stream"
+        )
 
     return app
 
 
 def _pieces(text: str) -> list[str]:
+    """A text as this server's tokens (and stream pieces): each word with the spaces after it."""
     return re.findall(r"\S+\s*|\s+", text) or [text]
 
 
+def _halves(args: str) -> list[str]:
+    """Tool arguments as this server's tokens (and stream fragments): two halves."""
+    return [args[: len(args) // 2], args[len(args) // 2 :]]
+
+
 async def _stream(
-    a: Answer, body: dict[str, Any], usage: dict[str, int], st: FaultState, ident: str
+    a: Answer,
+    body: dict[str, Any],
+    usage: dict[str, int],
+    st: FaultState,
+    ident: str,
+    lp: list[dict[str, Any]] | None = None,
 ) -> AsyncIterator[str]:
     created = int(time.time())
+    lp_iter = iter(lp or [])
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+    def chunk(delta: dict[str, Any], finish: str | None = None, token: bool = False) -> str:
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+        entry = next(lp_iter, None) if token and lp is not None else None
+        if entry is not None:
+            choice["logprobs"] = {"content": [entry]}
         obj = {
             "id": ident,
             "object": "chat.completion.chunk",
             "created": created,
             "model": st.served_model_name,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            "choices": [choice],
         }
         return f"data: {json.dumps(obj)}\n\n"
 
     yield chunk({"role": "assistant", "content": ""})
     for p in _pieces(a.reasoning or "") if a.reasoning else []:
-        yield chunk({"reasoning": p})
+        yield chunk({"reasoning": p}, token=True)
     if "think_split_chunks" in st.faults and a.content:
         yield chunk({"content": "<th"})
         yield chunk({"content": "ink>"})
     if a.content:
         for i, p in enumerate(_pieces(a.content)):
             if i == 1 and "stream_drops_chunk" in st.faults:
+                next(lp_iter, None)  # the chunk is lost with its token
                 continue
-            yield chunk({"content": p})
+            yield chunk({"content": p}, token=True)
     if a.tool:
         name, args = a.tool
         yield chunk(
@@ -376,9 +419,8 @@ async def _stream(
                 ]
             }
         )
-        half = len(args) // 2
-        for frag in (args[:half], args[half:]):
-            yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": frag}}]})
+        for frag in _halves(args):
+            yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": frag}}]}, token=True)
     yield chunk({}, a.finish)
     if (body.get("stream_options") or {}).get("include_usage"):
         yield f"data: {json.dumps({'id': ident, 'created': created, 'choices': [], 'usage': usage})}\n\n"

@@ -51,6 +51,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from fake_logprobs import BatchNoise, entries
 from vllm_thinking import vllm_thinks
 
 CHAT_MODES = (
@@ -68,6 +69,11 @@ CHAT_MODES = (
     "hang",  # no answer for hang_s
 )
 """Non-streamed chat behaviours the gateway fault walk drives through (``FaultServer.chat_mode``)."""
+
+BUSY_MODES = ("slow",)
+"""Chat modes of an engine that works but answers late: held ``hang_s`` like ``hang`` while
+the exported engine counters (``engine_metrics``) keep moving (not in the fault walk: busy is
+not a fault)."""
 
 STREAM_MODES = (
     "ok",
@@ -241,7 +247,7 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:  # the client closed the connection: what a bounded reader does
                 pass
             self.close_connection = True
-        elif mode == "hang":
+        elif mode in ("hang", "slow"):
             t_end = time.monotonic() + o.hang_s
             while time.monotonic() < t_end and not o.closing:
                 time.sleep(0.05)
@@ -275,10 +281,13 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.path == "/version":
             self._send(200, {"version": "fault-server"})
         elif self.path == "/metrics":
-            c = self.server.owner.spec if self.server.owner.spec_k else {}
+            o = self.server.owner
+            c = o.spec if o.spec_k else {}
             lines = [
                 f"# TYPE vllm:spec_decode_{k} counter\nvllm:spec_decode_{k}_total {v}" for k, v in c.items()
             ]
+            if o.engine_metrics:
+                lines.append(o.engine_text())
             self._raw(200, "text/plain; version=0.0.4", ("\n".join(lines) + "\n").encode())
         else:
             self._send(404, {"error": {"message": "not found", "code": 404}})
@@ -354,6 +363,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _chat(self, body: dict[str, Any]) -> None:
         o = self.server.owner
         with o.lock:
+            o.chat_running += 1
+        try:
+            self._chat_answer(body)
+        finally:
+            with o.lock:
+                o.chat_running -= 1
+
+    def _chat_answer(self, body: dict[str, Any]) -> None:
+        o = self.server.owner
+        with o.lock:
             o.chat_count += 1
             dead = "engine_dies" in self.faults and o.chat_count > o.die_after
         if "wedge" in self.faults and o.chat_count > o.die_after:
@@ -392,6 +411,7 @@ class _Handler(BaseHTTPRequestHandler):
         echo = key_echo_pieces(o.api_key) if "echo_key" in self.faults and o.api_key else []
         ptoks = 11
         msg: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": []}
+        original_text: list[str] | None = None
         tc = body.get("tool_choice")
         if body.get("tools") and tc not in (None, "none", "auto"):
             name = tc["function"]["name"] if isinstance(tc, dict) else "get_weather"
@@ -421,6 +441,12 @@ class _Handler(BaseHTTPRequestHandler):
             text, ctoks = msg["content"] or "", 20
         else:
             text, ctoks, fr = self._text(body)
+            o.noise.enter()
+            if o.noise.noise is not None:
+                time.sleep(o.noise.hold_s)
+            said = _pieces(text)
+            text = "".join(o.noise.leave(said, body))
+            original_text = said
             if "batch_differs" in self.faults:
                 with o.lock:
                     o.in_flight += 1
@@ -460,19 +486,45 @@ class _Handler(BaseHTTPRequestHandler):
         usage = {"prompt_tokens": ptoks, "completion_tokens": ctoks, "total_tokens": ptoks + ctoks}
         if "usage_wrong" in self.faults:
             usage["total_tokens"] += 3
+        want_lp = bool(body.get("logprobs"))
+        reasoning_tokens = [msg["reasoning"]] if msg.get("reasoning") else []
+        if msg["tool_calls"]:
+            a = msg["tool_calls"][0]["function"]["arguments"]
+            answer_tokens = [a[: len(a) // 2], a[len(a) // 2 :]]
+        else:
+            said = msg["content"] or ""
+            said = said[: len(said) - len("".join(echo))] if echo else said
+            answer_tokens = _pieces(said) + echo if said or echo else []
+        tokens = reasoning_tokens + answer_tokens
+        original = reasoning_tokens + (original_text + echo if original_text is not None else answer_tokens)
+        if len(original) != len(tokens):
+            original = tokens
+        lp_entries = entries(tokens, original) if want_lp else []
         if not stream:
+            choice: dict[str, Any] = {"index": 0, "message": msg, "finish_reason": fr}
+            if want_lp:
+                choice["logprobs"] = {"content": lp_entries}
             answer = {
                 "id": ident,
                 "object": "chat.completion",
                 "created": created,
                 "model": o.model,
-                "choices": [{"index": 0, "message": msg, "finish_reason": fr}],
+                "choices": [choice],
                 "usage": usage,
             }
             o.cached[False] = answer
             self._send(200, answer)
             return
         base = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": o.model}
+        lp_iter = iter(lp_entries)
+
+        def with_lp(choice: dict[str, Any]) -> dict[str, Any]:
+            if want_lp:
+                entry = next(lp_iter, None)
+                if entry is not None:
+                    choice["logprobs"] = {"content": [entry]}
+            return choice
+
         out = [
             json.dumps(
                 {
@@ -515,11 +567,15 @@ class _Handler(BaseHTTPRequestHandler):
                         {
                             **base,
                             "choices": [
-                                {
-                                    "index": 0,
-                                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": part}}]},
-                                    "finish_reason": None,
-                                }
+                                with_lp(
+                                    {
+                                        "index": 0,
+                                        "delta": {
+                                            "tool_calls": [{"index": 0, "function": {"arguments": part}}]
+                                        },
+                                        "finish_reason": None,
+                                    }
+                                )
                             ],
                         }
                     )
@@ -531,21 +587,33 @@ class _Handler(BaseHTTPRequestHandler):
                         {
                             **base,
                             "choices": [
-                                {"index": 0, "delta": {"reasoning": msg["reasoning"]}, "finish_reason": None}
+                                with_lp(
+                                    {
+                                        "index": 0,
+                                        "delta": {"reasoning": msg["reasoning"]},
+                                        "finish_reason": None,
+                                    }
+                                )
                             ],
                         }
                     )
                 )
             said = msg["content"] or ""
             said = said[: len(said) - len("".join(echo))] if echo else said
-            words = said.split(" ")
-            if "stream_differs" in self.faults:
-                words[0] = words[0].upper()
-            pieces = [w if i == 0 else " " + w for i, w in enumerate(words)] + echo
+            pieces = _pieces(said) + echo
+            if "stream_differs" in self.faults and pieces:
+                pieces[0] = pieces[0].upper()
+                if want_lp:  # the stream says another token than the answer's: its logprobs say so
+                    lp_entries[len(reasoning_tokens)] = entries([pieces[0]], [pieces[0]])[0]
             for w in pieces:
                 out.append(
                     json.dumps(
-                        {**base, "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]},
+                        {
+                            **base,
+                            "choices": [
+                                with_lp({"index": 0, "delta": {"content": w}, "finish_reason": None})
+                            ],
+                        },
                         ensure_ascii=False,
                     )
                 )
@@ -562,6 +630,14 @@ class _Handler(BaseHTTPRequestHandler):
             out.append("[DONE]")
         o.cached[True] = out
         self._sse(out)
+
+
+def _pieces(text: str) -> list[str]:
+    """A text as this server's tokens: its words, each after the first with its leading space."""
+    if not text:
+        return []
+    words = text.split(" ")
+    return [w if i == 0 else " " + w for i, w in enumerate(words)]
 
 
 class _Server(ThreadingHTTPServer):
@@ -591,6 +667,13 @@ class FaultServer:
         thinking_defaults: ``None``: a model without a thinking mode (no reasoning, ever);
             else a thinking model served with these ``--default-chat-template-kwargs``: it
             reasons exactly when vLLM's DeepSeek-V4 encoder would think (``vllm_thinking``).
+        engine_metrics: ``/metrics`` also exports vLLM's engine counters
+            (:meth:`engine_text`): requests running are the chat requests in flight; the step
+            counter moves at each read while one runs, unless the engine is stuck (any chat
+            mode but ``slow`` holding the answer, or ``wedge``).
+        noise: batch noise (:class:`fake_logprobs.BatchNoise`): with ``flip``, an answer served
+            while another is in flight takes, every other time, the runner-up of a near-tie at its
+            middle token; with ``garbage``, a token outside the top 5 there.
     """
 
     def __init__(
@@ -606,13 +689,21 @@ class FaultServer:
         spec_k: int | None = None,
         acceptance: float = 0.7,
         thinking_defaults: dict[str, Any] | None = None,
+        noise: str | None = None,
+        engine_metrics: bool = False,
     ) -> None:
         self.faults = set(faults or ())
+        self.noise = BatchNoise(noise)
+        """Batch noise on chat answers (``fake_logprobs``): ``None``, ``flip`` or ``garbage``."""
         self.thinking_defaults = thinking_defaults
         self.spec_k = spec_k
         self.acceptance = acceptance
         self.spec = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
         self.in_flight = 0
+        self.engine_metrics = engine_metrics
+        self.chat_running = 0
+        self.engine_steps = 0
+        self.generated = 0
         self.chat_mode = "ok"
         self.stream_mode = "ok"
         """One of :data:`STREAM_MODES`."""
@@ -634,6 +725,30 @@ class FaultServer:
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.owner = self
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def engine_text(self) -> str:
+        """vLLM's engine counters (names as ``vllm/v1/metrics/loggers.py``): one engine step per
+        read while a chat request runs on an engine that is not stuck."""
+        with self.lock:
+            stuck = self.chat_mode in ("hang", "drip") or "wedge" in self.faults
+            if self.chat_running > 0 and not stuck:
+                self.engine_steps += 1
+                self.generated += 1
+            run, steps, gen = self.chat_running, self.engine_steps, self.generated
+        return (
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0",model_name="{self.model}"}} {run}\n'
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f'vllm:num_requests_waiting{{engine="0",model_name="{self.model}"}} 0\n'
+            "# TYPE vllm:iteration_tokens_total histogram\n"
+            f'vllm:iteration_tokens_total_bucket{{engine="0",le="+Inf"}} {steps}\n'
+            f'vllm:iteration_tokens_total_count{{engine="0"}} {steps}\n'
+            f'vllm:iteration_tokens_total_sum{{engine="0"}} {gen}\n'
+            "# TYPE vllm:generation_tokens counter\n"
+            f'vllm:generation_tokens_total{{engine="0"}} {gen}\n'
+            "# TYPE vllm:prompt_tokens counter\n"
+            f'vllm:prompt_tokens_total{{engine="0"}} {steps}\n'
+        )
 
     @property
     def base_url(self) -> str:

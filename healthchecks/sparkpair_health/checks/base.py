@@ -202,7 +202,23 @@ def post_chat(
     d = answer_json(r, what)
     if not isinstance(d, dict) or not d.get("choices"):
         raise Fail(f"{what}: answer has no choices: {json.dumps(d)[:300]}", {"answer": d})
+    count_generated(ctx, body, d.get("usage"))
     return d
+
+
+STATE_GENERATED = "generated_tokens"
+"""``CheckContext.state`` key: completion tokens the suite's requests generated, by kind
+(``chat``: content and reasoning; ``tool``: requests that offer tools), from each answer's
+``usage``: the suite's own mix, which the speculation floor is derived from."""
+
+
+def count_generated(ctx: CheckContext, body: JSON, usage: Any) -> None:
+    """Add an answer's ``usage.completion_tokens`` to :data:`STATE_GENERATED` under its kind."""
+    n = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        kind = "tool" if body.get("tools") else "chat"
+        mix = ctx.state.setdefault(STATE_GENERATED, {"chat": 0, "tool": 0})
+        mix[kind] += n
 
 
 def stream_chat(
@@ -226,6 +242,8 @@ def stream_chat(
         raise Fail(
             f"{what}: content-type {ctype!r}, wanted text/event-stream", {"body": got.response.text[:300]}
         )
+    if got.stream.usage_chunks:
+        count_generated(ctx, body, got.stream.usage_chunks[-1].get("usage"))
     return got.stream
 
 

@@ -6,9 +6,10 @@ They apply when the profile sets ``server.speculation`` and skip otherwise:
   greedy request raises the count; it also records the counters the suite starts from.
 * ``spec_batch_greedy``: ``concurrency`` greedy requests (default the profile's
   ``--max-num-seqs``) sent at once, so every verify step scores ``max_num_seqs * (k + 1)``
-  tokens, the largest captured CUDA-graph size, give the same text as each request served
-  alone. Invalid text at the largest capture size fails here (docs/reference/speculation.md,
-  "The capture-size cap of 12").
+  tokens, the largest captured CUDA-graph size, give the same tokens as each request served
+  alone, or part from them only at a near-tie (:mod:`.compare`); with a model that knows
+  (``checks.semantic``), every answer also carries its expected text. Invalid text at the
+  largest capture size fails here (docs/reference/speculation.md, "The capture-size cap of 12").
 * ``spec_acceptance`` (last): accepted / drafted tokens over every request of the suite is at
   least the profile's ``checks.speculation.acceptance_floor``.
 
@@ -27,16 +28,20 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ..client import Deadline
 from .base import (
+    JSON,
+    STATE_GENERATED,
     CheckContext,
     CheckSpec,
     Fail,
     Passed,
     Skip,
     base_chat,
+    content_of,
     message_of,
     post_chat,
     raise_for_status,
 )
+from .compare import LOGPROB_FIELDS, compare_answers
 
 SPEC_COUNTERS = {
     "drafts": "vllm:spec_decode_num_drafts_total",
@@ -201,66 +206,117 @@ BATCH_PROMPTS = (
     "Spell the word spark.",
     "Name three animals.",
 )
-"""Prompts of the batch check, one per concurrent request (cycled past eight)."""
+"""Prompts of the batch check for a model without knowledge, one per concurrent request
+(cycled past eight)."""
 
-
-def _first_difference(a: str, b: str) -> int:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return min(len(a), len(b))
+BATCH_QUESTIONS = (
+    ("What is 17 + 25? Answer with the number only.", "42"),
+    ("What is the capital of France? Answer in one word.", "Paris"),
+    ("What is 9 times 8? Answer with the number only.", "72"),
+    ("What is the chemical symbol for gold? Answer with the symbol only.", "Au"),
+    ("How many days are in a week? Answer with the number only.", "7"),
+    ("What is the capital of Japan? Answer in one word.", "Tokyo"),
+    ("What is 100 minus 37? Answer with the number only.", "63"),
+    ("Which planet is known as the red planet? Answer in one word.", "Mars"),
+)
+"""(prompt, expected text) of the batch check where the model has knowledge
+(``checks.semantic.enabled``): each batched answer must also contain its answer, so invalid
+text at the largest capture size fails even where it starts after a near-tie."""
 
 
 def check_spec_batch_greedy(ctx: CheckContext, deadline: Deadline) -> Passed:
-    """``n`` concurrent greedy requests give each the text it gets alone (n = concurrency or
+    """``n`` concurrent greedy requests give each the tokens it gets alone, or part from them only
+    at a near-tie (:func:`~sparkpair_health.checks.compare.compare_greedy`); with a model that
+    knows, each answer, alone and batched, also contains its expected text (n = concurrency or
     ``--max-num-seqs``; verify steps of ``n * (k + 1)`` tokens)."""
     method, k = _speculation(ctx)
     sc = ctx.profile.checks.speculation
     n = sc.concurrency or ctx.profile.server.max_num_seqs() or 4
-    bodies = [
-        base_chat(
-            ctx,
-            prompt=BATCH_PROMPTS[i % len(BATCH_PROMPTS)] + ("" if i < 8 else f" ({i})"),
-            max_tokens=sc.max_tokens,
+    knows = ctx.profile.checks.semantic.enabled
+    prompts: list[tuple[str, str | None]] = [
+        (
+            BATCH_QUESTIONS[i % len(BATCH_QUESTIONS)]
+            if knows
+            else (BATCH_PROMPTS[i % len(BATCH_PROMPTS)] + ("" if i < 8 else f" ({i})"), None)
         )
         for i in range(n)
     ]
+    bodies = [{**base_chat(ctx, prompt=p, max_tokens=sc.max_tokens), **LOGPROB_FIELDS} for p, _ in prompts]
 
-    def text(i: int) -> str:
-        d = post_chat(ctx, bodies[i], deadline, f"greedy request {i}")
-        return str(message_of(d)[0].get("content") or "")
+    def answer(i: int) -> JSON:
+        return post_chat(ctx, bodies[i], deadline, f"greedy request {i}")
 
-    alone = [text(i) for i in range(n)]
+    alone = [answer(i) for i in range(n)]
     with ThreadPoolExecutor(max_workers=n) as pool:
-        together = list(pool.map(text, range(n)))
+        together = list(pool.map(answer, range(n)))
     verify = n * (k + 1)
+    text = [content_of(message_of(d)[0]) for d in alone]
     ev: dict[str, Any] = {
         "concurrency": n,
         "k": k,
         "verify_tokens": verify,
-        "alone": [t[:120] for t in alone],
+        "alone": [t[:120] for t in text],
+        "batched": [content_of(message_of(d)[0])[:120] for d in together],
     }
-    bad = [i for i in range(n) if alone[i] != together[i]]
-    if bad:
-        i = bad[0]
-        at = _first_difference(alone[i], together[i])
-        a, b = alone[i][max(0, at - 20) : at + 40], together[i][max(0, at - 20) : at + 40]
-        ev["differs"] = {str(j): {"alone": alone[j][:200], "batched": together[j][:200]} for j in bad}
+    probs: list[str] = []
+    ties: list[str] = []
+    ev["differences"] = {}
+    for i in range(n):
+        agree = compare_answers(alone[i], together[i], ("alone", "batched"))
+        if agree.evidence is not None:
+            ev["differences"][str(i)] = agree.evidence
+        if not agree.ok:
+            probs.append(f"request {i}: {agree.problem}")
+        elif agree.identical and text[i] != content_of(message_of(together[i])[0]):
+            probs.append(f"request {i}: the same tokens alone and batched but different text")
+        elif agree.near_tie:
+            ties.append(f"request {i} at token {agree.position}")
+        want = prompts[i][1]
+        for where, d in (("alone", alone[i]), ("batched", together[i])):
+            got = content_of(message_of(d)[0])
+            if want is not None and want.lower() not in got.lower():
+                probs.append(f"request {i} ({where}): answer {got[:60]!r} lacks {want!r}")
+    if probs:
         raise Fail(
-            f"{len(bad)} of {n} greedy requests sent together (verify steps of {n} x ({k} + 1) = "
-            f"{verify} tokens) gave other text than alone; request {i} differs at char {at}: "
-            f"alone {a!r}, batched {b!r}",
-            ev,
+            f"{len(probs)} problem(s) with {n} greedy requests sent together (verify steps of {n} x "
+            f"({k} + 1) = {verify} tokens) against each alone: " + "; ".join(probs[:4]),
+            {**ev, "problems": probs},
         )
-    if not any(alone):
+    if not any(text):
         raise Fail(f"all {n} greedy requests gave empty text; wanted text", ev)
-    return Passed(f"{n} concurrent greedy requests == alone ({method}, verify steps of {verify} tokens)", ev)
+    tie = f"; parted at a near-tie: {', '.join(ties)}" if ties else ""
+    judged = ", each with its expected answer" if knows else ""
+    return Passed(
+        f"{n} concurrent greedy requests agree with each alone{judged} ({method}, verify steps of "
+        f"{verify} tokens){tie}",
+        ev,
+    )
+
+
+def acceptance_floor(ctx: CheckContext) -> tuple[float, str]:
+    """(floor, how it was set) of ``spec_acceptance``.
+
+    With the profile's ``chat_acceptance`` and ``tool_acceptance``, derived from the suite's own
+    mix: ``floor_margin`` x the two rates weighted by the completion tokens the suite's chat and
+    tool-call requests generated (:data:`~sparkpair_health.checks.base.STATE_GENERATED`); else
+    the profile's ``acceptance_floor``.
+    """
+    sc = ctx.profile.checks.speculation
+    mix = ctx.state.get(STATE_GENERATED) or {}
+    chat, tool = int(mix.get("chat", 0)), int(mix.get("tool", 0))
+    if sc.chat_acceptance is None or sc.tool_acceptance is None or chat + tool == 0:
+        return sc.acceptance_floor, "the profile's checks.speculation.acceptance_floor"
+    expected = (chat * sc.chat_acceptance + tool * sc.tool_acceptance) / (chat + tool)
+    return sc.floor_margin * expected, (
+        f"floor_margin {sc.floor_margin:g} x {expected:.3f} expected on the suite's mix: {chat} chat tokens "
+        f"at {sc.chat_acceptance:g}, {tool} tool-call tokens at {sc.tool_acceptance:g} (checks.speculation)"
+    )
 
 
 def check_spec_acceptance(ctx: CheckContext, deadline: Deadline) -> Passed:
     """Acceptance rate (accepted / drafted tokens) over the suite's requests >= the profile's floor."""
     method, k = _speculation(ctx)
-    floor = ctx.profile.checks.speculation.acceptance_floor
+    floor, derived = acceptance_floor(ctx)
     now = read_spec_counters(ctx, deadline)
     if now is None:
         raise Fail(
@@ -269,7 +325,7 @@ def check_spec_acceptance(ctx: CheckContext, deadline: Deadline) -> Passed:
     start = ctx.state.get(STATE_START)
     since = "the suite's requests" if isinstance(start, SpecCounters) else "the server's start"
     delta = now.minus(start) if isinstance(start, SpecCounters) else now
-    ev = {"method": method, "k": k, "floor": floor, "over": since, **delta.as_dict()}
+    ev = {"method": method, "k": k, "floor": floor, "floor_from": derived, "over": since, **delta.as_dict()}
     bad = now.implausible(start if isinstance(start, SpecCounters) else None)
     if bad is not None:
         ctx.state[STATE_RESULT] = {**ev, "acceptance_rate": None}
@@ -282,12 +338,11 @@ def check_spec_acceptance(ctx: CheckContext, deadline: Deadline) -> Passed:
     counts = f"{delta.accepted_tokens:g} of {delta.draft_tokens:g} draft tokens accepted"
     if rate < floor:
         raise Fail(
-            f"acceptance rate {rate:.3f} over {since} ({counts}) is below the profile's floor "
-            f"{floor:g} (checks.speculation.acceptance_floor)",
+            f"acceptance rate {rate:.3f} over {since} ({counts}) is below the floor {floor:.3f} ({derived})",
             ev,
         )
     return Passed(
-        f"acceptance rate {rate:.3f} >= floor {floor:g} over {since} ({counts}; "
+        f"acceptance rate {rate:.3f} >= floor {floor:.3g} over {since} ({counts}; "
         f"mean accepted length {length:.2f})"
         if length is not None
         else f"acceptance rate {rate:.3f}",
@@ -309,7 +364,7 @@ SPEC_FIRST: list[CheckSpec] = [
 SPEC_LAST: list[CheckSpec] = [
     CheckSpec(
         "spec_batch_greedy",
-        "concurrent greedy requests at the largest capture size == each alone",
+        "concurrent greedy requests at the largest capture size agree with each alone (near-ties aside)",
         "invalid text at large CUDA-graph capture sizes (docs/reference/speculation.md)",
         check_spec_batch_greedy,
         300,

@@ -33,6 +33,7 @@ from .base import (
     short,
     stream_chat,
 )
+from .compare import LOGPROB_FIELDS, compare_stream, prefix_problems
 
 
 def check_thinking(ctx: CheckContext, deadline: Deadline) -> Passed:
@@ -288,7 +289,9 @@ def _check_modes(ctx: CheckContext, deadline: Deadline, *, every: bool) -> Passe
         mt = c.thinking.max_tokens if thinks else (ANSWER_MAX_TOKENS if judge else c.max_tokens)
         prompt = THINKING_PROMPT if judge else None
         body = {**_without_thinking_fields(base_chat(ctx, prompt, max_tokens=mt)), **mode.fields}
-        msg, fr = message_of(post_chat(ctx, body, deadline, f"chat, {mode.label}", timeout_s=t))
+        body.update(LOGPROB_FIELDS)
+        raw = post_chat(ctx, body, deadline, f"chat, {mode.label}", timeout_s=t)
+        msg, fr = message_of(raw)
         content, reasoning = content_of(msg), reasoning_of(msg)
         seen: JSON = {
             "request": {k: body[k] for k in ("chat_template_kwargs", "reasoning_effort") if k in body},
@@ -320,15 +323,25 @@ def _check_modes(ctx: CheckContext, deadline: Deadline, *, every: bool) -> Passe
             max_tokens=mt,
         )
         problems += [f"[{mode.label}, streamed] {p}" for p in s.framing_problems(want_usage=None)]
-        if s.content != content:
-            problems.append(
-                f"[{mode.label}] streamed content {s.content[:60]!r} differs from non-streamed "
-                f"{content[:60]!r} of the same greedy request"
+        agree = compare_stream(raw, s.chunks)
+        if not agree.ok:
+            problems.append(f"[{mode.label}] {agree.problem}")
+        elif agree.near_tie:
+            problems += prefix_problems(
+                f"[{mode.label}]", agree, s.chunks, {"content": content, "reasoning": reasoning}
             )
-        if s.reasoning != reasoning:
-            problems.append(f"[{mode.label}] streamed reasoning differs from non-streamed")
-        if s_fr != fr:
-            problems.append(f"[{mode.label}] finish_reason streamed {s_fr!r}, non-streamed {fr!r}")
+        else:
+            if s.content != content:
+                problems.append(
+                    f"[{mode.label}] streamed content {s.content[:60]!r} differs from non-streamed "
+                    f"{content[:60]!r} of the same greedy request (the same tokens)"
+                )
+            if s.reasoning != reasoning:
+                problems.append(
+                    f"[{mode.label}] streamed reasoning differs from non-streamed (the same tokens)"
+                )
+            if s_fr != fr:
+                problems.append(f"[{mode.label}] finish_reason streamed {s_fr!r}, non-streamed {fr!r}")
     if problems:
         more = f" (+{len(problems) - 6} more)" if len(problems) > 6 else ""
         raise Fail("; ".join(problems[:6]) + more, {"problems": problems, "modes": ev})

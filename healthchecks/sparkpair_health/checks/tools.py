@@ -32,6 +32,7 @@ from .base import (
     stream_chat,
     user_chat,
 )
+from .compare import LOGPROB_FIELDS, compare_stream, prefix_problems
 
 WRAPPER_KEYS = ("arguments", "parameters", "input", "args", "kwargs")
 """Keys a model wraps the real arguments in (vllm PR #41241, sglang#38924)."""
@@ -170,7 +171,7 @@ def _tool_check(
     spec = ctx.profile.checks.tools
     if not spec.enabled:
         raise Skip(spec.skip_reason or "profile disables tool checks (checks.tools.enabled: false)")
-    body = tool_request(ctx, deadline, tool_choice)
+    body = {**tool_request(ctx, deadline, tool_choice), **LOGPROB_FIELDS}
     d = post_chat(ctx, body, deadline, "forced tool call")
     problems, ev = judge_tool_calls(d, body["tools"], want_name, finish_reasons)
     ev["request"] = {k: body[k] for k in ("tool_choice", "max_tokens") if k in body}
@@ -183,21 +184,15 @@ def _tool_check(
     streamed = s.tool_calls
     ev["streamed_tool_calls"] = streamed
     sproblems = s.framing_problems(want_usage=None)
-    want = [
-        (c["function"]["name"], json.loads(c["function"]["arguments"]))
-        for c in d["choices"][0]["message"]["tool_calls"]
-    ]
-    try:
-        got = [(c["name"], json.loads(c["arguments"])) for c in streamed]
-    except json.JSONDecodeError as e:
-        got = []
-        sproblems.append(f"streamed tool arguments do not parse as JSON: {e}")
-    if got != want:
-        sproblems.append(f"streamed tool calls {got} differ from non-streamed {want}")
-    if s.finish_reasons != [d["choices"][0]["finish_reason"]]:
-        sproblems.append(
-            f"streamed finish_reasons {s.finish_reasons}, non-streamed {d['choices'][0]['finish_reason']!r}"
-        )
+    agree = compare_stream(d, s.chunks)
+    ev["difference"] = agree.evidence
+    if not agree.ok:
+        sproblems.append(agree.problem)
+    elif agree.near_tie:  # the stream's arguments before the near-tie begin the non-streamed ones
+        args = "".join(c["function"]["arguments"] for c in d["choices"][0]["message"]["tool_calls"])
+        sproblems += prefix_problems("", agree, s.chunks, {"arguments": args})
+    else:
+        sproblems += _same_calls(d, streamed, s.finish_reasons)
     if sproblems:
         raise Fail("; ".join(sproblems), ev)
     calls = d["choices"][0]["message"]["tool_calls"]
@@ -206,6 +201,28 @@ def _tool_check(
         f"finish_reason {d['choices'][0]['finish_reason']}; stream agrees",
         ev,
     )
+
+
+def _same_calls(d: JSON, streamed: list[dict[str, str]], finish_reasons: list[str]) -> list[str]:
+    """Where a stream carried the same tokens as the non-streamed answer ``d``: the same calls
+    (arguments compared as JSON) and the same finish_reason."""
+    probs: list[str] = []
+    want = [
+        (c["function"]["name"], json.loads(c["function"]["arguments"]))
+        for c in d["choices"][0]["message"]["tool_calls"]
+    ]
+    try:
+        got = [(c["name"], json.loads(c["arguments"])) for c in streamed]
+    except json.JSONDecodeError as e:
+        got = []
+        probs.append(f"streamed tool arguments do not parse as JSON: {e}")
+    if got != want:
+        probs.append(f"streamed tool calls {got} differ from non-streamed {want}")
+    if finish_reasons != [d["choices"][0]["finish_reason"]]:
+        probs.append(
+            f"streamed finish_reasons {finish_reasons}, non-streamed {d['choices'][0]['finish_reason']!r}"
+        )
+    return probs
 
 
 def check_tool_required(ctx: CheckContext, deadline: Deadline) -> Passed:

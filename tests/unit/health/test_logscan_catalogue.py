@@ -159,7 +159,9 @@ def test_nccl_on_sockets_is_a_warning_on_the_recorded_socket_log() -> None:
         (NCCL_LOGS / "horovod-2node-ib.log").read_text().splitlines(),
         SPARK_ROCE,
         # sparkpair's own verdict quoting the transport is not NCCL's line
-        ["nccl-allreduce on spark-a: data path: 4 channels via NET/Socket, networks ['Socket']; wanted none via NET/Socket (B05)"],
+        [
+            "nccl-allreduce on spark-a: data path: 4 channels via NET/Socket, networks ['Socket']; wanted none via NET/Socket (B05)"
+        ],
     ],
     ids=["recorded-infiniband", "spark-roce", "preflight-message"],
 )

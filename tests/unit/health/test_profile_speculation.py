@@ -88,8 +88,10 @@ def test_a_profile_contradicting_its_speculation_is_refused_naming_the_value(
 @pytest.mark.parametrize(
     ("spec", "fragment"),
     [
-        ({"method": "ngram", "num_speculative_tokens": 5, "extra": {"num_speculative_tokens": 40}},
-         "speculation.extra sets ['num_speculative_tokens']"),
+        (
+            {"method": "ngram", "num_speculative_tokens": 5, "extra": {"num_speculative_tokens": 40}},
+            "speculation.extra sets ['num_speculative_tokens']",
+        ),
         ({"method": " dspark\n", "num_speculative_tokens": 5}, "should match pattern"),
         ({"method": "dspark", "num_speculative_tokens": True}, "valid integer"),
     ],

@@ -57,7 +57,30 @@ def test_acceptance_below_the_floor_fails_naming_the_rate_and_the_floor() -> Non
     res = report.check("spec_acceptance")
     assert res.status == "fail", res.message
     assert re.search(r"acceptance rate 0\.2\d\d over the suite's requests", res.message), res.message
-    assert "below the profile's floor 0.5" in res.message
+    assert "below the floor 0.500 (the profile's checks.speculation.acceptance_floor)" in res.message
+
+
+def test_the_floor_is_derived_from_the_suites_own_mix_of_chat_and_tool_call_tokens() -> None:
+    prof = spec_profile(floor=0.9)  # the fixed floor would fail; the derived one governs
+    prof.checks.speculation.chat_acceptance = 0.73
+    prof.checks.speculation.tool_acceptance = 0.15
+    prof.checks.speculation.floor_margin = 0.6
+    with FaultServer(spec_k=3, acceptance=0.45) as srv:
+        report = run(srv.base_url, prof)
+    res = report.check("spec_acceptance")
+    assert res.status == "pass", res.message
+    m = re.search(
+        r"floor_margin 0.6 x (0\.\d+) expected on the suite's mix: (\d+) chat tokens at 0.73, (\d+) "
+        r"tool-call tokens at 0.15",
+        res.evidence["floor_from"],
+    )
+    assert m, res.evidence
+    chat, tool = int(m.group(2)), int(m.group(3))
+    assert chat > 0 and tool > 0, "the suite sends both kinds"
+    assert float(m.group(1)) == pytest.approx((0.73 * chat + 0.15 * tool) / (chat + tool), abs=1e-3)
+    with FaultServer(spec_k=3, acceptance=0.2) as srv:
+        low = run(srv.base_url, prof).check("spec_acceptance")
+    assert low.status == "fail" and "below the floor" in low.message and "suite's mix" in low.message
 
 
 @pytest.mark.parametrize(
@@ -71,7 +94,7 @@ def test_acceptance_below_the_floor_fails_naming_the_rate_and_the_floor() -> Non
             "raised vllm:spec_decode_num_draft_tokens_total by 0",
         ),
         ({"spec_k": 3}, "spec_not_drafting", "spec_acceptance", "no draft tokens over the suite's requests"),
-        ({"spec_k": 3}, "batch_differs", "spec_batch_greedy", "of 3 greedy requests sent together"),
+        ({"spec_k": 3}, "batch_differs", "spec_batch_greedy", "with 3 greedy requests sent together"),
         (
             {"spec_k": 3, "acceptance": 50.0},
             None,
@@ -141,16 +164,35 @@ def test_the_gateway_exports_the_suites_acceptance_rate_as_a_metric() -> None:
 @pytest.mark.parametrize(
     ("text", "start", "fragment"),
     [
-        ("vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total 12\n"
-         "vllm:spec_decode_num_accepted_tokens_total NaN\n", None, "is nan (missing or not a number)"),
-        ("vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total 12\n",
-         None, "accepted_tokens_total is nan (missing"),
-        ("vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total +Inf\n"
-         "vllm:spec_decode_num_accepted_tokens_total 3\n", None, "is inf"),
-        ("vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total -12\n"
-         "vllm:spec_decode_num_accepted_tokens_total 3\n", None, "wanted a count >= 0"),
-        ("vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total 12\n"
-         "vllm:spec_decode_num_accepted_tokens_total 3\n", (3.0, 40.0, 2.0), "went down from 40 to 12"),
+        (
+            "vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total 12\n"
+            "vllm:spec_decode_num_accepted_tokens_total NaN\n",
+            None,
+            "is nan (missing or not a number)",
+        ),
+        (
+            "vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total 12\n",
+            None,
+            "accepted_tokens_total is nan (missing",
+        ),
+        (
+            "vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total +Inf\n"
+            "vllm:spec_decode_num_accepted_tokens_total 3\n",
+            None,
+            "is inf",
+        ),
+        (
+            "vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total -12\n"
+            "vllm:spec_decode_num_accepted_tokens_total 3\n",
+            None,
+            "wanted a count >= 0",
+        ),
+        (
+            "vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total 12\n"
+            "vllm:spec_decode_num_accepted_tokens_total 3\n",
+            (3.0, 40.0, 2.0),
+            "went down from 40 to 12",
+        ),
     ],
     ids=["nan", "missing", "inf", "negative", "went-down"],
 )

@@ -1,0 +1,151 @@
+"""Busy is not wedged: a slow canary on an engine whose own counters move is reported ``busy``
+and ``/readyz`` stays 200; a slow canary while the counters stand still, a busy run longer than
+``canary_busy_max_s``, and a peer that is down are 503 within their bounds.
+
+The backend is ``tests/faults/health_fault_server.py`` with ``engine_metrics``: its ``/metrics``
+exports vLLM's engine counters (running requests, the per-step ``vllm:iteration_tokens_total``
+histogram, token counters), moving while a chat request runs on an engine that is not stuck
+(``chat_mode`` ``slow``) and standing still while it hangs. The same counters on the real CPU
+vLLM under load: ``tests/vllm_real/test_canary_soak.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from sparkpair_health.engine_load import EngineLoad, judge_slow, parse_engine_load
+from sparkpair_health.gateway import Gateway
+from sparkpair_health.gateway_canary import verdict_bound_s
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dsv4_fault_server import Served  # noqa: E402
+from health_fault_server import FaultServer  # noqa: E402
+from readyz_poll import wait_readyz  # noqa: E402
+from test_gateway_peers import silent_port  # noqa: E402
+from test_gateway_verdict import SLACK, gw_settings  # noqa: E402
+
+
+def load(steps: float, running: float = 1, generated: float = 0) -> EngineLoad:
+    return EngineLoad(running, 0, steps, 0, generated, 0)
+
+
+def test_the_judgement_of_a_slow_answer_reads_the_engines_own_counters() -> None:
+    busy, why = judge_slow(load(10), load(12), 8.0)
+    assert busy and "vllm:iteration_tokens_total_count +2" in why
+    busy, why = judge_slow(load(10), load(10), 8.0)
+    assert not busy and "stood still for 8.0 s" in why
+    assert judge_slow(None, load(12), 8.0)[0] is False, "no counters: a slow answer stays a timeout"
+    assert judge_slow(load(10, running=0), load(12, running=0), 8.0)[0] is False
+    assert parse_engine_load("vllm:num_requests_running 1\n") is None, "a series missing: no signal"
+    with FaultServer(engine_metrics=True) as srv:
+        text = httpx.get(srv.base_url + "/metrics").text
+    got = parse_engine_load(text)
+    assert got is not None and got.running == 0 and got.steps == 0
+
+
+def poll_all(url: str, seconds: float) -> list[httpx.Response]:
+    out = []
+    t_end = time.monotonic() + seconds
+    while time.monotonic() < t_end:
+        out.append(httpx.get(url + "/readyz", timeout=5))
+        time.sleep(0.1)
+    return out
+
+
+def test_a_slow_canary_on_a_working_engine_is_busy_and_readyz_stays_200() -> None:
+    with FaultServer(engine_metrics=True, hang_s=10.0) as srv:
+        gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=4.0))
+        with Served(gw.app) as g:
+            gw.start()
+            try:
+                wait_readyz(g.base_url, 200, 60)
+                srv.chat_mode = "slow"
+                seen = poll_all(g.base_url, 3 * gw.s.stale_after_s)
+                bad = [r.text[:300] for r in seen if r.status_code != 200]
+                assert not bad, bad
+                busy = [r.json() for r in seen if r.json().get("last_canary", {}).get("kind") == "busy"]
+                assert busy, "no tick was judged busy"
+                assert "the engine is busy, not wedged" in busy[-1]["busy"]
+                assert "vllm:iteration_tokens_total_count +" in busy[-1]["last_canary"]["cause"]
+                metrics = httpx.get(g.base_url + "/metrics").text
+                assert "sparkpair_engine_busy 1.0" in metrics
+                assert 'sparkpair_canary_total{result="busy"}' in metrics
+                srv.chat_mode = "ok"
+                wait_readyz(g.base_url, 200, gw.s.stale_after_s + 8.0)
+            finally:
+                gw.stop()
+
+
+def test_a_slow_canary_while_the_counters_stand_still_is_503_within_the_bound() -> None:
+    with FaultServer(engine_metrics=True, hang_s=30.0) as srv:
+        gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=4.0))
+        bound = gw.s.stale_after_s
+        with Served(gw.app) as g:
+            gw.start()
+            try:
+                wait_readyz(g.base_url, 200, 60)
+                srv.chat_mode = "hang"
+                took, r = wait_readyz(g.base_url, 503, bound + SLACK + 3.0, "hang")
+                assert took <= bound + SLACK, took
+                wait_readyz(g.base_url, 503, 2 * bound)  # the tick's own verdict, past staleness
+                cause = gw.last_canary["cause"] if gw.last_canary else ""
+                assert gw.last_canary and gw.last_canary["kind"] == "timeout", gw.last_canary
+                assert "counters stood still" in cause, cause
+            finally:
+                srv.chat_mode = "ok"
+                gw.stop()
+
+
+def test_busy_for_longer_than_canary_busy_max_s_is_a_failure() -> None:
+    with FaultServer(engine_metrics=True, hang_s=30.0) as srv:
+        gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=4.0, canary_busy_max_s=3.0))
+        with Served(gw.app) as g:
+            gw.start()
+            try:
+                wait_readyz(g.base_url, 200, 60)
+                srv.chat_mode = "slow"
+                limit = gw.s.canary_busy_max_s + verdict_bound_s(gw.s) + SLACK
+                _, r = wait_readyz(g.base_url, 503, limit, "busy forever")
+                wait_readyz(g.base_url, 503, 2 * gw.s.stale_after_s)
+                deadline = time.monotonic() + 2 * gw.s.stale_after_s
+                while "canary_busy_max_s" not in (gw.last_canary or {}).get("cause", ""):
+                    assert time.monotonic() < deadline, gw.last_canary
+                    time.sleep(0.1)
+            finally:
+                srv.chat_mode = "ok"
+                gw.stop()
+
+
+def test_a_peer_that_is_down_is_never_busy() -> None:
+    port, held = silent_port()
+    try:
+        with FaultServer(engine_metrics=True, hang_s=30.0) as srv:
+            gw = Gateway(
+                gw_settings(
+                    srv.base_url, canary_timeout_s=4.0, peers="spark-b=127.0.0.1", peer_probe_port=port
+                )
+            )
+            bound = verdict_bound_s(gw.s)
+            with Served(gw.app) as g:
+                gw.start()
+                try:
+                    wait_readyz(g.base_url, 200, 60)
+                    srv.chat_mode = "slow"  # counters move, but the peer does not answer
+                    took, r = wait_readyz(g.base_url, 503, bound + 3.0, "peer down while busy")
+                    body = r.json()
+                    if body.get("failing_check") != "peer":  # staleness came first; the tick names it
+                        _, r = wait_readyz(g.base_url, 503, bound)
+                        time.sleep(gw.s.stale_after_s)
+                        body = httpx.get(g.base_url + "/readyz").json()
+                    assert body["failing_check"] == "peer", body
+                    assert body["peer_down"]["state"] == "unreachable", body
+                finally:
+                    srv.chat_mode = "ok"
+                    gw.stop()
+    finally:
+        for s in held:
+            s.close()
