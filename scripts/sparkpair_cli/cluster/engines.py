@@ -133,29 +133,42 @@ def failure(c: Any, *, created_for_s: float = 0.0) -> str | None:
     return None
 
 
-def last_exit_code(c: Any) -> int | str | None:
+def last_exit_code(c: Any, attempts: int = 3) -> int | str | None:
     """The exit code of ``c``'s last ``die`` event (the engine's event log since the container was
-    created); ``State.ExitCode`` is reset when the restart policy starts it again."""
+    created); ``State.ExitCode`` is reset to 0 when the restart policy starts it again, so it is
+    used only for a container that is not running. The engine may publish the event a moment after
+    the restart count moves: up to ``attempts`` reads, one second apart. ``"unknown"`` when no
+    read finds it on a running container."""
     import datetime
 
     created = str(c.attrs.get("Created", ""))[:19]
-    try:
-        since = int(
-            datetime.datetime.fromisoformat(created).replace(tzinfo=datetime.timezone.utc).timestamp()
-        )
-        events = c.client.events(
-            since=since,
-            until=int(time.time()),
-            filters={"container": c.id, "event": "die"},
-            decode=True,
-        )
-        codes = [e.get("Actor", {}).get("Attributes", {}).get("exitCode") for e in events]
-    except Exception:  # noqa: BLE001 - an engine without the event log: the state's code below
-        codes = []
-    codes = [x for x in codes if x is not None]
-    if codes:
-        return int(codes[-1]) if str(codes[-1]).lstrip("-").isdigit() else str(codes[-1])
-    return c.attrs.get("State", {}).get("ExitCode")
+    codes: list[Any] = []
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(1.0)
+        try:
+            since = int(
+                datetime.datetime.fromisoformat(created).replace(tzinfo=datetime.timezone.utc).timestamp()
+            )
+            events = c.client.events(
+                since=since,
+                # the engine's ``until`` is whole seconds and leaves out the current one: a die
+                # event in this very second (a restart policy acts within milliseconds) is kept by
+                # reaching one second ahead; the stream stays open until that second ends
+                until=int(time.time()) + 1,
+                filters={"container": c.id, "event": "die"},
+                decode=True,
+            )
+            codes = [e.get("Actor", {}).get("Attributes", {}).get("exitCode") for e in events]
+        except Exception:  # noqa: BLE001 - an engine without the event log: the state's code below
+            codes = []
+        codes = [x for x in codes if x is not None]
+        if codes:
+            return int(codes[-1]) if str(codes[-1]).lstrip("-").isdigit() else str(codes[-1])
+    st = c.attrs.get("State", {})
+    if st.get("Running"):
+        return "unknown"
+    return st.get("ExitCode")
 
 
 def failure_report(node: str, c: Any, why: str, tail: int = LOG_LINES) -> str:
