@@ -216,8 +216,8 @@ FP8_EINSUM_CONFIGS: tuple[KernelConfig, ...] = (
 
 #: Elements of D per program of the split sum: 4 warps, 2 outputs per thread; grid
 #: (D / SUM_BLOCK, G, T) = 16 x T programs on the served TP=2 shape. The sum is latency-bound (a
-#: few KB per program, read once from L2), so more, smaller programs finish it sooner: runs 4 and 5
-#: of benchmarks/results/explore-2026-12-03-k17g/README.md (H200, cold p50 us through the public
+#: few KB per program, read once from L2), so more, smaller programs finish it sooner: the
+#: ``sum<SUM_BLOCK>`` rows of benchmarks/results/fp8_einsum.csv (H200, cold p50 us through the public
 #: dispatch, the same bits at every value): 256 against the previous 1024 at T = 16 / 32 / 36, fp32
 #: 6.38-6.60 / 8.55-8.68 / 8.84-8.98 against 7.73-7.87 / 9.67-9.76 / 11.19-11.23, int32-bcast
 #: 7.17-7.33 / 8.25-8.44 / 8.58-9.09 against 7.57-7.67 / 9.27-9.34 / 10.50-10.80; 128 and 64 no
