@@ -293,6 +293,7 @@ INTERPRET_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(E8M0 is None, reason="torch has no float8_e8m0fnu")
 def test_kernel_under_triton_interpreter() -> None:
     pytest.importorskip("triton")
@@ -371,6 +372,7 @@ MX_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(E8M0 is None, reason="torch has no float8_e8m0fnu")
 def test_block_scaled_kernel_under_triton_interpreter() -> None:
     """The block-scaled path (``tl.dot_scaled`` on the served scale layouts, no copy) under
