@@ -266,7 +266,7 @@ def _summary(rows: list[dict]) -> None:
         rs = [r for r in rows if r["shape"] == shape and r["l2"] == mode]
         gb = next((r for r in rs if r["provider"].startswith("gb10")), None)
         cb = next((r for r in rs if r["provider"] == "cublas_fp8"), None)
-        cfgs = [r for r in rs if r["provider"] in fe._CONFIGS_BY_NAME]
+        cfgs = [r for r in rs if r["provider"] in {c.name for c in fe.FP8_EINSUM_CONFIGS}]
         best = min(cfgs, key=lambda r: r["p50_us"]) if cfgs else None
         ratio = f"{gb['p50_us'] / cb['p50_us']:5.2f}" if gb and cb else "    -"
         wg = f"{gb['weight_gbps']:6.0f} ({gb['weight_gbps'] / GB10_GBPS:4.1f}x)" if gb else "-"

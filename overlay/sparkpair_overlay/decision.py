@@ -12,8 +12,8 @@ from collections.abc import Sequence
 #: Fraction of the fastest total time within which a timed choice does not follow the clock:
 #: the previous decision is kept (the probe file holds it), else the candidate first in the fixed
 #: preference order wins. 8 %: about twice the spread of CUDA-graph replay p50 between two timings
-#: of one kernel on the same operands in one run (benchmarks/results/o_proj_layouts.csv, run
-#: 2e38e4c on an H100, the default o_proj layout timed twice: up to 4.4 %, at T = 2048), so
+#: of one kernel on the same operands in one run (benchmarks/results/o_proj_layouts.csv, the H100
+#: run that timed the default o_proj layout twice: up to 4.4 %, at T = 2048), so
 #: near-equal candidates neither flip from one start to the next nor split the two nodes of a pair.
 DECISION_MARGIN = 0.08
 

@@ -102,10 +102,11 @@ def test_gate_rejects_a_config_that_spills(tmp_path) -> None:
     had before Triton 3.8) spills on sm_121a with per-row packed scales: the gate fails it,
     naming the bytes."""
     from sparkpair_overlay.kernels import fp8_einsum as fe
+    from sparkpair_overlay.kernels import fp8_einsum_configs as fec
 
     base = aot.fp8_einsum_variants(("ue8m0-int32",))[0]
-    cfg = fe._cfg("t64_d128_s4_bc", 64, 128, 4, 4, share_check=True)
-    v = aot.AotVariant("fp8_einsum", cfg, base.variant, fe._fp8_einsum_kernel, base.args,
+    cfg = fec._cfg("t64_d128_s4_bc", 64, 128, 4, 4, share_check=True)
+    v = aot.AotVariant("fp8_einsum", cfg, base.variant, fe.jitted_kernel(cfg), base.args,
                        {**base.kwargs, **cfg.constexprs()}, "fp8")  # fmt: skip
     r = aot.compile_variant(v, "sm_121a", str(tmp_path))
     assert r.ok and r.spills and r.spills > 0 and not r.fits, r
@@ -116,9 +117,9 @@ def test_gate_rejects_a_config_that_spills_only_with_cuda_129s_ptxas(tmp_path) -
     """A 32x64 decode tile over 2 K blocks (dropped from the configs for this) on per-row packed scales:
     CUDA 13.3's ptxas (Triton's default) fits it in 106 registers, CUDA 12.9's (the image's base) spills
     8 B; the gate assembling sm_121a with 12.9 fails it, naming the release."""
-    from sparkpair_overlay.kernels import fp8_einsum as fe
+    from sparkpair_overlay.kernels import fp8_einsum_configs as fec
 
-    cfg = fe._dcfg("dec_t32_d64_k2_w4", 32, 64, 2, 4)
+    cfg = fec._dcfg("dec_t32_d64_k2_w4", 32, 64, 2, 4)
     variants = aot.fp8_einsum_variants(("ue8m0-int32",))
     base = next(v for v in variants if v.config.name == "dec_t16_d64_k2_w4")
     kwargs = {**base.kwargs, **cfg.constexprs()}
@@ -136,7 +137,8 @@ def test_gate_rejects_a_config_that_spills_only_with_cuda_129s_ptxas(tmp_path) -
 def _oversized_fp8_variant() -> aot.AotVariant:
     base = aot.fp8_einsum_variants(("ue8m0-int32",))[0]
     cfg = make_config(
-        "t256_d256_s4_oversized", "_fp8_einsum_kernel", 8, 4, BLOCK_T=256, BLOCK_D=256, BLOCK_R=128, GROUP_T=8
+        "t256_d256_s4_oversized", "_fp8_einsum_tile_kernel", 8, 4,
+        BLOCK_T=256, BLOCK_D=256, BLOCK_R=128, GROUP_T=8,
     )
     kwargs = {**base.kwargs, **cfg.constexprs()}
     return aot.AotVariant("fp8_einsum", cfg, base.variant, base.fn, base.args, kwargs)
@@ -214,8 +216,7 @@ def test_shipped_cache_has_the_keys_the_runtime_looks_up(tmp_path, monkeypatch) 
         rg._router_dot_kernel,
         rg._router_rows_kernel,
         rg._router_reduce_kernel,
-        fe._fp8_einsum_kernel,
-        fe._fp8_einsum_mx_kernel,
+        *fe.JITTED.values(),
     )
     for fn in kernels:
         fn.device_caches.clear()  # forget the in-memory kernels: go through the file cache

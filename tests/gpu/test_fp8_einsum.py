@@ -116,7 +116,7 @@ def test_deterministic_bitwise() -> None:
 
 
 def _n_compiled() -> int:
-    kernels = [fe._fp8_einsum_kernel, fe._fp8_einsum_mx_kernel]
+    kernels = list(fe.JITTED.values())
     return sum(len(c[0]) for k in kernels for c in k.device_caches.values())
 
 
@@ -194,7 +194,7 @@ def test_decode_pdl_reads_activations_written_just_before(t, recipe, enc) -> Non
     graph, each call must see the activations a copy kernel wrote just before it (not the previous
     call's), and its split sum must read this call's partials."""
     cfg = fe.select_fp8_einsum_config(t, fp32_scales=enc == "fp32")
-    assert cfg["PATH"] == 1 and cfg["USE_PDL"], cfg.name
+    assert fe.kernel_path(cfg) == "decode" and cfg["USE_PDL"], cfg.name
     a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, enc, seed=21)
     srcs = [make_fp8_operands(t, G, D, R, recipe, enc, seed=22 + k)[0] for k in range(3)]
     assert_graph_calls_read_fresh_activations(a, sa, w, sw, sa_f, sw_f, recipe, srcs, cfg.name)
@@ -288,7 +288,7 @@ def test_prefill_reads_per_row_scales_that_repeat_blocks_as_block_scales() -> No
     tensor first seen inside a graph capture all fall back to the per-row read, fp64-close."""
     t, recipe = 2048, (1, 1, 128)
     row_cfg = block_cfg = fe.select_fp8_einsum_config(t)
-    assert row_cfg.kernel == fe.MX_KERNEL, row_cfg.name
+    assert row_cfg.kernel in fe.MX_KERNELS, row_cfg.name
     a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, recipe, "int32-bcast", seed=21)
     assert fe.block_scales_view(sw) is None  # the check has only started
     torch.cuda.synchronize()
@@ -409,6 +409,6 @@ def test_prefill_takes_the_block_scaled_path() -> None:
     bits of its explicit call, twice, fp64-close."""
     t = 2048
     cfg = fe.select_fp8_einsum_config(t)
-    assert cfg.kernel == fe.MX_KERNEL and cfg["PROMOTE"], cfg.name
+    assert fe.kernel_path(cfg) == "mx-tile", cfg.name
     a, sa, w, sw, sa_f, sw_f = make_fp8_operands(t, G, D, R, (1, 1, 128), "int32", seed=8)
     assert_dispatch_is(cfg.name, a, sa, w, sw, sa_f, sw_f, (1, 1, 128))

@@ -2,7 +2,9 @@
 
 * :mod:`.router_gemm` — MoE router GEMM, ``torch.ops.sparkpair.router_gemm``.
 * :mod:`.fp8_einsum` — block-scaled ``bhr,hdr->bhd`` for DeepSeek-V4's o_proj,
-  ``torch.ops.sparkpair.fp8_einsum``.
+  ``torch.ops.sparkpair.fp8_einsum`` (the launcher); the kernels compute capability family 120
+  runs, one file per path, in :mod:`.fp8_einsum_sm120`; their configs in
+  :mod:`.fp8_einsum_configs`; the config per token count in :mod:`.fp8_einsum_plan`.
 * :mod:`.aot` — ahead-of-time compilation of every config for a GPU target (no GPU needed).
 
 Submodules are imported on first attribute access, so ``import sparkpair_overlay.kernels`` is cheap.

@@ -1,7 +1,7 @@
 """Block-scale decoding for fp8_einsum's kernels: one definition of what a scale encoding means.
-:func:`load_block_scale` decodes a K block's scales to fp32 (the promoting paths of
-``_fp8_einsum_kernel``); :func:`load_block_exponents` reads them as the UE8M0 exponent bytes
-``tl.dot_scaled`` takes (the block-scaled kernel).
+:func:`load_block_scale` decodes a K block's scales to fp32 (the promoting paths: the tile loop
+and the decode tile); :func:`load_block_exponents` reads them as the UE8M0 exponent bytes
+``tl.dot_scaled`` takes (the block-scaled paths).
 
 Encodings (``KIND``): 0 fp32 scales; 1 packed UE8M0, byte ``kb % 4`` of an int32 word holds K
 block ``kb``'s exponent (DeepGEMM's packed layout); 2 one UE8M0 exponent byte per K block (uint8,

@@ -431,8 +431,8 @@ FP8_EINSUM_LAYOUTS = ("fp32", "ue8m0-int32", "ue8m0-int32-blocks", "ue8m0-u8")
 
 
 def fp8_einsum_variants(layouts: Sequence[str] = FP8_EINSUM_LAYOUTS) -> list[AotVariant]:
-    """Every fp8_einsum config for each scale layout (TP=2 shapes: G=4, D=1024, R=4096), the
-    block-scaled ones (``_fp8_einsum_mx_kernel``) with the same arguments.
+    """Every fp8_einsum config for each scale layout (TP=2 shapes: G=4, D=1024, R=4096), each
+    with the jitted entry of its path (every path takes the same arguments).
 
     ``fp32``: recipe (1,128,128), sw fp32 [G, D/128, R/128] contiguous (SM90 layout).
     ``ue8m0-int32``: recipe (1,1,128), sa/sw int32 packed, sw MN-major TMA-aligned [G, D, R/512]
@@ -497,13 +497,11 @@ def fp8_einsum_variants(layouts: Sequence[str] = FP8_EINSUM_LAYOUTS) -> list[Aot
             if cfg.constexprs().get("USE_PDL"):  # decode configs and their split sums
                 kwargs["launch_pdl"] = True
             mma: str | None = "fp8"
-            if cfg.kernel == fe.MX_KERNEL:
-                fn, mma = fe._fp8_einsum_mx_kernel, "mxf8"
-            else:
-                fn = fe._fp8_einsum_kernel
-                if cfg.constexprs().get("PATH") == 2:  # the split sum has no MMA
-                    mma = None
-            out.append(AotVariant("fp8_einsum", cfg, layout, fn, args, kwargs, mma))
+            if cfg.kernel in fe.MX_KERNELS:
+                mma = "mxf8"
+            elif fe.kernel_path(cfg) == "split-sum":  # the split sum has no MMA
+                mma = None
+            out.append(AotVariant("fp8_einsum", cfg, layout, fe.jitted_kernel(cfg), args, kwargs, mma))
     return out
 
 

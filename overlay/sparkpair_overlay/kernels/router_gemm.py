@@ -17,7 +17,8 @@ that elects which CTA sums the split-K partials, and that CTA sums them in split
   (configs with ``REDUCE_BLOCK`` > 0). The older one-launch form, where the last CTA of each
   output tile sums the partials (``FIXUP``; tile counters from ``SEMAPHORES``), pays a fence, an
   atomic and the partials' reads in series at the GEMM's tail: on the H200 it costs 1.1-1.5 us
-  per call against 0.3-0.6 us for the PDL second launch (explore-2026-11-30c).
+  per call against 0.3-0.6 us for the PDL second launch (benchmarks/README.md, "What took the
+  router under its bars").
 * bf16 weight, larger M: cuBLAS ``torch.mm(x, w.T, out_dtype=torch.float32)``, which wins there.
 * fp32 weight, M = 1: ``_router_rows_kernel`` in fp32 (x is exact in fp32; each product is
   rounded once, as in an fp32 GEMM).

@@ -300,12 +300,13 @@ for _c in ROUTER_GEMM_CONFIGS:  # the registry passes its own check (launches sk
     validate_config(_c)
 
 #: Dispatch for a bf16 weight: ``(max_M, config)`` in increasing max_M; beyond the last entry,
-#: cuBLAS ``torch.mm(x, W.T, out_dtype=fp32)``. Source: H200 sweep, 2026-11-30, run 6 of
-#: benchmarks/results/explore-2026-11-30c (bench_router_gemm.py --cold, CUDA-graph replay p50, warm
-#: L2; those files name the configs by their earlier names, mapped in docs/kernels.md "Config
-#: names"): M=1/2/4 BF16_ROWS 1.50/1.82/2.42 us; M=8/16 BF16_DOT_M16_N64 2.10/2.28; M=32/64
+#: cuBLAS ``torch.mm(x, W.T, out_dtype=fp32)``. Source: H200 sweep, 2026-11-30, the rows of
+#: benchmarks/results/router_gemm.csv whose git_sha is ``wip-r32a`` (bench_router_gemm.py --cold,
+#: CUDA-graph replay p50, warm L2; they name the configs by their earlier names, mapped in
+#: docs/kernels.md "Config names"): M=1/2/4 BF16_ROWS 1.50/1.82/2.42 us; M=8/16 BF16_DOT_M16_N64
+#: 2.10/2.28; M=32/64
 #: BF16_DOT_M16_N128 2.50/3.18; M=128 BF16_DOT_M32_N64 4.06; cuBLAS 5.4-6.4 us up to M=128 and
-#: faster from M=256 (6.57 us; 84188d2: 512 7.30, 8192 27.8).
+#: faster from M=256 (6.57 us; the H200 rows at M = 512 / 8192 of router_gemm.csv: 7.30, 27.8).
 ROUTER_BF16_DISPATCH: tuple[tuple[int, KernelConfig], ...] = (
     (4, BF16_ROWS),
     (16, BF16_DOT_M16_N64),
@@ -316,7 +317,8 @@ ROUTER_BF16_DISPATCH: tuple[tuple[int, KernelConfig], ...] = (
 #: Dispatch for an fp32 weight: ``(max_M, config)``; beyond the last entry, the last config.
 #: Source: the same sweep: M=1 FP32_ROWS 2.05 us; M=2/4/8/16 FP32W3_M16_N32 2.56/2.72/2.73/2.82;
 #: M=32 FP32W3_M32_N16 3.64; M=64/128/256 FP32W3_M32_N64 4.37/7.86/14.33 (true-fp32 F.linear: 5.86,
-#: 12.2, 12.4, 17.6, 17.7, 14.1, 14.8, 19.7, 27.4). Larger M, the 84188d2 sweep: M=512..1024
+#: 12.2, 12.4, 17.6, 17.7, 14.1, 14.8, 19.7, 27.4). Larger M, the H200 sweep of M = 512 .. 8192 in
+#: router_gemm.csv: M=512..1024
 #: FP32W3_M64_N64 up to 25.7 us; M=2048..8192 FP32W3_M128_N64 34.4/53.7/106 us (F.linear 68.9,
 #: 128, 233, 448 us). Max rel. error vs fp64 <= 6.4e-7. (cuBLAS on the same three planes is faster
 #: at M=2048 and 8192, not at 4096, but from M=1024 its 4096-long MMA chains give 4.8-6.3e-6,
@@ -331,7 +333,7 @@ ROUTER_FP32_DISPATCH: tuple[tuple[int, KernelConfig], ...] = (
 )
 
 #: fp32 weight without its pre-split planes (the caller passed none): the same dispatch with
-#: configs that split each weight tile in registers. Source: H200, 84188d2: FP32X3_M16_N16
+#: configs that split each weight tile in registers. Source: router_gemm.csv, H200: FP32X3_M16_N16
 #: M=16/128 7.3/32.8 us; FP32X3_M64_N64 M=128/256/4096 48.2/48.3/115 us.
 ROUTER_FP32_NO_PLANES_DISPATCH: tuple[tuple[int, KernelConfig], ...] = (
     (128, FP32X3_M16_N16),

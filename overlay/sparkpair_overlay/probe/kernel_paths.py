@@ -230,7 +230,7 @@ def probe_kernel_paths(
     if built != weight:
         raise ValueError(f"probe_kernel_paths: the post-processing made {built}, not {weight}")
     version = str(triton.__version__)
-    jitted = [fe._fp8_einsum_kernel, fe._fp8_einsum_mx_kernel]
+    jitted = list(fe.JITTED.values())
     rows: list[dict[str, Any]] = []
     for t in ts:
         a, sa, src_a = ops.activation(recipe, t, g, r, device=device, seed=1 + t, use_vllm=use_vllm)

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 import torch
 from sparkpair_overlay.kernels import fp8_einsum as fe
+from sparkpair_overlay.kernels import fp8_einsum_configs as fec
 
 E8M0 = getattr(torch, "float8_e8m0fnu", None)
 
@@ -125,17 +126,17 @@ def test_block_scales_refuse_a_tile_wider_than_one_scale_block(monkeypatch) -> N
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     wide = make_config(
-        "t16_d256", "_fp8_einsum_kernel", 4, 2, BLOCK_T=16, BLOCK_D=256, BLOCK_R=128, GROUP_T=8
+        "t16_d256", "_fp8_einsum_tile_kernel", 4, 2, BLOCK_T=16, BLOCK_D=256, BLOCK_R=128, GROUP_T=8
     )
     a, sa, w, sw, out = _ops(recipe=(1, 128, 128), enc="fp32")
     with pytest.raises(ValueError, match=r"t16_d256 has BLOCK_D=256.*must divide 128"):
         fe.fp8_einsum_with_config("bhr,hdr->bhd", (a, sa), (w, sw), out, (1, 128, 128), wide)
     with pytest.raises(ValueError, match="must divide 128"):
-        fe._cfg("t16_d256", 16, 256, 4, 2)
+        fec._cfg("t16_d256", 16, 256, 4, 2)
 
 
 def test_split_sum_stage_is_not_a_config_to_call(monkeypatch) -> None:
-    """A split-sum config (PATH 2) only follows its decode config's launch; called on its own it
+    """A split-sum config only follows its decode config's launch; called on its own it
     would write ``out`` from an uninitialised workspace, so the launcher refuses it."""
     pytest.importorskip("triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -164,6 +165,8 @@ INTERPRET_SCRIPT = textwrap.dedent(
     """
     import torch
     from sparkpair_overlay.kernels import fp8_einsum as fe
+    from sparkpair_overlay.kernels.fp8_einsum_sm120 import tile as fe_tile
+    from sparkpair_overlay.kernels import fp8_einsum_configs as fec
     g = torch.Generator().manual_seed(0)
     T, G, D, R = 5, 2, 256, 512
     a = (torch.randn(G, T, R, generator=g) * 100).to(torch.float8_e4m3fn).transpose(0, 1)
@@ -190,8 +193,8 @@ INTERPRET_SCRIPT = textwrap.dedent(
         err = float((out.double() - ref).norm() / ref.norm())
         assert err < 1e-2, (name, err)
     assert torch.equal(outs["fp32"], outs["int32"]) and torch.equal(outs["fp32"], outs["e8m0"])
-    # The decode path (PATH 1: weight rows on the MMA's M side, 4 K blocks per CTA) with its
-    # split sum (PATH 2): R = 1024 is two K splits. PDL is off under the interpreter.
+    # The decode path (weight rows on the MMA's M side, 4 K blocks per CTA) with its
+    # split sum: R = 1024 is two K splits. PDL is off under the interpreter.
     R2 = 1024
     a2 = (torch.randn(G, T, R2, generator=g) * 100).to(torch.float8_e4m3fn).transpose(0, 1)
     w2 = (torch.randn(G, D, R2, generator=g) * 100).to(torch.float8_e4m3fn)
@@ -246,7 +249,7 @@ INTERPRET_SCRIPT = textwrap.dedent(
     sw_block = fe.decode_ue8m0(eb5)
     e_rows = eb5.repeat_interleave(128, 1)
     e_rows[1, 77, 3] += 3  # one row of one tile, one K block: 8x its block's scale
-    for cfg in ("t64_d128_s4_w8_bc", fe._cfg("bc_split", 16, 64, 4, 2, split_r=2, share_check=True)):
+    for cfg in ("t64_d128_s4_w8_bc", fec._cfg("bc_split", 16, 64, 4, 2, split_r=2, share_check=True)):
         o_block = torch.empty(T, G, D, dtype=torch.bfloat16)
         fe.fp8_einsum_with_config("bhr,hdr->bhd", (a5, sa5), (w5, sw_block), o_block, (1, 128, 128), cfg)
         o_rows = torch.empty(T, G, D, dtype=torch.bfloat16)
@@ -269,7 +272,7 @@ INTERPRET_SCRIPT = textwrap.dedent(
     @triton.jit
     def share_probe(sw_ptr, out_ptr, rows, lo, hi, BLOCK_D: tl.constexpr):
         offs = tl.arange(0, BLOCK_D)
-        share = fe._rows_share_scales(sw_ptr, offs * 4, 0, lo, hi, offs < rows, 1)
+        share = fe_tile._rows_share_scales(sw_ptr, offs * 4, 0, lo, hi, offs < rows, 1)
         tl.store(out_ptr, share.to(tl.int32))
 
     def probe(sw, rows=16, lo=0, hi=4):
@@ -290,6 +293,7 @@ INTERPRET_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(E8M0 is None, reason="torch has no float8_e8m0fnu")
 def test_kernel_under_triton_interpreter() -> None:
     pytest.importorskip("triton")
@@ -318,7 +322,7 @@ MX_SCRIPT = textwrap.dedent(
     T, G, D = 5, 2, 256
     # Every block-scaled config on the served layouts (per-row packed int32 with the MN-major
     # strides, the same read as block scales, fp32 block scales, e8m0 bytes): fp64-close, no
-    # output left unwritten. R = 1024 splits the decode tile's K in two (PATH 2 sums them).
+    # output left unwritten. R = 1024 splits the decode tile's K in two (the split sum adds them).
     cases = (("int32", (1, 1, 128)), ("int32-bcast", (1, 1, 128)), ("fp32", (1, 128, 128)),
              ("e8m0", (1, 1, 128)))
     names = [c.name for c in fe.FP8_EINSUM_MX_CONFIGS]
@@ -368,6 +372,7 @@ MX_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(E8M0 is None, reason="torch has no float8_e8m0fnu")
 def test_block_scaled_kernel_under_triton_interpreter() -> None:
     """The block-scaled path (``tl.dot_scaled`` on the served scale layouts, no copy) under
@@ -389,6 +394,6 @@ def test_gb10_plan_takes_the_block_scaled_path_for_prefill_only() -> None:
     for fp32 in (False, True):
         for t in (1024, 2048, 16384):
             cfg = fe.select_fp8_einsum_config(t, fp32)
-            assert cfg.kernel == fe.MX_KERNEL and cfg["PROMOTE"] and cfg["BLOCK_K"] == 128, (t, cfg.name)
+            assert fe.kernel_path(cfg) == "mx-tile" and cfg["BLOCK_K"] == 128, (t, cfg.name)
         for t in (1, 16, 36, 128, 1023):
-            assert fe.select_fp8_einsum_config(t, fp32).kernel != fe.MX_KERNEL, t
+            assert fe.select_fp8_einsum_config(t, fp32).kernel not in fe.MX_KERNELS, t

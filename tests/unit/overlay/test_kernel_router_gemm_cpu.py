@@ -221,6 +221,7 @@ INTERPRET_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_every_config_under_triton_interpreter() -> None:
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}

@@ -250,7 +250,7 @@ def test_every_default_config_is_a_candidate_the_probe_times_where_the_default_s
     for table in (FP8_EINSUM_PLAN_UE8M0, FP8_EINSUM_PLAN_FP32):
         lo = 1
         for hi, name in table:
-            span = fe.candidate_range(fe._CONFIGS_BY_NAME[name])
+            span = fe.candidate_range(fe.config_by_name(name))
             assert span is not None and span[0] <= lo and min(hi, 2048) <= span[1], (name, lo, hi, span)
             lo = hi + 1
 
