@@ -229,7 +229,8 @@ def collect_node(node: NodeSource, opts: Options, profile: Any = None) -> NodeFa
         except Exception as e:  # noqa: BLE001 - a broken record is a reason, not a crash
             f.why["preflight"] = f"preflight on {node.where()}: {type(e).__name__}: {e}"
     else:
-        r = node.run(["sparkpair", "preflight", "--facts-out", PREFLIGHT_OUT], 120)
+        cmd = f"mkdir -p {Path(PREFLIGHT_OUT).parent} && exec sparkpair preflight --facts-out {PREFLIGHT_OUT}"
+        r = node.run(["sh", "-c", cmd], 120)
         text = node.read(PREFLIGHT_OUT) if r.rc in (0, 1) else None
         try:
             f.preflight = json.loads(text) if text else None
@@ -344,7 +345,9 @@ def section_image(nodes: list[NodeFacts]) -> Section:
         s.state = "empty"
     s.data = {
         "nodes": rows,
-        "same_image": len({r["image_id"] for r in rows}) == 1 if len(rows) == 2 else None,
+        "same_image": (
+            len({r["image_id"] for r in rows}) == 1 if len(rows) == 2 and all(r["image_id"] for r in rows) else None
+        ),
     }
     return s
 
@@ -728,7 +731,7 @@ def section_health(opts: Options, profile: Any, deadline: float) -> Section:
         s.missing(f"the health suite did not finish within {left:.0f} s", all_of_it=True)
         return s
     report = box[0]
-    s.data = {"source": "suite", "report": json.loads(report.model_dump_json())}
+    s.data = {"source": "suite", "report": json.loads(report.to_json())}
     return s
 
 
