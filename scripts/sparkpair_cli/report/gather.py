@@ -343,11 +343,11 @@ def section_image(nodes: list[NodeFacts]) -> Section:
             )
     if not rows:
         s.state = "empty"
+    ids = [r["image_id"] for r in rows]
+    same_image = len(set(ids)) == 1 if len(ids) == 2 and all(ids) else None
     s.data = {
         "nodes": rows,
-        "same_image": (
-            len({r["image_id"] for r in rows}) == 1 if len(rows) == 2 and all(r["image_id"] for r in rows) else None
-        ),
+        "same_image": same_image,
     }
     return s
 
