@@ -371,9 +371,12 @@ def test_the_owners_report_of_the_pair_has_every_section_and_nothing_planted(
     sync token written into both containers' logs and a private host (the head's address: in its env,
     its log and the URLs) appear nowhere in it. About 1-2 minutes."""
     sim = pair
-    for svc in ("head", "worker"):  # into the container's own log, as a process in it would print them
+    for svc in ("head", "worker"):  # into the container's own log, as a process in it would print them;
+        # a line the log scanner reports as a warning (not fatal: the gateway's own watch reads it too),
+        # so its sample carries the planted values into the report's stability section
         line = (
-            f"planted Authorization: Bearer {PLANTED_KEY} SPARKPAIR_SYNC_TOKEN={PLANTED_SYNC} host {HEAD_IP}"
+            "Triton kernel JIT compilation during inference: planted Authorization: Bearer "
+            f"{PLANTED_KEY} SPARKPAIR_SYNC_TOKEN={PLANTED_SYNC} host {HEAD_IP}"
         )
         sh("docker", "exec", sim.name(svc), "sh", "-c", f"echo '{line}' > /proc/1/fd/1")
     out = tmp_path / "report.html"
@@ -419,11 +422,11 @@ def test_the_owners_report_of_the_pair_has_every_section_and_nothing_planted(
     assert health["readyz"]["status"] == 200 and health["report"]["body"]["checks"]
     assert secs["accuracy"]["data"]["asked"] >= 1
     assert secs["stability"]["data"]["status"] in ("pass", "fail") and secs["stability"]["data"]["containers"]
-    # The planted values reached the report's sources and were removed there.
-    text = (
-        json.dumps(secs["stability"]["data"]) + json.dumps(secs["env"]["data"]) + json.dumps(secs["summary"])
-    )
-    assert "<private-host>" in text
+    # The planted values reached the report (the stability section's samples, the env) and were removed.
+    stab = json.dumps(secs["stability"]["data"])
+    for mark in ("<redacted-api-key>", "<redacted-token>", "<private-host>"):
+        assert mark in stab, stab[:3000]
+    assert "<private-host>" in json.dumps(secs["env"]["data"])
 
 
 def engine_core_pid(sim: Sim) -> str:

@@ -3,7 +3,8 @@ accuracy set is asked greedy and the page is written in bounded time with every 
 container sections name what they could not read (this server is a process, not a pair of
 containers), and the GPU ones say so. The health suite is left out here (no --profile; the section
 names why): it has its own real-server tests, and the report's use of it is tested against the
-stand-in server (tests/unit/cli/test_report_fixture.py). About 1 minute."""
+stand-in server (tests/unit/cli/test_report_fixture.py). With --bench on a one-cell workload. About
+1-2 minutes."""
 
 from __future__ import annotations
 
@@ -22,12 +23,23 @@ def test_the_report_runs_end_to_end_against_the_real_cpu_server(vllm_server, tmp
     from sparkpair_cli.report.html import read_report_data
 
     out = tmp_path / "report.html"
+    # One benchmark cell (the quick workload cut to 1 user, 128 tokens in, 8 out): the --bench path,
+    # not a speed.
+    workload = tmp_path / "one-cell.yaml"
+    workload.write_text(
+        "name: one-cell\ndescription: one cell of the quick workload\nseed: 7\nrequests_per_user: 1\n"
+        "warmup_requests: 0\nmetrics_interval_s: 0.5\n"
+        "thinking_modes:\n  off: {chat_template_kwargs: {enable_thinking: false}}\n"
+        "sampling: {temperature: 1.0, top_p: 1.0}\n"
+        "grid: {context_tokens: [128], output_tokens: [8], concurrency: [1], thinking: [off]}\n"
+    )
     t0 = time.monotonic()
     r = subprocess.run(
         [sys.executable, "-m", "sparkpair_cli.main", "report", "--base-url", vllm_server.base_url,
          "--node", "head=sparkpair-report-absent-head", "--node",
          "worker=sparkpair-report-absent-worker", "--window", "0", "--time-limit", "120",
-         "--node-timeout", "30", "--out", str(out)],
+         "--node-timeout", "30", "--bench", "--bench-workload", str(workload), "--bench-timeout", "240",
+         "--out", str(out)],
         capture_output=True, text=True, timeout=400,
     )  # fmt: skip
     took = time.monotonic() - t0
@@ -46,4 +58,11 @@ def test_the_report_runs_end_to_end_against_the_real_cpu_server(vllm_server, tmp
     assert secs["image"]["state"] == "empty"
     assert any("sparkpair-report-absent-head" in w for w in secs["image"]["why"]), secs["image"]["why"]
     assert secs["gpu"]["state"] == "empty" and secs["gpu"]["why"]
-    assert took < 120 + 30 + 60
+    # The benchmark cell, with its provenance, beside the field's single-user figures.
+    bench = secs["bench"]
+    assert bench["state"] == "filled", bench["why"]
+    (cell,) = bench["data"]["result"]
+    assert cell["concurrency"] == 1 and cell["per_user_decode_tok_s"] and bench["data"]["provenance"]
+    assert any(f["concurrency"] == 1 for f in bench["data"]["reference"]["figures"])
+    assert "this pair beside the field" in out.read_text()
+    assert took < 120 + 30 + 240 + 60
