@@ -1,10 +1,12 @@
 """Observability helpers shared by the vllm_real and docker tiers: a real Prometheus (Debian's
 binary, scripts/ensure-prometheus.sh) running the shipped config against given targets, its
-query API, and headless Chromium (scripts/ensure-chromium.sh) screenshots of the status page.
+query API, and headless Chromium (scripts/ensure-chromium.sh) screenshots of the status page and the
+DOM it renders of a page (the owner's report).
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -117,6 +119,25 @@ def screenshot(url: str, png: Path) -> Any:
     )
     assert r.returncode == 0 and png.is_file(), r.stderr[-2000:]
     return Image.open(png).convert("RGB")
+
+
+def rendered_dom(url: str) -> str:
+    """The DOM headless Chromium holds after loading ``url`` and running its scripts (``--dump-dom``)."""
+    exe = shutil.which("chromium")
+    assert exe, "chromium is not installed: run scripts/ensure-chromium.sh"
+    r = subprocess.run(
+        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", url],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert r.returncode == 0 and r.stdout.strip(), r.stderr[-2000:]
+    return r.stdout
+
+
+def report_sections(dom: str) -> dict[str, str]:
+    """Section id -> state (filled/partial/empty) of an owner's report as the browser rendered it."""
+    return dict(re.findall(r'<section id="sec-([a-z]+)" data-state="(filled|partial|empty)"', dom))
 
 
 def badge_pixels(img: Any, hex_colour: str) -> int:

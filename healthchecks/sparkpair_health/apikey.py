@@ -28,7 +28,8 @@ import json
 import os
 import re
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -232,7 +233,92 @@ def _spellings(secret: str) -> _Spellings:
     return _Spellings(secret)
 
 
-def redact(obj: Any, key: SecretStr | None) -> Any:
+REDACTED_TOKEN = "<redacted-token>"
+"""What every removed piece of another secret (:attr:`Private.tokens`) is replaced by."""
+
+PRIVATE_HOST = "<private-host>"
+"""What every private hostname (:attr:`Private.hosts`) is replaced by."""
+
+OUTSIDE_PATH = "<path>"
+"""What an absolute path outside the run (:attr:`Private.run_root`) is replaced by."""
+
+PUBLIC_PATHS = (
+    "/proc/",
+    "/sys/",
+    "/dev/",
+    "/usr/",
+    "/opt/",
+    "/etc/",
+    "/bin/",
+    "/lib/",
+    "/run/secrets/",
+    "/var/lib/sparkpair/",
+    "/var/cache/sparkpair/",
+    "/models/",
+    "/tmp/sparkpair/",
+    "/v1/",
+    "/health",
+    "/metrics",
+    "/readyz",
+    "/livez",
+    "/report",
+    "/status",
+    "/version",
+    "/load",
+)
+"""Absolute paths :func:`redact` keeps under ``Private.run_root``: the system's, the image's own
+(compose.yaml's volumes and secrets: ``/var/lib/sparkpair``, ``/var/cache/sparkpair``, ``/models``,
+``/run/secrets``) and the HTTP routes of vLLM and the gateway. They say nothing about the owner's
+machine; every other absolute path (a home directory, a model cache on the host) may."""
+
+_ABS_PATH = re.compile(r"(?<![\w.:/~<>-])/(?:[\w.@+-]+/?)+")
+"""An absolute path in text: a ``/`` not inside a word, URL authority or another path."""
+
+
+@dataclass(frozen=True)
+class Private:
+    """What else :func:`redact` removes, beside the API key.
+
+    Attributes:
+        tokens: other secrets (the model-sync token ``SPARKPAIR_SYNC_TOKEN``, a Hugging Face
+            token): removed in every spelling, as the key is, by :data:`REDACTED_TOKEN`.
+        hosts: hostnames or addresses the owner lists as private (``sparkpair report
+            --private-host``): every occurrence, any case, becomes :data:`PRIVATE_HOST`.
+        run_root: with ``strip_paths``, the run's own folder: paths under it are shown relative
+            to it (``./x``); paths outside it and outside :data:`PUBLIC_PATHS` become
+            :data:`OUTSIDE_PATH`.
+        strip_paths: remove absolute paths outside the run (the report does; the gateway does not).
+    """
+
+    tokens: tuple[SecretStr, ...] = ()
+    hosts: tuple[str, ...] = ()
+    run_root: str = ""
+    strip_paths: bool = False
+
+
+def _replace_spans(text: str, spans: list[tuple[int, int]], mark: str) -> str:
+    if not spans:
+        return text
+    parts, at = [], 0
+    for a, b in spans:
+        parts += [text[at:a], mark]
+        at = b
+    return "".join([*parts, text[at:]])
+
+
+def _path_sub(root: str) -> Callable[[re.Match[str]], str]:
+    def sub(m: re.Match[str]) -> str:
+        path = m.group(0)
+        if root and (path == root or path.startswith(root + "/")):
+            return "." + path[len(root) :]
+        if any(path.startswith(p) or path + "/" == p for p in PUBLIC_PATHS):
+            return path
+        return OUTSIDE_PATH
+
+    return sub
+
+
+def redact(obj: Any, key: SecretStr | None, private: Private | None = None) -> Any:
     """Return ``obj`` (str, or nested dict/list/tuple of them, keys included) with the key removed.
 
     Each range of a string that shows the key -- a run of :data:`MIN_RUN` or more consecutive
@@ -240,22 +326,29 @@ def redact(obj: Any, key: SecretStr | None) -> Any:
     echo showing :data:`MASK_MIN_SHOWN` or more of its characters -- is replaced by
     ``<redacted-api-key>`` (overlapping and touching ranges as one), and so is every
     ``Bearer <token>`` (an echoed header, even one cut short, whatever the token). Applied
-    whether or not a key is configured (``key=None`` still removes ``Bearer`` tokens). Other
-    types are returned unchanged. This is the health package's one redaction.
+    whether or not a key is configured (``key=None`` still removes ``Bearer`` tokens). With
+    ``private`` (:class:`Private`), its tokens are removed the same way, its hosts and (with
+    ``strip_paths``) absolute paths outside the run as well. Other types are returned unchanged.
+    This is the health package's one redaction.
     """
     secret = key.get_secret_value() if key is not None else ""
     if isinstance(obj, str):
         if secret:
-            spans = _spellings(secret).spans(obj)
-            if spans:
-                parts, at = [], 0
-                for a, b in spans:
-                    parts += [obj[at:a], REDACTED]
-                    at = b
-                obj = "".join([*parts, obj[at:]])
-        return _BEARER.sub(lambda m: m.group(1) + REDACTED, obj)
+            obj = _replace_spans(obj, _spellings(secret).spans(obj), REDACTED)
+        if private is not None:
+            for tok in private.tokens:
+                value = tok.get_secret_value()
+                if value:
+                    obj = _replace_spans(obj, _spellings(value).spans(obj), REDACTED_TOKEN)
+        obj = _BEARER.sub(lambda m: m.group(1) + REDACTED, obj)
+        if private is not None:
+            for host in sorted((h for h in private.hosts if h), key=len, reverse=True):
+                obj = re.sub(re.escape(host), PRIVATE_HOST, obj, flags=re.IGNORECASE)
+            if private.strip_paths:
+                obj = _ABS_PATH.sub(_path_sub(private.run_root.rstrip("/")), obj)
+        return obj
     if isinstance(obj, dict):
-        return {redact(k, key): redact(v, key) for k, v in obj.items()}
+        return {redact(k, key, private): redact(v, key, private) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(redact(v, key) for v in obj)
+        return type(obj)(redact(v, key, private) for v in obj)
     return obj

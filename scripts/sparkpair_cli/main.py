@@ -29,6 +29,7 @@ from . import (
     cmd_plan,
     cmd_preflight,
     cmd_probe,
+    cmd_report,
 )
 
 app = typer.Typer(
@@ -54,6 +55,7 @@ COMMANDS = (
     cmd_inspect,
     cmd_cluster,
     cmd_model,
+    cmd_report,
 )
 """Every command module, in ``--help`` order; each registers its commands with ``register(app)``."""
 

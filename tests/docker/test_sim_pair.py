@@ -24,8 +24,10 @@ The executor is vLLM's multi-node ``mp`` (the only one: Ray was removed).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -356,6 +358,75 @@ def test_prometheus_scrapes_the_pair_and_the_status_page_shows_it_ready(
     assert (
         obslib.badge_pixels(img, COLOURS["ready"]) > 5000 and obslib.badge_pixels(img, COLOURS["fail"]) == 0
     )
+
+
+PLANTED_KEY, PLANTED_SYNC = "sk-simplanted-Rt5Yu7Io9Pa2", "sync-simplanted-Gh4Jk6Lz8X"
+
+
+def test_the_owners_report_of_the_pair_has_every_section_and_nothing_planted(
+    pair: Sim, tmp_path: Path
+) -> None:
+    """``sparkpair report`` pointed at the pair (both containers on this engine, the head's API, the
+    gateway) writes one page the browser renders with every section, in bounded time; an API key and a
+    sync token written into both containers' logs and a private host (the head's address: in its env,
+    its log and the URLs) appear nowhere in it. About 1-2 minutes."""
+    sim = pair
+    for svc in ("head", "worker"):  # into the container's own log, as a process in it would print them;
+        # a line the log scanner reports as a warning (not fatal: the gateway's own watch reads it too),
+        # so its sample carries the planted values into the report's stability section
+        line = (
+            "Triton kernel JIT compilation during inference: planted Authorization: Bearer "
+            f"{PLANTED_KEY} SPARKPAIR_SYNC_TOKEN={PLANTED_SYNC} host {HEAD_IP}"
+        )
+        sh("docker", "exec", sim.name(svc), "sh", "-c", f"echo '{line}' > /proc/1/fd/1")
+    out = tmp_path / "report.html"
+    env = {**os.environ, "SPARKPAIR_API_KEY": PLANTED_KEY, "SPARKPAIR_SYNC_TOKEN": PLANTED_SYNC}
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "sparkpair_cli.main", "report", "--node", f"head={sim.name('head')}",
+         "--node", f"worker={sim.name('worker')}", "--base-url", f"http://{HEAD_IP}:8000", "--gateway", GATEWAY,
+         "--private-host", HEAD_IP, "--window", "5", "--time-limit", "60", "--node-timeout", "120",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=420, env=env,
+    )  # fmt: skip
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    print(f"sparkpair report took {took:.0f} s: {r.stdout.strip()}")
+    assert took < 300, f"the report took {took:.0f} s; its bounds say node-timeout + time-limit + a minute"
+    page = out.read_text()
+    from sparkpair_health.apikey import spellings
+
+    assert not [s for x in (PLANTED_KEY, PLANTED_SYNC) for s in spellings(x) if len(s) >= 8 and s in page]
+    assert HEAD_IP not in page
+    states = obslib.report_sections(obslib.rendered_dom(out.as_uri()))
+    from sparkpair_cli.report.gather import NO_CUDA, SECTIONS
+    from sparkpair_cli.report.html import read_report_data
+
+    assert list(states) == [sid for sid, _ in SECTIONS], states
+    secs = {s["id"]: s for s in read_report_data(out)["sections"]}
+    # Both nodes read: the image and the vLLM inside it, the same image on both.
+    img = {n["node"]: n for n in secs["image"]["data"]["nodes"]}
+    assert set(img) == {"head", "worker"} and img["head"]["vllm"] and secs["image"]["data"]["same_image"]
+    assert img["head"]["cuda_device"] == NO_CUDA
+    # The GPU sections name the missing device; the env is there; preflight ran on both and compared.
+    assert secs["gpu"]["state"] == "empty" and all(NO_CUDA in w for w in secs["gpu"]["why"])
+    assert set(secs["env"]["data"]["nodes"]) == {"head", "worker"}
+    assert (
+        set(secs["preflight"]["data"]["nodes"]) == {"head", "worker"} and secs["preflight"]["data"]["compare"]
+    )
+    # The head's plan: its file and the line its vLLM processes logged.
+    kern = secs["kernels"]["data"]["nodes"]["head"]
+    assert kern["plan"]["schema"] == "sparkpair-kernel-plan/1" and kern["plan_lines"]
+    # The gateway's verdict with every check's evidence, the accuracy set asked, the stability watch.
+    health = secs["health"]["data"]
+    assert health["readyz"]["status"] == 200 and health["report"]["body"]["checks"]
+    assert secs["accuracy"]["data"]["asked"] >= 1
+    assert secs["stability"]["data"]["status"] in ("pass", "fail") and secs["stability"]["data"]["containers"]
+    # The planted values reached the report (the stability section's samples, the env) and were removed.
+    stab = json.dumps(secs["stability"]["data"])
+    for mark in ("<redacted-api-key>", "<redacted-token>", "<private-host>"):
+        assert mark in stab, stab[:3000]
+    assert "<private-host>" in json.dumps(secs["env"]["data"])
 
 
 def engine_core_pid(sim: Sim) -> str:

