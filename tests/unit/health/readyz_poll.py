@@ -15,17 +15,20 @@ def wait_readyz(url: str, code: int, timeout_s: float, what: str = "") -> tuple[
     seen, the send time of the last poll answered otherwise (0 when the first poll already
     answered ``code``). The gateway judges a poll when it handles it, at or after its send time,
     so an old answer to a poll sent past a bound proves the bound broken, while a slow answer
-    on a loaded machine (its arrival time) does not count against the gateway."""
+    on a loaded machine (its arrival time) does not count against the gateway. A gateway not
+    listening yet (a connection refused) counts as not ``code``."""
     t0 = time.monotonic()
     held = 0.0
     while True:
         sent = time.monotonic() - t0
-        r = httpx.get(url + "/readyz", timeout=5)
-        if r.status_code == code:
+        try:
+            r: httpx.Response | None = httpx.get(url + "/readyz", timeout=5)
+        except httpx.ConnectError:
+            r = None
+        if r is not None and r.status_code == code:
             return held, r
         held = sent
         if time.monotonic() - t0 > timeout_s:
-            raise AssertionError(
-                f"{what}: /readyz not {code} within {timeout_s} s; last {r.status_code} {r.text[:400]}"
-            )
+            last = "no answer (not listening)" if r is None else f"{r.status_code} {r.text[:400]}"
+            raise AssertionError(f"{what}: /readyz not {code} within {timeout_s} s; last {last}")
         time.sleep(0.05)

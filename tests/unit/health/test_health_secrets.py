@@ -28,8 +28,12 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
 from health_fault_server import FaultServer, key_echo_pieces  # noqa: E402
+from readyz_poll import wait_readyz  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
+READY_WAIT_S = 420.0
+"""Seconds a gateway subprocess may take to run the suite on the fault server and turn ready:
+~30 s alone, several times that while CI's other runs share the two cores."""
 KEY = '{"sk":"s3cr\\et-0042"}'
 SPELLINGS = (KEY, json.dumps(KEY)[1:-1], "s3cr")
 """The key, as JSON escapes it, and a piece of it that no output has any other reason to hold."""
@@ -158,14 +162,7 @@ def test_no_endpoint_file_or_stream_of_the_gateway_holds_the_key(tmp_path: Path)
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            t_end = time.monotonic() + 120
-            while time.monotonic() < t_end:
-                try:
-                    if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
+            wait_readyz(url, 200, READY_WAIT_S, "the gateway on the echoing server")
             srv.faults.add("chat_500")  # the canary now fails with an echoing 500
             time.sleep(1.5)
             for path in ("/readyz", "/report", "/metrics", "/livez"):
@@ -339,15 +336,7 @@ def test_no_output_of_the_gateway_holds_a_piece_of_a_key_echoed_in_every_way(tmp
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            t_end = time.monotonic() + 180
-            ready = False
-            while time.monotonic() < t_end and not ready:
-                try:
-                    ready = httpx.get(url + "/readyz", timeout=2).status_code == 200
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
-            assert ready, "the gateway never turned ready on the echoing server"
+            wait_readyz(url, 200, READY_WAIT_S, "the gateway on the echoing server")
             time.sleep(1.5)  # canaries, both ways, answered with the echo and judged right
             for path in ("/readyz", "/status", "/metrics"):
                 texts[f"{path} ready"] = httpx.get(url + path, timeout=10).text
