@@ -4,7 +4,13 @@
 #   docker build --platform linux/arm64 -t sparkpair:0.1.0 .
 #
 # Build args:
-#   VLLM_IMAGE_TAG          vllm/vllm-openai tag the overlay is verified against (v0.33.0)
+#   VLLM_IMAGE_TAG          vllm/vllm-openai tag (default v0.33.0: the release whose image's own packages
+#                           the stack tier ran). v0.34.0 is verified to patch too and builds with
+#                           --build-arg VLLM_IMAGE_TAG=v0.34.0; why it is not the default, and what to
+#                           check on it: docs/operations.md, "Upgrading vLLM". The build fails on a base
+#                           whose vLLM is not verified to patch (sparkpair_overlay.versions)
+#   SPARKPAIR_ALLOW_UNVERIFIED_VLLM  1 = build on such a base anyway (the node still refuses it on
+#                           GB10 unless the same variable is set at run time)
 #   TRITON_PTXAS_PATH       a ptxas that knows sm_121a (CUDA >= 12.9); Triton's bundled `ptxas`
 #                           does not (field bug B01) -- checked below, the build fails otherwise.
 #                           Triton >= 3.5 assembles sm_100+ with TRITON_PTXAS_BLACKWELL_PATH
@@ -22,6 +28,7 @@ ARG VLLM_IMAGE_TAG=v0.33.0
 FROM vllm/vllm-openai:${VLLM_IMAGE_TAG}
 
 ARG VLLM_IMAGE_TAG=v0.33.0
+ARG SPARKPAIR_ALLOW_UNVERIFIED_VLLM=0
 ARG TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas
 ARG SPARKPAIR_KERNEL_ARCHS=sm_121a
 ARG EXPECT_ARCH=aarch64
@@ -84,6 +91,13 @@ COPY scripts/ scripts/
 RUN python3 -m pip install --no-deps -e . \
  && python3 -c "import vllm, sparkpair_overlay, sparkpair_health, sparkpair_cli.main; print('sparkpair: vLLM', vllm.__version__)" \
  && python3 -c "import sparkpair_overlay as m; assert m.__file__.startswith('/opt/sparkpair/src/overlay/'), m.__file__"
+
+# The base's vLLM must be a release the overlay is verified to patch (its record says how far, and
+# which packages its test tier substituted); the plan GB10 would take here shows whether vLLM's DeepGEMM
+# finds the nvcc it needs (vLLM 0.34: >= 12.9, else wo_a stays 2-D and the default
+# --linear-backend auto is refused at construction).
+RUN python3 -c "import sys, vllm; from sparkpair_overlay.versions import is_verified, proof_line; print('sparkpair:', proof_line(vllm.__version__)); sys.exit(0 if is_verified(vllm.__version__) or '${SPARKPAIR_ALLOW_UNVERIFIED_VLLM}' == '1' else 'sparkpair: the base image vLLM ' + vllm.__version__ + ' is not verified to patch; wanted a release in sparkpair_overlay.versions.RELEASES (scripts/vllm-lane.sh proves one), or --build-arg SPARKPAIR_ALLOW_UNVERIFIED_VLLM=1')" \
+ && SPARKPAIR_FAKE_CAPABILITY=12.1 SPARKPAIR_ALLOW_UNVERIFIED_VLLM="${SPARKPAIR_ALLOW_UNVERIFIED_VLLM}" sparkpair plan
 
 # The Triton that compiles our kernels here and at run time is the base's (vLLM 0.33's torch
 # 2.14 requires triton~=3.8.0); the kernels are built and tested with the pin of pyproject.toml's

@@ -5,7 +5,8 @@
 # in .venv, the stack tier in .venv-stack (vLLM 0.33.0 wheel), and the soak tier in .venv (the
 # gateway over the real CPU vLLM under a load generator: ~6 minutes, started with the first runs
 # and beside them, never after them: tests/vllm_real/test_canary_soak.py). The gpu tier needs an
-# NVIDIA GPU and is run by hand on an H200 (see benchmarks/README.md).
+# NVIDIA GPU and is run by hand on an H200 (see benchmarks/README.md). The stack034 run is the stack
+# tier's version-dependent tests (marker per_version) on vLLM 0.34.0, in .venv-stack-0.34.0.
 #
 # The main, docker and stack runs share the machine two at a time: much of each is one busy
 # core (Triton compiles, mypy, the interpreter, a server starting) or waiting (containers, health
@@ -53,7 +54,7 @@ start() {
 finish() {
   wait -n || true
   local name
-  for name in main soak docker stack; do
+  for name in main soak docker stack stack034; do
     if [[ -f "$logs/$name.rc" && ! -f "$logs/$name.shown" ]]; then
       touch "$logs/$name.shown"
       echo "sparkpair: $(date +%H:%M:%S) the $name run ended (rc $(cat "$logs/$name.rc")); its log:"
@@ -66,7 +67,7 @@ finish() {
 # line of each unfinished run's log.
 (
   while sleep 300; do
-    for name in main soak docker stack; do
+    for name in main soak docker stack stack034; do
       if [[ -f "$logs/$name.log" && ! -f "$logs/$name.rc" ]]; then
         echo "sparkpair: $(date +%H:%M:%S) $name run: $(tail -c 300 "$logs/$name.log" | tr -d '\r' | tail -n 1)"
       fi
@@ -84,13 +85,22 @@ if [[ $docker_tier == 1 ]]; then
   finish
 fi
 start stack "$stack_py" -m pytest tests/stack -m stack --durations=10 -p no:cacheprovider
-while [[ $(find "$logs" -name '*.shown' | wc -l) -lt $((3 + docker_tier)) ]]; do
+# vLLM 0.34.0: the stack tier's version-dependent tests (marker per_version), in its own venv made
+# inside the run (hard links to .venv-stack plus its own pins: scripts/setup-stack.sh), started
+# when the next run ends.
+stack034() {
+  "$root/scripts/setup-stack.sh" --vllm 0.34.0 &&  # its failure names the package pip could not install
+    "$root/.venv-stack-0.34.0/bin/python" -m pytest tests/stack -m "stack and per_version" "$@"
+}
+finish
+start stack034 stack034 --durations=10 -p no:cacheprovider
+while [[ $(find "$logs" -name '*.shown' | wc -l) -lt $((4 + docker_tier)) ]]; do
   finish
 done
 kill "$progress" 2>/dev/null || true
 
 # One closing line for every run: "N passed, N failed, ..." summed, then each run's own.
-python3 - "$logs" $((SECONDS - t0)) main soak docker stack <<'PY'
+python3 - "$logs" $((SECONDS - t0)) main soak docker stack stack034 <<'PY'
 import re
 import sys
 from collections import Counter
@@ -112,7 +122,7 @@ order = ("failed", "error", "passed", "skipped", "xfailed", "xpassed")  # each r
 summary = ", ".join(f"{total[k]} {k}" for k in order if total[k]) or "no tests ran"
 print(f"==== {summary} in {wall:.2f}s ({'; '.join(parts)}) ====")
 PY
-for name in main soak docker stack; do
+for name in main soak docker stack stack034; do
   if [[ -f "$logs/$name.rc" && "$(cat "$logs/$name.rc")" != "0" ]]; then
     exit 1
   fi

@@ -15,6 +15,12 @@ preflight DeepGEMM check. It applies the precedence vLLM 0.33 itself applies (fa
    makes ``is_deep_gemm_supported()`` False, so vLLM's linears, MoE and mHC leave DeepGEMM;
    the DSv4 indexer still asks only ``has_deep_gemm()`` and keeps using it.
 
+5. vLLM 0.34 adds a condition (its ``is_deep_gemm_supported``): DeepGEMM counts as unsupported when
+   the ``nvcc`` its JIT would run is missing or older than 12.9, exactly as with
+   ``VLLM_USE_DEEP_GEMM=0``; :func:`deepgemm_unsupported` answers it for the running release, from
+   the release's record (:attr:`sparkpair_overlay.versions.Release.deepgemm_min_nvcc`), by finding
+   that ``nvcc`` as vLLM does (:func:`deepgemm_nvcc`).
+
 No torch or vLLM import is needed to call it, except the import of the candidate package
 itself (the vendored one imports ``vllm``). ``python -m sparkpair_overlay.deepgemm`` prints the
 answer as one JSON line (the preflight check runs it that way, so a recorded host tree can
@@ -256,6 +262,87 @@ def deepgemm_found(find_spec: Callable[[str], Any] = importlib.util.find_spec) -
         if found:
             return source, f"{module} {_version_from_text(file) or '?'}"
     return "none", None
+
+
+#: Where vLLM 0.34 looks for the CUDA toolkit when neither ``CUDA_HOME`` nor ``CUDA_PATH`` is set and
+#: no ``nvcc`` is on ``PATH`` (``utils/deep_gemm.py`` ``_DEFAULT_CUDA_HOME``).
+DEFAULT_CUDA_HOME = "/usr/local/cuda"
+_NVCC_RELEASE_RE = re.compile(r"release (\d+)\.(\d+)")
+
+
+def deepgemm_nvcc(environ: Mapping[str, str] | None = None) -> str | None:
+    """The ``nvcc`` DeepGEMM's JIT would run, found as vLLM 0.34 finds it, or ``None`` (missing).
+
+    vLLM 0.34.0 ``utils/deep_gemm.py`` ``_deep_gemm_nvcc_path``
+    (docs/reference/vllm-0.34.md#deepgemm-needs-nvcc):
+    the toolkit is ``CUDA_HOME``, else ``CUDA_PATH``, else the parent of the folder of the ``nvcc`` on
+    ``PATH``, else ``/usr/local/cuda``; a toolkit folder that does not exist means no ``nvcc``;
+    otherwise ``DG_JIT_NVCC_COMPILER`` (or ``DJ_JIT_NVCC_COMPILER``), else ``<toolkit>/bin/nvcc``,
+    looked up as an executable (``shutil.which``, with ``environ``'s ``PATH``).
+    """
+    import shutil
+
+    env = os.environ if environ is None else environ
+    path = env.get("PATH", os.defpath)
+    home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    if not home:
+        on_path = shutil.which("nvcc", path=path)
+        home = os.path.dirname(os.path.dirname(on_path)) if on_path else DEFAULT_CUDA_HOME
+    if not os.path.exists(home):
+        return None
+    nvcc = env.get("DG_JIT_NVCC_COMPILER", env.get("DJ_JIT_NVCC_COMPILER"))
+    nvcc = nvcc or os.path.join(home, "bin", "nvcc")
+    return shutil.which(nvcc, path=path)
+
+
+def nvcc_release(nvcc: str) -> tuple[int, int] | None:
+    """``(major, minor)`` from ``nvcc --version``'s ``release X.Y``, or ``None`` when it cannot run or
+    says no release (vLLM 0.34 ``_nvcc_version``: then it does not disable DeepGEMM)."""
+    import subprocess
+
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = _NVCC_RELEASE_RE.search(out)
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def nvcc_problem(min_release: tuple[int, int], environ: Mapping[str, str] | None = None) -> str | None:
+    """Why DeepGEMM's JIT has no usable ``nvcc`` (at least ``min_release``), or ``None``.
+
+    The message names what was looked at (``CUDA_HOME``, ``CUDA_PATH``, ``PATH``, ``/usr/local/cuda``)
+    or the ``nvcc`` found and its release.
+    """
+    want = f"{min_release[0]}.{min_release[1]}"
+    nvcc = deepgemm_nvcc(environ)
+    if nvcc is None:
+        return (f"no nvcc for DeepGEMM's JIT (looked at CUDA_HOME, CUDA_PATH, PATH and {DEFAULT_CUDA_HOME}; "
+                f"wanted nvcc >= {want})")
+    rel = nvcc_release(nvcc)
+    if rel is not None and rel < min_release:
+        return f"nvcc {rel[0]}.{rel[1]} at {nvcc} is older than the {want} DeepGEMM's JIT needs"
+    return None
+
+
+def deepgemm_unsupported(vllm_version: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why vLLM ``vllm_version`` reports DeepGEMM unsupported here although ``VLLM_USE_DEEP_GEMM`` is on
+    and a DeepGEMM is installed, or ``None``: the release's conditions beyond those two, from its
+    record (:func:`sparkpair_overlay.versions.facts_for`). vLLM 0.34: :func:`nvcc_problem` (12.9);
+    0.32 and 0.33 have no such condition.
+
+    The reason ends with which release applies it, so a refusal names it.
+    """
+    from .versions import facts_for, public_version
+
+    rec = facts_for(vllm_version)
+    if rec.deepgemm_min_nvcc is None:
+        return None
+    why = nvcc_problem(rec.deepgemm_min_nvcc, environ)
+    if why is None:
+        return None
+    who = rec.version if rec.version == public_version(vllm_version) else f"{vllm_version} (as {rec.version})"
+    return f"{why}: vLLM {who} then reports DeepGEMM unsupported"
 
 
 def exported_names(loc: DeepGemmLocation) -> frozenset[str]:

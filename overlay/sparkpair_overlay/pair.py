@@ -62,6 +62,7 @@ def serve_identity(plan: KernelPlan, switches: Switches | None) -> dict[str, str
             VLLM_USE_DEEP_GEMM=str(int(switches.use_deep_gemm)),
             VLLM_USE_DEEP_GEMM_E8M0=str(int(switches.use_deep_gemm_e8m0)),
             deepgemm=switches.deepgemm,
+            deepgemm_supported="no" if switches.deepgemm_unsupported else "yes",
         )
     for name in _COMPARED_SETTINGS:
         ident[name] = settings.get(name, "(unset)")

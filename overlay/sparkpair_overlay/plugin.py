@@ -97,20 +97,23 @@ def load_probe_results(path: str) -> tuple[ProbeResults | None, list[str]]:
         return None, [f"probe results unusable ({exc}); plan uses built-in defaults"]
 
 
-def plan_switches(env: Mapping[str, str], probe: ProbeResults | None) -> Switches:
+def plan_switches(env: Mapping[str, str], probe: ProbeResults | None, vllm_version: str) -> Switches:
     """The vLLM switches the plan assumes: ``VLLM_USE_DEEP_GEMM*`` from ``env`` (vLLM's parse), the
-    DeepGEMM vLLM will import (:func:`sparkpair_overlay.deepgemm.deepgemm_found`), and the probe's
-    ``--linear-backend`` (the node passes it to vLLM) or ``auto``. The construction check compares
-    them with what the model really gets.
+    DeepGEMM vLLM will import (:func:`sparkpair_overlay.deepgemm.deepgemm_found`), the release's own
+    conditions on it (vLLM 0.34: an ``nvcc`` >= 12.9 found with ``env``,
+    :func:`sparkpair_overlay.deepgemm.deepgemm_unsupported`), and the probe's ``--linear-backend``
+    (the node passes it to vLLM) or ``auto``. The construction check compares them with what the model
+    really gets.
 
     Raises:
         envs.EnvError: a ``VLLM_USE_DEEP_GEMM*`` value is not an integer.
     """
-    from .deepgemm import deepgemm_found
+    from .deepgemm import deepgemm_found, deepgemm_unsupported
 
     linear = probe.switches.linear_backend if probe is not None and probe.switches is not None else "auto"
     try:
-        return switches_from_env(env, linear_backend=linear, deepgemm=deepgemm_found()[0])
+        return switches_from_env(env, linear_backend=linear, deepgemm=deepgemm_found()[0],
+                                 deepgemm_unsupported=deepgemm_unsupported(vllm_version, env))
     except ValueError as exc:
         raise envs.EnvError(str(exc)) from None
 
@@ -148,7 +151,7 @@ def launch_problem(env: Mapping[str, str], args: Sequence[str], probe: ProbeResu
         return stop
     if capability_family(cap) != 120:
         return None
-    assumed = plan_switches(env, probe)
+    assumed = plan_switches(env, probe, version)
     plan = build_plan(
         vllm_version=version, version_verified=versions.is_verified(version), allow_unverified=allow,
         platform="cuda", capability=cap, router_mode=settings["SPARKPAIR_ROUTER"],
@@ -177,9 +180,11 @@ def make_plan(environ: dict[str, str] | None = None) -> KernelPlan:
     allow = bool(settings["SPARKPAIR_ALLOW_UNVERIFIED_VLLM"])
     platform, cap, source = device.detect(environ)
     probe, notes = load_probe_results(settings["SPARKPAIR_PROBE_RESULTS"])
+    # Which release the patches were proven on, and how far (versions.RELEASES): in the plan line and JSON.
+    notes = [*notes, versions.proof_line(version)]
     env = os.environ if environ is None else environ
     raw = {k: env.get(k) for k in envs.REGISTRY}
-    switches = plan_switches(env, probe)
+    switches = plan_switches(env, probe, version)
     kw: dict[str, Any] = dict(
         vllm_version=version, version_verified=verified, allow_unverified=allow, platform=platform,
         capability=cap, capability_source=source, router_mode=settings["SPARKPAIR_ROUTER"],

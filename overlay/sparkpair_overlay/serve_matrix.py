@@ -19,10 +19,12 @@ the refusals at model construction (:mod:`sparkpair_overlay.patches.o_proj`) are
 here; ``tests/stack/test_stack_serve_matrix.py`` runs one forward per layout it names through
 vLLM 0.33's own weight post-processing.
 
-The facts are vLLM 0.33.0's (the version the image ships, ``versions.VERIFIED_VLLM_VERSIONS``). A
-version whose facts differ (0.34 reports DeepGEMM unsupported without ``nvcc`` >= 12.9, which acts
-like ``VLLM_USE_DEEP_GEMM=0``) adds what changes as a field of :class:`Switches` the hook reads from
-that version, so one matrix keeps serving every verified version.
+The facts hold for every release the stack tier runs (0.33.0 and 0.34.0, ``versions.RELEASES``): the
+kernel lists, the post-processing and DeepGEMM's checks are the same in both. Where a release differs,
+the difference is a field of :class:`Switches` read from that release's record: vLLM 0.34 reports
+DeepGEMM unsupported without an ``nvcc`` >= 12.9 (:attr:`Switches.deepgemm_unsupported`), which acts
+like ``VLLM_USE_DEEP_GEMM=0``. How each release's attention reaches the o_proj (the smallest part
+that owns it, which the stack tier builds) is :attr:`sparkpair_overlay.versions.Release.o_proj_owner`.
 
 Pure: no torch, no vLLM.
 """
@@ -175,6 +177,10 @@ class Switches:
             ``none``, ``broken`` (a top-level one whose import raises).
         ckpt_scale: the checkpoint's FP8 linear scale dtype, ``e8m0`` (DeepSeek-V4-Flash) or
             ``fp32`` (DeepSeek-V4-Flash-Base); only 2-D layouts depend on it.
+        deepgemm_unsupported: why the running vLLM release reports DeepGEMM unsupported although
+            ``VLLM_USE_DEEP_GEMM`` is on and a DeepGEMM is found, or ``None`` (vLLM 0.34: no ``nvcc``
+            >= 12.9 for its JIT; :func:`sparkpair_overlay.deepgemm.deepgemm_unsupported`). vLLM then
+            leaves DeepGEMM exactly as with ``VLLM_USE_DEEP_GEMM=0``.
     """
 
     linear_backend: str = "auto"
@@ -182,12 +188,30 @@ class Switches:
     use_deep_gemm_e8m0: bool = True
     deepgemm: str = "vendored"
     ckpt_scale: str = "e8m0"
+    deepgemm_unsupported: str | None = None
+
+    @property
+    def deepgemm_on(self) -> bool:
+        """vLLM's ``is_deep_gemm_supported()`` on family 120: ``VLLM_USE_DEEP_GEMM``, a DeepGEMM found,
+        and no release condition against it (:attr:`deepgemm_unsupported`)."""
+        found = self.deepgemm in ("vendored", "external")
+        return self.use_deep_gemm and found and self.deepgemm_unsupported is None
+
+    def deepgemm_off_reason(self) -> str:
+        """Why :attr:`deepgemm_on` is False (the switch or fact that turns DeepGEMM off), and the way back."""
+        if not self.use_deep_gemm:
+            return "VLLM_USE_DEEP_GEMM=0"
+        if self.deepgemm not in ("vendored", "external"):
+            return "no DeepGEMM is installed"
+        return f"DeepGEMM unavailable ({self.deepgemm_unsupported})"
 
     def describe(self) -> str:
-        """``--linear-backend auto, VLLM_USE_DEEP_GEMM=1, VLLM_USE_DEEP_GEMM_E8M0=1, DeepGEMM vendored``."""
+        """``--linear-backend auto, VLLM_USE_DEEP_GEMM=1, VLLM_USE_DEEP_GEMM_E8M0=1, DeepGEMM vendored``
+        (and why vLLM reports DeepGEMM unsupported, when it does)."""
+        off = f" (unsupported: {self.deepgemm_unsupported})" if self.deepgemm_unsupported else ""
         return (
             f"--linear-backend {self.linear_backend}, VLLM_USE_DEEP_GEMM={int(self.use_deep_gemm)}, "
-            f"VLLM_USE_DEEP_GEMM_E8M0={int(self.use_deep_gemm_e8m0)}, DeepGEMM {self.deepgemm}"
+            f"VLLM_USE_DEEP_GEMM_E8M0={int(self.use_deep_gemm_e8m0)}, DeepGEMM {self.deepgemm}{off}"
         )
 
     def to_json(self) -> dict[str, object]:
@@ -198,6 +222,7 @@ class Switches:
             "VLLM_USE_DEEP_GEMM_E8M0": self.use_deep_gemm_e8m0,
             "deepgemm": self.deepgemm,
             "ckpt_scale": self.ckpt_scale,
+            "deepgemm_unsupported": self.deepgemm_unsupported,
         }
 
 
@@ -207,8 +232,10 @@ def switches_from_env(
     linear_backend: str = "auto",
     deepgemm: str = "vendored",
     ckpt_scale: str = "e8m0",
+    deepgemm_unsupported: str | None = None,
 ) -> Switches:
-    """:class:`Switches` from an environment as vLLM reads it (``bool(int(os.getenv(name, "1")))``).
+    """:class:`Switches` from an environment as vLLM reads it (``bool(int(os.getenv(name, "1")))``);
+    ``deepgemm_unsupported`` from :func:`sparkpair_overlay.deepgemm.deepgemm_unsupported`.
 
     Raises:
         ValueError: a ``VLLM_USE_DEEP_GEMM*`` value is not an integer, naming it (vLLM itself would
@@ -225,7 +252,12 @@ def switches_from_env(
             ) from None
 
     return Switches(
-        linear_backend, flag("VLLM_USE_DEEP_GEMM"), flag("VLLM_USE_DEEP_GEMM_E8M0"), deepgemm, ckpt_scale
+        linear_backend,
+        flag("VLLM_USE_DEEP_GEMM"),
+        flag("VLLM_USE_DEEP_GEMM_E8M0"),
+        deepgemm,
+        ckpt_scale,
+        deepgemm_unsupported,
     )
 
 
@@ -256,8 +288,13 @@ def linear_outcome(s: Switches) -> LinearOutcome:
     DeepGEMM's kernel reshapes the ``is_bmm`` layer to ``[G, D, R]``
     (docs/reference/vllm-code-paths.md#linear-backends).
     """
-    dg_found = s.deepgemm in ("vendored", "external")
-    dg_on = s.use_deep_gemm and dg_found
+    dg_on = s.deepgemm_on
+    # the way back to DeepGEMM's kernel, by what turned it off
+    back = (
+        "a CUDA toolkit whose nvcc vLLM finds for DeepGEMM (CUDA_HOME)"
+        if s.use_deep_gemm and s.deepgemm_unsupported is not None
+        else "VLLM_USE_DEEP_GEMM=1"
+    )
     if s.deepgemm == "broken":
         return LinearOutcome(
             None,
@@ -274,7 +311,8 @@ def linear_outcome(s: Switches) -> LinearOutcome:
         if dg_on:
             kernel = "DeepGemmFp8BlockScaledMMKernel"
         else:
-            why = "VLLM_USE_DEEP_GEMM=0" if not s.use_deep_gemm else "no DeepGEMM installed"
+            none = s.deepgemm == "none" and s.use_deep_gemm
+            why = "no DeepGEMM installed" if none else s.deepgemm_off_reason()
             return LinearOutcome(
                 None,
                 None,
@@ -286,7 +324,7 @@ def linear_outcome(s: Switches) -> LinearOutcome:
                     "wo_a so that the o_proj einsum cannot read it; wanted --linear-backend triton, cutlass "
                     "or "
                     "b12x named explicitly (wo_a then stays in its 2-D checkpoint layout, which sparkpair's "
-                    "o_proj kernel serves), or VLLM_USE_DEEP_GEMM=1"
+                    f"o_proj kernel serves), or {back}"
                 ),
             )
     if kernel in _NOT_ON_FAMILY_120:
@@ -302,13 +340,14 @@ def linear_outcome(s: Switches) -> LinearOutcome:
         )
     if kernel == "DeepGemmFp8BlockScaledMMKernel":
         if not dg_on:
-            why = "VLLM_USE_DEEP_GEMM=0" if not s.use_deep_gemm else "no DeepGEMM is installed"
+            why = s.deepgemm_off_reason()
+            way = "VLLM_USE_DEEP_GEMM=1 (unset)" if back == "VLLM_USE_DEEP_GEMM=1" else back
             return LinearOutcome(
                 kernel,
                 None,
                 (
                     f"--linear-backend deep_gemm with {why}: vLLM has no kernel left for the FP8 block "
-                    "linears and stops building the model; wanted VLLM_USE_DEEP_GEMM=1 (unset), or another "
+                    f"linears and stops building the model; wanted {way}, or another "
                     "--linear-backend (triton, cutlass, b12x)"
                 ),
             )
@@ -520,15 +559,25 @@ def o_proj_candidates_on(weight: str, deepgemm: str = "vendored") -> tuple[tuple
     )
 
 
+#: The reasons beyond the two switches a release may give for DeepGEMM being unsupported, as the
+#: matrix walks them: none, and vLLM 0.34's missing ``nvcc`` (an old one acts the same).
+DEEPGEMM_UNSUPPORTED: tuple[str | None, ...] = (
+    None,
+    "no nvcc for DeepGEMM's JIT: vLLM 0.34.0 then reports DeepGEMM unsupported",
+)
+
+
 def all_switches() -> Iterator[Switches]:
     """Every :class:`Switches` value the matrix distinguishes (each ``--linear-backend`` value, both
-    DeepGEMM flags, each DeepGEMM source, both checkpoint scale dtypes)."""
+    DeepGEMM flags, each DeepGEMM source, both checkpoint scale dtypes, each
+    :data:`DEEPGEMM_UNSUPPORTED`)."""
     for lb in LINEAR_BACKENDS:
         for dg in (True, False):
             for e8 in (True, False):
                 for src in DEEPGEMM_SOURCES:
                     for ck in ("e8m0", "fp32"):
-                        yield Switches(lb, dg, e8, src, ck)
+                        for off in DEEPGEMM_UNSUPPORTED:
+                            yield Switches(lb, dg, e8, src, ck, off)
 
 
 @dataclass(frozen=True)
@@ -571,6 +620,7 @@ __all__ = [
     "ACT_LAYOUTS",
     "DEEPGEMM_ACCEPTS",
     "DEEPGEMM_SOURCES",
+    "DEEPGEMM_UNSUPPORTED",
     "FP8_BLOCK_KERNEL",
     "LINEAR_BACKENDS",
     "O_PROJ_BACKENDS",

@@ -11,6 +11,7 @@ patched code. This module imports neither vLLM nor torch.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,6 +42,14 @@ RECIPE_CONSUMERS_OPTIONAL: tuple[str, ...] = (
 )
 GATE_LINEAR_MODULE = "vllm.model_executor.layers.fused_moe.router.gate_linear"
 CUSTOM_OP_MODULE = "vllm.model_executor.custom_op"
+# The DeepSeek-V4 attention modules whose ``_o_proj`` runs the grouped ``wo_a`` einsum, and vLLM 0.34's
+# grouped ``wo_a`` layer they call it through (docs/reference/vllm-0.34.md#o_proj-owner).
+O_PROJ_ATTENTION_MODULES: tuple[str, ...] = RECIPE_CONSUMERS_REQUIRED[1:]
+GROUPED_WO_A_MODULE = "vllm.models.deepseek_v4.common.grouped_wo_a"
+#: What vLLM's ``is_deep_gemm_supported`` may ask that the serve matrix models
+#: (:class:`sparkpair_overlay.serve_matrix.Switches`): the platform (family 120 is a DeepGEMM
+#: device), ``VLLM_USE_DEEP_GEMM``, an importable DeepGEMM, and (vLLM 0.34) an ``nvcc`` for its JIT.
+DEEPGEMM_CONDITIONS_MODELLED = frozenset({"support_deep_gemm", "VLLM_USE_DEEP_GEMM", "has_deep_gemm", "nvcc"})
 
 
 def module_path(module: str) -> str:
@@ -373,6 +382,126 @@ def _check_weight_post_processing(c: _Checker) -> None:
         c.ok(tgt)
 
 
+def _o_proj_methods(t: ast.AST) -> list[ast.FunctionDef]:
+    return [fn for node in ast.walk(t) if isinstance(node, ast.ClassDef)
+            for fn in node.body if isinstance(fn, ast.FunctionDef) and fn.name == "_o_proj"]
+
+
+def _calls_self_attr(fn: ast.AST, attr: str, method: str) -> bool:
+    for call in _calls(fn, method):
+        f = call.func
+        if (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and f.value.attr == attr
+                and isinstance(f.value.value, ast.Name) and f.value.value.id == "self"):
+            return True
+    return False
+
+
+def o_proj_owner(read: Reader) -> str | None:
+    """How DeepSeek-V4's attention reaches the o_proj einsum in this tree: ``deep_gemm_fp8_o_proj``
+    (every ``_o_proj`` of :data:`O_PROJ_ATTENTION_MODULES` calls it, 0.32/0.33) or
+    ``wo_a.grouped_forward`` (every one calls ``self.wo_a.grouped_forward``, whose
+    ``DeepseekV4GroupedWoA.grouped_forward`` in :data:`GROUPED_WO_A_MODULE` calls it, 0.34); ``None``
+    when neither holds for all of them (the names of
+    :data:`sparkpair_overlay.versions.O_PROJ_OWNER_FUNCTION` and ``O_PROJ_OWNER_GROUPED``)."""
+    kinds = set()
+    for module in O_PROJ_ATTENTION_MODULES:
+        text = read(module_path(module))
+        if text is None:
+            return None
+        methods = _o_proj_methods(ast.parse(text))
+        if not methods:
+            return None
+        for fn in methods:
+            if _calls(fn, "deep_gemm_fp8_o_proj"):
+                kinds.add("deep_gemm_fp8_o_proj")
+            elif _calls_self_attr(fn, "wo_a", "grouped_forward"):
+                kinds.add("wo_a.grouped_forward")
+            else:
+                return None
+    if kinds == {"wo_a.grouped_forward"}:
+        text = read(module_path(GROUPED_WO_A_MODULE))
+        fwd = None if text is None else _find_def(ast.parse(text), "grouped_forward", "DeepseekV4GroupedWoA")
+        if fwd is None or not _calls(fwd, "deep_gemm_fp8_o_proj"):
+            return None
+    return next(iter(kinds)) if len(kinds) == 1 else None
+
+
+def _check_o_proj_owner(c: _Checker) -> None:
+    tgt = ("DeepSeek-V4 attention _o_proj reaches o_proj.deep_gemm_fp8_o_proj (directly, or through "
+           "wo_a.grouped_forward)")
+    if o_proj_owner(c.read) is None:
+        c.fail(tgt, O_PROJ_ATTENTION_MODULES[-1], "an _o_proj calls neither deep_gemm_fp8_o_proj nor a "
+               "wo_a.grouped_forward that calls it")
+    else:
+        c.ok(tgt)
+
+
+def _supported_fn(read: Reader) -> ast.FunctionDef | None:
+    text = read(module_path(FP8_EINSUM_SOURCE))
+    return None if text is None else _find_def(ast.parse(text), "is_deep_gemm_supported")
+
+
+def deepgemm_conditions(read: Reader) -> tuple[frozenset[str], tuple[int, int] | None]:
+    """What ``vllm.utils.deep_gemm.is_deep_gemm_supported`` asks in this tree, and the oldest ``nvcc``
+    it accepts: the functions it calls and the ``envs`` flags it reads (its ``nvcc`` helpers counted as
+    ``nvcc``; logging left out), and the ``(major, minor)`` tuple it compares an ``nvcc`` release with
+    (``None`` when it has none). Empty set when the function is missing."""
+    fn = _supported_fn(read)
+    if fn is None:
+        return frozenset(), None
+    names: set[str] = set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call):
+            f = n.func
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "logger":
+                continue
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            names.add("nvcc" if "nvcc" in name else name)
+        elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "envs":
+            names.add(n.attr)
+    minimum = None
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Compare):
+            for side in (n.left, *n.comparators):
+                if (isinstance(side, ast.Tuple) and len(side.elts) == 2
+                        and all(isinstance(e, ast.Constant) and isinstance(e.value, int) for e in side.elts)):
+                    minimum = (side.elts[0].value, side.elts[1].value)  # type: ignore[attr-defined]
+    return frozenset(names - {""}), minimum
+
+
+def _check_deepgemm_conditions(c: _Checker) -> None:
+    tgt = "utils.deep_gemm.is_deep_gemm_supported asks only what the serve matrix models"
+    names, _ = deepgemm_conditions(c.read)
+    if not names:
+        c.fail(tgt, FP8_EINSUM_SOURCE, "is_deep_gemm_supported not found")
+    elif not (names <= DEEPGEMM_CONDITIONS_MODELLED and {"support_deep_gemm", "VLLM_USE_DEEP_GEMM"} <= names):
+        c.fail(tgt, FP8_EINSUM_SOURCE, f"it asks {sorted(names)}; the matrix models "
+               f"{sorted(DEEPGEMM_CONDITIONS_MODELLED)}")
+    else:
+        c.ok(tgt)
+
+
+def router_capability_gates(read: Reader) -> frozenset[str]:
+    """The device-capability predicates ``gate_linear.py`` gates its GEMM tiers on, as written
+    (``is_device_capability((9, 0))``, ``is_device_capability_family(100)``): the upgrade lane reads a
+    family-120 tier from them (:func:`router_family_120_tier`)."""
+    text = read(module_path(GATE_LINEAR_MODULE))
+    if text is None:
+        return frozenset()
+    out = set()
+    for call in ast.walk(ast.parse(text)):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and (
+                "capability" in call.func.attr):
+            out.add(f"{call.func.attr}({', '.join(ast.unparse(a) for a in call.args)})")
+    return frozenset(out)
+
+
+def router_family_120_tier(read: Reader) -> bool:
+    """``gate_linear.py`` gates a tier on family 120 (capability 12.x): ``is_device_capability_family(120)``,
+    ``is_device_capability((12, ...))`` or ``has_device_capability(120)``-style predicates."""
+    return any(re.search(r"\(\(?12[0-9]?\b", g) for g in router_capability_gates(read))
+
+
 def check_source(read: Reader) -> tuple[list[str], list[Finding]]:
     """Check every patch target against one vLLM source tree.
 
@@ -399,6 +528,8 @@ def check_source(read: Reader) -> tuple[list[str], list[Finding]]:
             _check_recipe_consumer(c, mod, True)
     for mod in RECIPE_CONSUMERS_OPTIONAL:
         _check_recipe_consumer(c, mod, False)
+    _check_o_proj_owner(c)
+    _check_deepgemm_conditions(c)
     _check_plugins(c)
     _check_platform(c)
     _check_weight_post_processing(c)

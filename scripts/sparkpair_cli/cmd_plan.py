@@ -1,5 +1,7 @@
 # ruff: noqa: B008  (typer declares options as argument defaults)
-"""``sparkpair plan``: show the overlay's kernel plan for this machine, or a plan JSON file.
+"""``sparkpair plan``: show the overlay's kernel plan for this machine, or a plan JSON file, and the
+vLLM release it is for with how far that release is proven (verified to patch, verified to serve on
+family 120: ``sparkpair_overlay.versions``).
 
 Without ``--file``, it makes the plan exactly as the plugin would in a vLLM process here
 (same ``SPARKPAIR_*`` settings, probe results, version guard and kernel imports), but
@@ -79,7 +81,13 @@ def register(app: typer.Typer) -> None:
         if kplan.switches is not None:
             console.print(f"vLLM switches assumed: {kplan.switches.describe()} (checked again when vLLM "
                           "builds DeepSeek-V4's attention)", soft_wrap=True)
+        from sparkpair_overlay.versions import proof_line
+
+        proof = proof_line(kplan.vllm_version)
         for note in kplan.notes:
-            console.print(f"[yellow]note:[/yellow] {note}", soft_wrap=True)
+            if note != proof:
+                console.print(f"[yellow]note:[/yellow] {note}", soft_wrap=True)
+        # Which vLLM release the patches were proven on, and how far (sparkpair_overlay.versions.RELEASES).
+        console.print(f"proven: {proof}", soft_wrap=True)
         if not kplan.version_verified:
             console.print(f"[red]vLLM {kplan.vllm_version} is not a verified version[/red]")

@@ -9,13 +9,12 @@ on top of it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dockerlib import REPO, STANDIN_TAG, sh
+from dockerlib import REPO, STANDIN_TAG, context_hash, sh
 
 
 @pytest.fixture(scope="session")
@@ -37,26 +36,11 @@ def standin_image(docker_engine: None) -> str:
     return f"vllm/vllm-openai:{STANDIN_TAG}"
 
 
-def _context_hash() -> str:
-    h = hashlib.sha256()
-    for top in ("Dockerfile", "pyproject.toml", "README.md", "overlay", "healthchecks", "scripts", "configs"):
-        p = REPO / top
-        files = (
-            [p]
-            if p.is_file()
-            else sorted(x for x in p.rglob("*") if x.is_file() and "__pycache__" not in x.parts)
-        )
-        for f in files:
-            h.update(str(f.relative_to(REPO)).encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:12]
-
-
 @pytest.fixture(scope="session")
 def sparkpair_image(standin_image: str) -> str:
     """The sparkpair image from the real Dockerfile, FROM the stand-in (x86_64 here), with the
     AOT kernel build for sm_121a (CUDA 12.9's ptxas in the stand-in)."""
-    tag = f"sparkpair:sim-{_context_hash()}"
+    tag = f"sparkpair:sim-{context_hash()}"
     if sh("docker", "image", "inspect", tag, check=False).returncode != 0:
         sh("docker", "build", "-q", "-t", tag,
            "--build-arg", f"VLLM_IMAGE_TAG={STANDIN_TAG}", "--build-arg", f"EXPECT_ARCH={os.uname().machine}",

@@ -34,3 +34,20 @@ def sh(*argv: str, timeout: float = 1800, check: bool = True, **kw) -> subproces
 
 
 STANDIN_TAG = _standin_tag()
+
+
+def context_hash() -> str:
+    """12 hex digits of the image's build context (what the Dockerfile copies): the sparkpair image
+    is rebuilt when any of it changes, and reused otherwise."""
+    h = hashlib.sha256()
+    for top in ("Dockerfile", "pyproject.toml", "README.md", "overlay", "healthchecks", "scripts", "configs"):
+        p = REPO / top
+        files = (
+            [p]
+            if p.is_file()
+            else sorted(x for x in p.rglob("*") if x.is_file() and "__pycache__" not in x.parts)
+        )
+        for f in files:
+            h.update(str(f.relative_to(REPO)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:12]

@@ -15,10 +15,76 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-#: The vLLM version this tier runs (the image's; ``Dockerfile`` ``VLLM_IMAGE_TAG``).
-STACK_VLLM_VERSION = "0.33.0"
+#: The vLLM releases this tier runs, one venv each (scripts/setup-stack.sh --list): exactly the
+#: releases with a ``scripts/stack-requirements-<version>.txt``.
+STACK_VLLM_VERSIONS = tuple(sorted(
+    (p.name[len("stack-requirements-"):-len(".txt")]
+     for p in (REPO / "scripts").glob("stack-requirements-*.txt")),
+    key=lambda v: tuple(int(x) for x in v.split("."))))
 #: This checkout's import roots (one package per folder, DESIGN.md).
 SOURCE_ROOTS = (REPO / "overlay", REPO / "healthchecks", REPO / "scripts")
+
+
+def installed_vllm() -> str | None:
+    """The ``vllm`` distribution's version in this interpreter's environment, or ``None``."""
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def installed_substitutes() -> list:
+    """Every package installed at a version the ``vllm`` wheel's ``Requires-Dist`` does not accept, as
+    :class:`sparkpair_overlay.versions.Substitute` (``why`` left empty). Requirements of extras, of
+    other platforms, and packages not installed at all (CUDA-only kernel libraries and media packages
+    this CPU tier never imports) are not substitutes.
+    """
+    from packaging.requirements import Requirement
+    from sparkpair_overlay.versions import Substitute
+
+    out = []
+    for text in importlib.metadata.requires("vllm") or []:
+        req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        try:
+            have = importlib.metadata.version(req.name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if not req.specifier.contains(have, prereleases=True):
+            out.append(Substitute(req.name, str(req.specifier), have))
+    return out
+
+
+#: Names this tier calls that a release renamed: release -> {0.33.0's name: the release's}.
+#: (vLLM 0.34.0 made ``flashinfer_sparse.py``'s private helpers public.)
+RENAMED: dict[str, dict[str, str]] = {
+    "0.34.0": {
+        "_pad_to_supported_q_heads": "pad_to_supported_q_heads",
+        "_required_sm120_sparse_topk": "required_sm120_sparse_topk",
+    },
+}
+
+
+def upstream_name(name: str) -> str:
+    """``name`` (as vLLM 0.33.0 spells it) as the installed release spells it (:data:`RENAMED`)."""
+    return RENAMED.get(str(installed_vllm()), {}).get(name, name)
+
+
+def image_cuda_home() -> Path | None:
+    """The CUDA toolkit folder of this venv's ``nvidia-cuda-nvcc`` wheel (``nvidia/cu13``, whose
+    ``bin/nvcc`` is a real nvcc 13.0: a toolkit new enough for DeepGEMM's JIT, as the image's), or
+    ``None`` when the release's requirements do not install it."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("nvidia.cu13")
+    except ModuleNotFoundError:  # no ``nvidia`` namespace package at all
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    home = Path(next(iter(spec.submodule_search_locations)))
+    return home if (home / "bin" / "nvcc").is_file() else None
 
 
 def plugin_entry_point() -> tuple[str, str]:

@@ -1,12 +1,13 @@
-"""vLLM 0.33's OpenAI server takes its API key from ``VLLM_API_KEY`` in the environment,
-the way ``sparkpair node run`` hands it over (never on the command line).
+"""vLLM's OpenAI server (each release the stack tier runs: 0.33, 0.34) takes its API key from
+``VLLM_API_KEY`` in the environment, the way ``sparkpair node run`` hands it over (never on the
+command line).
 
-Runs 0.33's own code: the frontend half of the server's argument parser (``FrontendArgs``,
+Runs the release's own code: the frontend half of the server's argument parser (``FrontendArgs``,
 which owns ``--api-key``; the engine half cannot build on a machine with no device) parsed
-with no ``--api-key``, then ``init_entrypoints_middleware`` -- the function 0.33's
+with no ``--api-key``, then ``init_entrypoints_middleware`` -- the function its
 ``build_app`` calls to install the authentication middleware from ``vllm.envs.VLLM_API_KEY``
 -- and requests through the app: 401 without the key, through with it, ``/health`` open.
-A real 0.33 server cannot start on a CPU machine (no CPU build), so the app runs in-process;
+A real 0.33/0.34 server cannot start on a CPU machine (no CPU build), so the app runs in-process;
 tests/vllm_real/test_api_key_server.py starts the real 0.32 server through the node's path.
 Background: docs/reference/node-env.md, "vLLM's server API key".
 """
@@ -21,7 +22,7 @@ KEY = "sk-stack-key-7d1e"
 
 
 def make_app():  # type: ignore[no-untyped-def]
-    """A FastAPI app with 0.33's middleware installed from its default frontend args."""
+    """A FastAPI app with the release's middleware installed from its default frontend args."""
     from fastapi import FastAPI
     from vllm.entrypoints.common.cli_args import FrontendArgs
     from vllm.entrypoints.serve.middleware.register import init_entrypoints_middleware
@@ -36,14 +37,7 @@ def make_app():  # type: ignore[no-untyped-def]
     return app
 
 
-@pytest.fixture(autouse=True)
-def _vllm_033() -> None:
-    vllm = pytest.importorskip("vllm")
-    if not vllm.__version__.startswith("0.33."):
-        pytest.skip(f"stack tier: wants vLLM 0.33, this venv has {vllm.__version__}")
-
-
-def test_vllm_033_guards_v1_with_the_key_from_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_vllm_guards_v1_with_the_key_from_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     from starlette.testclient import TestClient
 
     monkeypatch.setenv("VLLM_API_KEY", KEY)
@@ -57,7 +51,7 @@ def test_vllm_033_guards_v1_with_the_key_from_its_environment(monkeypatch: pytes
     assert c.get("/health").status_code == 200  # liveness stays open, as vLLM defines it
 
 
-def test_without_the_variable_vllm_033_serves_v1_open(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_variable_vllm_serves_v1_open(monkeypatch: pytest.MonkeyPatch) -> None:
     # The same app with VLLM_API_KEY unset: the 401 above comes from the variable alone.
     from starlette.testclient import TestClient
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.per_version]
 
 from sparkpair_health.logscan import CATALOGUE, scan_lines  # noqa: E402
 

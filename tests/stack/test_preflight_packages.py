@@ -21,8 +21,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import stacklib
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.per_version]
 
 flashinfer = pytest.importorskip("flashinfer")
 triton = pytest.importorskip("triton")
@@ -44,10 +45,21 @@ def _run(check: str, profile: str = "deepseek-v4-flash") -> Result:
     return rep.results[-1]
 
 
-def test_the_stack_has_the_flashinfer_the_image_pins() -> None:
-    from importlib.metadata import version
+def test_the_stack_has_the_flashinfer_the_release_pins_or_its_named_substitute() -> None:
+    """vLLM 0.33.0: the 0.7.2.post1 it pins (the image's); 0.34.0: 0.7.4 for the 0.7.3 it pins, which the
+    registry lacks, named in the release's record."""
+    from importlib.metadata import requires, version
 
-    assert version("flashinfer-python") == "0.7.2.post1"
+    from packaging.requirements import Requirement
+    from sparkpair_overlay.versions import release
+
+    have = version("flashinfer-python")
+    asked = next(Requirement(r) for r in requires("vllm") or [] if Requirement(r).name == "flashinfer-python")
+    rec = release(str(stacklib.installed_vllm()))
+    assert rec is not None
+    named = {(s.package, s.asked, s.used) for s in rec.substitutes}
+    assert asked.specifier.contains(have) or ("flashinfer-python", str(asked.specifier), have) in named, (
+        have, str(asked.specifier), rec.substitutes)
 
 
 def test_flashinfer_0_7_2_envelope_iterates_without_the_pair_vllm_asks() -> None:
@@ -58,12 +70,15 @@ def test_flashinfer_0_7_2_envelope_iterates_without_the_pair_vllm_asks() -> None
     assert (32, 128) in table
 
 
-def test_the_pair_asked_is_the_pair_vllm_0_33_asks_at_tp2() -> None:
+def test_the_pair_asked_is_the_pair_vllm_asks_at_tp2() -> None:
+    """vLLM's own padding of the local query heads (0.33 ``_pad_to_supported_q_heads``, 0.34
+    ``pad_to_supported_q_heads``)."""
     from vllm.models.deepseek_v4.nvidia import flashinfer_sparse as fs
 
     heads_per_rank = toolchain.DSV4_DECODE_HEADS // 2
+    pad = getattr(fs, stacklib.upstream_name("_pad_to_supported_q_heads"))
     assert toolchain.dsv4_decode_pair(2) == (
-        fs._pad_to_supported_q_heads(heads_per_rank),
+        pad(heads_per_rank),
         toolchain.DSV4_DECODE_TOPK,
     )
     assert toolchain.dsv4_decode_pair(2) == (32, 128)

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from sparkpair_health.checks.speculation import parse_spec_counters
 from sparkpair_health.profile import load_profile
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.per_version]
 
 PARSE = r"""
 import json, sys
@@ -105,21 +105,34 @@ def test_vllm_033_exports_the_speculation_counters_the_checks_and_the_bench_read
 
 
 def _capture_sizes(compilation_config: str, max_size: int) -> tuple[list[int], int]:
-    """The capture sizes vLLM 0.33's own ``VllmConfig._set_cudagraph_sizes`` settles on for the
+    """The capture sizes the release's own ``VllmConfig._set_cudagraph_sizes`` settles on for the
     profile's 6 sequences x (5 + 1) tokens (the rest of VllmConfig is not needed by it)."""
-    from types import SimpleNamespace
+    from types import MethodType, SimpleNamespace
 
     from vllm.config import VllmConfig
     from vllm.config.compilation import CompilationConfig
 
     cc = CompilationConfig(**json.loads(compilation_config), max_cudagraph_capture_size=max_size)
-    cfg = SimpleNamespace(
+
+    class _Config(SimpleNamespace):
+        """The fields set here; any other name is VllmConfig's own method or property, on these
+        fields (vLLM 0.34's ``_set_cudagraph_sizes`` calls ``get_decode_cudagraph_query_lens`` and
+        ``_split_cudagraph_capture_sizes``, which 0.33's did not have)."""
+
+        def __getattr__(self, name: str) -> object:
+            attr = getattr(VllmConfig, name)
+            if isinstance(attr, property) and attr.fget is not None:
+                return attr.fget(self)
+            return MethodType(attr, self) if callable(attr) else attr
+
+    cfg = _Config(
         model_config=SimpleNamespace(enforce_eager=False),
         compilation_config=cc,
         scheduler_config=SimpleNamespace(max_num_seqs=6, max_num_batched_tokens=8192),
         speculative_config=None,
         uniform_decode_query_len=6,
         performance_mode="balanced",
+        num_speculative_tokens=5,
     )
     VllmConfig._set_cudagraph_sizes(cfg)  # type: ignore[arg-type]
     return list(cc.cudagraph_capture_sizes), int(cc.max_cudagraph_capture_size)

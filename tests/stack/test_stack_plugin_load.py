@@ -25,7 +25,7 @@ import json
 import pytest
 import stacklib
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.per_version]
 
 DRIVER = r'''
 import importlib, json, os, sys, types
@@ -225,7 +225,8 @@ def test_family_120_binds_every_patched_name_to_the_overlay(cases, order, cap):
     else:
         assert r["imported_before_plugins"] == []
     plan = r["plan"]
-    assert plan["vllm_version"] == "0.33.0" and plan["version_verified"]
+    assert plan["vllm_version"] == stacklib.installed_vllm() and plan["version_verified"]
+    assert f"vLLM {stacklib.installed_vllm()}: verified to patch (stack tier" in plan["notes"][-1]
     assert plan["capability"] == list(cap) and plan["o_proj"]["label"] == "triton(1,1,128)"
     # fp8_einsum: one dispatcher in every consumer module, wrapping vLLM's own function (the very
     # object the module held before the plugin ran, in the spawn order).

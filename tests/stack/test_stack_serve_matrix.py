@@ -33,11 +33,14 @@ result. The platform answers are GB10's: ``support_deep_gemm()`` (family 120) an
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 
 import pytest
 import stacklib
+from sparkpair_overlay.deepgemm import deepgemm_unsupported
 from sparkpair_overlay.serve_matrix import (
+    DEEPGEMM_UNSUPPORTED,
     LINEAR_BACKENDS,
     RECIPE_SM90,
     RECIPE_SM100,
@@ -46,8 +49,9 @@ from sparkpair_overlay.serve_matrix import (
     linear_outcome,
     serve_verdict,
 )
+from sparkpair_overlay.versions import release
 
-pytestmark = [pytest.mark.stack, pytest.mark.slow]
+pytestmark = [pytest.mark.stack, pytest.mark.per_version, pytest.mark.slow]
 
 DRIVER = r'''
 import importlib, json, os, sys, tempfile, traceback
@@ -129,8 +133,18 @@ class HideVendoredDeepGemm:  # "no DeepGEMM installed": find_spec of vLLM's copy
         return None
 hider = HideVendoredDeepGemm()
 
+OWNER = setup["o_proj_owner"]
 def build_wo_a():
-    layer = torch.nn.Module()
+    """The smallest part that owns the o_proj in this release: a bare module handed to
+    deep_gemm_fp8_o_proj (0.33), or 0.34's DeepseekV4GroupedWoA itself (its grouped_forward runs it)."""
+    if OWNER == "wo_a.grouped_forward":
+        from vllm.models.deepseek_v4.common.grouped_wo_a import DeepseekV4GroupedWoA
+        layer = DeepseekV4GroupedWoA(R, G * D, n_groups=G, bias=False, quant_config=None, return_bias=False,
+                                     prefix="layers.0.attn.wo_a")
+        del layer.weight  # its unquantized weight, replaced by the FP8 parameters Fp8LinearMethod creates
+        assert layer.n_local_groups == G
+    else:
+        layer = torch.nn.Module()
     layer.register_parameter("weight", create_fp8_weight_parameter(G * D, R, lambda *a: None))
     layer.register_parameter("weight_scale_inv", create_fp8_scale_parameter(
         BlockQuantScaleParameter, [G * D], R, [128, 128], lambda *a: None, scale_dtype=torch.float8_e8m0fnu))
@@ -146,6 +160,7 @@ def build_kernel(kernel_name):
         kernel.use_deep_gemm_e8m0 = dg.is_deep_gemm_e8m0_used()
     return kernel
 
+BASE_CUDA_HOME = os.environ.get("CUDA_HOME", "")
 BASE_ENV = {k: v for k, v in os.environ.items()
             if not k.startswith("SPARKPAIR_") and not k.startswith("VLLM_USE_DEEP_GEMM")}
 results = []
@@ -155,8 +170,9 @@ for case in setup["cases"]:
     handed.clear(); reached.clear()
     env = dict(BASE_ENV)
     env.update(case["env"], SPARKPAIR_FAKE_CAPABILITY="12.1", SPARKPAIR_PLAN_PATH="")
-    for k in ("VLLM_USE_DEEP_GEMM", "VLLM_USE_DEEP_GEMM_E8M0"):
-        os.environ[k] = env.get(k, "1")
+    for k in ("VLLM_USE_DEEP_GEMM", "VLLM_USE_DEEP_GEMM_E8M0", "CUDA_HOME"):
+        if k in env or k.startswith("VLLM_"):
+            os.environ[k] = env.get(k, "1")
     if case.get("external"):
         sys.path.insert(0, ext_dir)
     if case.get("no_deepgemm"):
@@ -174,6 +190,8 @@ for case in setup["cases"]:
             o_proj_patch.restore(); pair.reset()
             plan = plugin._apply_patches(plugin.make_plan(env))
             rec["plan"] = plan.o_proj.label
+            rec["vllm_deepgemm_supported"] = bool(dg.is_deep_gemm_supported())  # this release's own answer
+            rec["overlay_switches"] = o_proj_patch.served_switches(case["linear"])[0].to_json()
             layer = build_wo_a()
             try:
                 recipe, tma = fis.compute_fp8_einsum_recipe()
@@ -204,10 +222,13 @@ for case in setup["cases"]:
                 seen["quant"] = res
                 return res
             op.fused_inv_rope_fp8_quant = quant_rec
+            shape = dict(n_groups=G, heads_per_group=HPG, nope_dim=HEAD - ROPE, rope_dim=ROPE, o_lora_rank=D,
+                         einsum_recipe=tuple(recipe), tma_aligned_scales=tma)
             try:
-                z = op.deep_gemm_fp8_o_proj(o, positions, ops.rope_cache(64), layer, lambda t: t, n_groups=G,
-                    heads_per_group=HPG, nope_dim=HEAD - ROPE, rope_dim=ROPE, o_lora_rank=D,
-                    einsum_recipe=tuple(recipe), tma_aligned_scales=tma)
+                if OWNER == "wo_a.grouped_forward":
+                    z = layer.grouped_forward(o, positions, ops.rope_cache(64), **shape)
+                else:
+                    z = op.deep_gemm_fp8_o_proj(o, positions, ops.rope_cache(64), layer, lambda t: t, **shape)
             finally:
                 op.fused_inv_rope_fp8_quant = quant
             a, sa = seen["quant"]
@@ -225,6 +246,7 @@ for case in setup["cases"]:
         rec["error"] = f"{type(exc).__name__}: {exc}"
         rec["trace"] = traceback.format_exc()[-1500:]
     finally:
+        os.environ["CUDA_HOME"] = BASE_CUDA_HOME
         if case.get("external"):
             sys.path.remove(ext_dir)
         if case.get("no_deepgemm"):
@@ -255,7 +277,8 @@ def _representatives() -> dict[str, tuple[Switches, str, tuple[int, int, int]]]:
 
     keys = distinct_layouts()
     combos = sorted(matrix(),
-                    key=lambda c: (c.switches.ckpt_scale != "e8m0", c.switches.deepgemm != "vendored"))
+                    key=lambda c: (c.switches.ckpt_scale != "e8m0", c.switches.deepgemm != "vendored",
+                                   c.switches.deepgemm_unsupported is not None))
     out = {}
     for c in combos:
         v = c.verdict
@@ -271,7 +294,8 @@ def _probe_file(tmp_path, name: str, rows: list[dict], linear: str, decision: di
                 identity: str | None = None, e8m0: bool = True) -> str:
     p = tmp_path / f"probe-{name}.json"
     sw = Switches(linear, True, e8m0, "external" if identity else "vendored").to_json()
-    p.write_text(json.dumps({"schema": "sparkpair-probe/2", "capability": [12, 1], "vllm": "0.33.0",
+    p.write_text(json.dumps({"schema": "sparkpair-probe/2", "capability": [12, 1],
+                             "vllm": stacklib.installed_vllm(),
                              "switches": sw, "deepgemm_identity": identity, "o_proj": rows,
                              "o_proj_decision": decision}))
     return str(p)
@@ -344,14 +368,47 @@ def _cases(tmp_path) -> tuple[list[dict], dict[str, dict]]:
     cases.append({"id": "probe/decided-on-2d-served-3d", "env": {"SPARKPAIR_PROBE_RESULTS": probe},
                   "linear": "deep_gemm", "kernel": "DeepGemmFp8BlockScaledMMKernel"})
     expect["probe/decided-on-2d-served-3d"] = {"served": False, "why_has": "was not proven on these operands"}
+    # DeepGEMM's nvcc, as vLLM itself looks for it (0.34 wants one >= 12.9 and otherwise leaves DeepGEMM
+    # as with VLLM_USE_DEEP_GEMM=0; 0.33 does not look): none (an empty CUDA_HOME, really absent), an
+    # old one (a script answering 12.8: no older real nvcc ships as a wheel), this venv's real 13.0 one.
+    for name, home in _nvcc_homes(tmp_path).items():
+        off = deepgemm_unsupported(str(stacklib.installed_vllm()), {"CUDA_HOME": home, "PATH": os.defpath})
+        for lb in ("auto", "triton", "deep_gemm"):
+            sw = Switches(linear_backend=lb, deepgemm_unsupported=off)
+            v = serve_verdict(sw, "triton", RECIPE_SM100)
+            cid = f"nvcc-{name}/linear-backend-{lb}"
+            cases.append({"id": cid, "env": {**_case_env(sw, "triton", RECIPE_SM100), "CUDA_HOME": home},
+                          "linear": lb, "kernel": linear_outcome(sw).kernel, "nvcc": name, "off": off})
+            expect[cid] = {"served": v.served, "route": v.route, "weight": v.weight, "act": v.act,
+                           "why": v.why}
     return cases, expect
+
+
+def _nvcc_homes(tmp_path) -> dict[str, str]:
+    """CUDA_HOME folders: no toolkit, a toolkit whose nvcc is 12.8, and (where the release's requirements
+    install it) the real nvcc 13.0 of this venv."""
+    none = tmp_path / "cuda-none"
+    none.mkdir(exist_ok=True)
+    old = tmp_path / "cuda-12.8"
+    (old / "bin").mkdir(parents=True, exist_ok=True)
+    nvcc = old / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
+                    "echo 'Cuda compilation tools, release 12.8, V12.8.93'\n")
+    nvcc.chmod(0o755)
+    homes = {"none": str(none), "old": str(old)}
+    if stacklib.image_cuda_home() is not None:
+        homes["image"] = str(stacklib.image_cuda_home())
+    return homes
 
 
 def test_every_combination_is_served_correctly_or_refused_by_name_at_construction(stack_env, tmp_path):
     cases, expect = _cases(tmp_path)
     env = dict(stack_env, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="", SPARKPAIR_FAKE_CAPABILITY="12.1",
                SPARKPAIR_PLAN_PATH="")
-    setup = {"cases": cases, "stack_dir": str(stacklib.REPO / "tests" / "stack")}
+    rel = release(str(stacklib.installed_vllm()))
+    assert rel is not None
+    setup = {"cases": cases, "stack_dir": str(stacklib.REPO / "tests" / "stack"),
+             "o_proj_owner": rel.o_proj_owner}
     report, _ = stacklib.run_report(DRIVER, env, json.dumps(setup), timeout=1500)
     by_id = {r["id"]: r for r in report}
     assert set(by_id) == set(expect)
@@ -361,6 +418,13 @@ def test_every_combination_is_served_correctly_or_refused_by_name_at_constructio
         # nothing but a serve or a named refusal
         assert "error" not in r, (cid, r.get("error"), r.get("trace"))
         case = next(c for c in cases if c["id"] == cid)
+        # the overlay's reading of DeepGEMM's availability is this release's own (is_deep_gemm_supported)
+        sw = r["overlay_switches"]
+        ours = (sw["VLLM_USE_DEEP_GEMM"] and sw["deepgemm"] in ("vendored", "external")
+                and sw["deepgemm_unsupported"] is None)
+        assert ours == r["vllm_deepgemm_supported"], (cid, sw, r["vllm_deepgemm_supported"])
+        if "nvcc" in case:
+            assert sw["deepgemm_unsupported"] == case["off"], (cid, sw)
         if case["kernel"] is not None:  # the kernel is one vLLM's own list keeps for this --linear-backend
             assert case["kernel"] in r["vllm_kernels"], (cid, r["vllm_kernels"])
         if not want["served"]:
@@ -459,4 +523,4 @@ def test_the_matrix_verdicts_are_total_and_every_refusal_names_its_way_out():
         assert v.served or "wanted" in v.why, asdict(c)
         if v.served:
             assert v.route in ("triton", "deepgemm") and v.weight is not None
-    assert n == len(LINEAR_BACKENDS) * 2 * 2 * 4 * 2 * 5
+    assert n == len(LINEAR_BACKENDS) * 2 * 2 * 4 * 2 * len(DEEPGEMM_UNSUPPORTED) * 5

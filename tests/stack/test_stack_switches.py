@@ -27,8 +27,9 @@ import subprocess
 import sys
 
 import pytest
+import stacklib
 
-pytestmark = [pytest.mark.stack, pytest.mark.slow]
+pytestmark = [pytest.mark.stack, pytest.mark.per_version, pytest.mark.slow]
 
 DRIVER = r'''
 import importlib, json, sys, types
@@ -216,11 +217,23 @@ def test_kv_cache_dtype_reaches_the_o_proj_only_through_ropequant_at_128_local_h
     import types
 
     import torch
-    from vllm.models.deepseek_v4.nvidia.ops.o_proj import rope_quant_unsupported_reason
+    from vllm.models.deepseek_v4.nvidia.ops import o_proj
 
     def layer(heads: int, kv: torch.dtype) -> types.SimpleNamespace:
         wo_a = types.SimpleNamespace(weight=torch.empty(0, dtype=torch.float8_e4m3fn))
         return types.SimpleNamespace(n_local_heads=heads, kv_cache_torch_dtype=kv, wo_a=wo_a)
+
+    def rope_quant_unsupported_reason(lay: types.SimpleNamespace, lora: bool = False) -> str | None:
+        """0.33 takes the layer; 0.34 also the VllmConfig (only its ``lora_config`` is read)."""
+        if stacklib.installed_vllm() == "0.33.0":
+            assert not lora
+            return o_proj.rope_quant_unsupported_reason(lay)
+        cfg = types.SimpleNamespace(lora_config=object() if lora else None)
+        return o_proj.rope_quant_unsupported_reason(lay, cfg)
+
+    if stacklib.installed_vllm() != "0.33.0":  # 0.34: a LoRA adapter on wo_a needs the BF16 output
+        want_lora = "RopeQuant is incompatible with LoRA"
+        assert rope_quant_unsupported_reason(layer(128, torch.float8_e4m3fn), lora=True) == want_lora
 
     for kv in (torch.float8_e4m3fn, torch.bfloat16):
         assert rope_quant_unsupported_reason(layer(64, kv)) == "RopeQuant needs 128 local query heads"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sparkpair_health import client, logscan
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.per_version]
 
 #: consumer, marker as consumed -> regexes that must each match somewhere in vLLM's source.
 VLLM_MARKERS: dict[tuple[str, str], tuple[str, ...]] = {

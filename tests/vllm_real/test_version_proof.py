@@ -4,8 +4,9 @@
 
 * 0.32.0: this tier (``.venv``): the installed source is checked target by target here and
   imported and patched for real in ``test_overlay_patching.py``;
-* 0.33.0: the ``stack`` tier (``.venv-stack``, ``tests/stack/``), which imports, loads and runs
-  vLLM 0.33.0's own code (``tests/stack/test_stack_version.py`` holds its side of this proof).
+* 0.33.0, 0.34.0: the ``stack`` tier, one venv per release (``scripts/stack-requirements-<version>.txt``,
+  ``tests/stack/``), which imports, loads and runs each release's own code
+  (``tests/stack/test_stack_version.py`` holds its side of this proof).
 
 So adding a version to the plugin without a tier that runs it (or dropping a tier while the
 plugin still claims its version) fails here and in the stack tier.
@@ -15,12 +16,11 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import re
 from pathlib import Path
 
 import pytest
 from sparkpair_overlay.targets import Finding, check_source
-from sparkpair_overlay.versions import VERIFIED_VLLM_VERSIONS
+from sparkpair_overlay.versions import RELEASES, VERIFIED_VLLM_VERSIONS, release
 
 pytestmark = pytest.mark.vllm_real
 
@@ -28,13 +28,12 @@ REPO = Path(__file__).resolve().parents[2]
 PROVEN_INSTALLED = "0.32.0"
 
 
-def stack_tier_version() -> str:
-    """``STACK_VLLM_VERSION`` of ``tests/stack/stacklib.py`` (read, not imported: its tier runs
-    in another venv)."""
-    text = (REPO / "tests" / "stack" / "stacklib.py").read_text()
-    found = re.findall(r'^STACK_VLLM_VERSION = "([^"]+)"$', text, flags=re.M)
-    assert len(found) == 1, "tests/stack/stacklib.py has no single STACK_VLLM_VERSION = \"...\" line"
-    return found[0]
+def stack_tier_versions() -> set[str]:
+    """The releases the stack tier runs: one ``scripts/stack-requirements-<version>.txt`` each
+    (``tests/stack/stacklib.py`` ``STACK_VLLM_VERSIONS`` reads the same files; not imported here: its
+    tier runs in other venvs)."""
+    files = (REPO / "scripts").glob("stack-requirements-*.txt")
+    return {f.name[len("stack-requirements-"):-len(".txt")] for f in files}
 
 
 def _installed_root() -> Path:
@@ -82,14 +81,19 @@ def test_this_tiers_vllm_is_a_verified_version():
 
     assert vllm.__version__.split("+")[0] == PROVEN_INSTALLED
     assert PROVEN_INSTALLED in VERIFIED_VLLM_VERSIONS
+    rec = release(PROVEN_INSTALLED)
+    assert rec is not None and rec.tier == "vllm-real"
 
 
 def test_verified_versions_are_exactly_the_ones_the_tiers_run():
-    proven = {PROVEN_INSTALLED, stack_tier_version()}
+    stack = stack_tier_versions()
+    assert len(stack) >= 2, stack
+    proven = {PROVEN_INSTALLED, *stack}
     assert set(VERIFIED_VLLM_VERSIONS) == proven, (
         f"VERIFIED_VLLM_VERSIONS={sorted(VERIFIED_VLLM_VERSIONS)}; the tiers run {sorted(proven)} "
-        "(vLLM-real: .venv, stack: tests/stack/stacklib.py STACK_VLLM_VERSION)")
+        "(vLLM-real: .venv, stack: scripts/stack-requirements-<version>.txt)")
     assert len(VERIFIED_VLLM_VERSIONS) == len(set(VERIFIED_VLLM_VERSIONS))
+    assert {r.version for r in RELEASES if r.tier == "stack"} == stack
 
 
 def test_the_checker_fails_on_a_tree_where_a_target_moved():

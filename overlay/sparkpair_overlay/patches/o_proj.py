@@ -164,11 +164,14 @@ def served_switches(linear_backend: str | None = None) -> tuple[Switches, str | 
     """This process's :class:`~sparkpair_overlay.serve_matrix.Switches` and the DeepGEMM identity.
 
     ``VLLM_USE_DEEP_GEMM*`` through ``vllm.envs`` (vLLM's own parse), the linear backend from the
-    current vLLM config, the DeepGEMM from :func:`sparkpair_overlay.deepgemm.deepgemm_found`.
+    current vLLM config, the DeepGEMM from :func:`sparkpair_overlay.deepgemm.deepgemm_found`, and the
+    running release's own conditions on DeepGEMM (vLLM 0.34: an ``nvcc`` >= 12.9,
+    :func:`sparkpair_overlay.deepgemm.deepgemm_unsupported`).
     """
+    import vllm
     import vllm.envs as vllm_envs
 
-    from ..deepgemm import deepgemm_found
+    from ..deepgemm import deepgemm_found, deepgemm_unsupported
 
     source, ident = deepgemm_found()
     s = Switches(
@@ -176,6 +179,7 @@ def served_switches(linear_backend: str | None = None) -> tuple[Switches, str | 
         bool(vllm_envs.VLLM_USE_DEEP_GEMM),
         bool(getattr(vllm_envs, "VLLM_USE_DEEP_GEMM_E8M0", True)),
         source,
+        deepgemm_unsupported=deepgemm_unsupported(str(vllm.__version__)),
     )
     return s, ident
 

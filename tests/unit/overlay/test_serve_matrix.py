@@ -132,19 +132,20 @@ def test_pair_check_needs_no_peer_in_one_process():
 @pytest.mark.parametrize(
     "version,cap,allow,stops",
     [
-        ("0.34.0", (12, 1), False, True),
-        ("0.34.0", (12, 0), False, True),
-        ("0.34.0", (12, 1), True, False),
-        ("0.34.0", (9, 0), False, False),
-        ("0.34.0", None, False, False),
+        ("0.35.0", (12, 1), False, True),
+        ("0.35.0", (12, 0), False, True),
+        ("0.35.0", (12, 1), True, False),
+        ("0.35.0", (9, 0), False, False),
+        ("0.35.0", None, False, False),
         ("0.33.0", (12, 1), False, False),
+        ("0.34.0", (12, 1), False, False),
     ],
 )
 def test_the_version_guard_stops_only_unverified_vllm_on_family_120(version, cap, allow, stops):
     why = versions.guard_problem(version, cap, allow)
     assert (why is not None) == stops
     if stops:
-        assert "vLLM 0.34.0 is not a verified version" in why and "SPARKPAIR_ALLOW_UNVERIFIED_VLLM=1" in why
+        assert "vLLM 0.35.0 is not a verified version" in why and "SPARKPAIR_ALLOW_UNVERIFIED_VLLM=1" in why
 
 
 def _probe(decision_layout: str | None = None, linear: str = "auto") -> ProbeResults:
@@ -196,3 +197,31 @@ def test_the_node_refuses_before_vllm_what_vllm_would_refuse_at_construction(mon
     why = launch_problem({}, [], _probe(), "0.35.0")
     assert why is not None and "vLLM 0.35.0 is not a verified version" in why
     assert launch_problem({"SPARKPAIR_ALLOW_UNVERIFIED_VLLM": "1"}, [], _probe(), "0.35.0") is None
+
+
+NO_NVCC = ("no nvcc for DeepGEMM's JIT (looked at CUDA_HOME, CUDA_PATH, PATH and /usr/local/cuda; "
+           "wanted nvcc >= 12.9)")
+
+
+def test_deepgemm_unsupported_by_the_release_acts_as_vllm_use_deep_gemm_0_and_is_named():
+    """vLLM 0.34 without an nvcc >= 12.9: wo_a stays 2-D exactly as with VLLM_USE_DEEP_GEMM=0; the
+    automatic and the deep_gemm linear backends are refused naming the missing nvcc and the way back, a
+    2-D one serves."""
+    off = Switches(deepgemm_unsupported=NO_NVCC)
+    assert not off.deepgemm_on and Switches().deepgemm_on
+    auto = serve_verdict(off, "triton", RECIPE_SM100)
+    assert not auto.served and f"DeepGEMM unavailable ({NO_NVCC}) with --linear-backend auto" in auto.why
+    assert "wanted --linear-backend triton, cutlass or b12x" in auto.why and "CUDA_HOME" in auto.why
+    dg_off = Switches(linear_backend="deep_gemm", deepgemm_unsupported=NO_NVCC)
+    dg = serve_verdict(dg_off, "triton", RECIPE_SM100)
+    assert not dg.served and "--linear-backend deep_gemm with DeepGEMM unavailable (no nvcc" in dg.why
+    tri = Switches(linear_backend="triton", deepgemm_unsupported=NO_NVCC)
+    assert linear_outcome(tri) == linear_outcome(Switches(linear_backend="triton", use_deep_gemm=False))
+    assert serve_verdict(tri, "triton", RECIPE_SM100).served
+    assert "unsupported: no nvcc" in off.describe() and off.to_json()["deepgemm_unsupported"] == NO_NVCC
+
+
+def test_the_pair_check_names_a_node_whose_deepgemm_is_unsupported():
+    same = pair.serve_identity(_plan(), Switches())
+    other = pair.serve_identity(_plan(), Switches(deepgemm_unsupported=NO_NVCC))
+    assert pair.differences([same, other]) == ["deepgemm_supported: rank 0 yes, rank 1 no"]
