@@ -373,6 +373,16 @@ SETTINGS: tuple[Setting, ...] = (
     _s("SPARKPAIR_STACK_VENV", "path", "", "tooling", "scripts/setup-stack.sh: the stack venv to build"),
     _s("SPARKPAIR_TRITON_REQ", "str", "", "tooling", "scripts/setup-stack.sh: the Triton requirement"),
     _s(
+        "SPARKPAIR_STACK_RELEASE",
+        "str",
+        "",
+        "tooling",
+        "scripts/setup-stack.sh: the vLLM release the venv being checked must hold",
+    ),
+    _s(
+        "SPARKPAIR_ROOT", "path", "", "tooling", "scripts/setup-stack.sh: the checkout the venv's check reads"
+    ),
+    _s(
         "SPARKPAIR_GIT_SHA",
         "str",
         "",
