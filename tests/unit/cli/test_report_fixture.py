@@ -85,6 +85,33 @@ def test_the_recorded_pair_gives_the_same_page_every_time_with_every_section(
     assert read_report_data(out) == json.loads(json.dumps(a))
 
 
+PROBE = TESTS.parent / "benchmarks" / "results" / "probe-kernel-paths" / "run1" / "probe.json"
+"""A probe file the probe wrote on a GPU (capability 12.1 faked): benchmarks/results/probe-kernel-paths."""
+
+
+def test_the_kernel_section_shows_each_candidates_time_triton_and_instructions_and_the_choice(
+    pair: list[RecordedNode], tmp_path: Path
+) -> None:
+    probe_dir = pair[0].folder / "files" / "var" / "cache" / "sparkpair" / "vllm"
+    probe_dir.mkdir(parents=True)
+    (probe_dir / "sparkpair-probe.json").symlink_to(PROBE)
+    report = build(pair, tmp_path)
+    kernels = {s["id"]: s for s in report["sections"]}["kernels"]
+    probe = kernels["data"]["nodes"]["head"]["probe"]
+    recorded_rows = json.loads(PROBE.read_text())["kernel_paths"]
+    assert len(probe["kernel_paths"]) == len(recorded_rows) > 0
+    row = probe["kernel_paths"][0]
+    assert row["us"] == recorded_rows[0]["us"] and row["triton"] and row["instructions"], row
+    decision = probe["kernel_path_decision"]
+    assert decision and all(r["reason"] for r in decision["ranges"]), decision
+    assert kernels["data"]["nodes"]["head"]["triton_in_probe"] == sorted({r["triton"] for r in recorded_rows})
+    # the worker has no probe file: named, not silently left out
+    assert any("worker: probe: no probe file at" in w for w in kernels["why"]), kernels["why"]
+    page = render(report)
+    assert "kernel_path_decision" in page and decision["ranges"][0]["reason"] in page
+    assert recorded_rows[0]["instructions"][0] in page and recorded_rows[0]["config"] in page
+
+
 def test_headless_chromium_renders_every_section_and_reads_the_embedded_data(
     pair: list[RecordedNode], tmp_path: Path
 ) -> None:
