@@ -21,6 +21,11 @@ case "${1:-}" in
   -h|--help) usage; exit 0 ;;
   "") usage >&2; exit 2 ;;
 esac
+# The version is checked before anything is installed: a typo costs no setup.
+if ! LC_ALL=C grep -qE '^(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*)){2}$' <<<"$1"; then
+  echo "vllm-lane: VERSION=${1@Q} is not a release version; wanted MAJOR.MINOR.PATCH in ASCII digits without leading zeros, e.g. 0.34.0" >&2
+  exit 2
+fi
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

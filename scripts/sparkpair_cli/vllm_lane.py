@@ -102,11 +102,13 @@ def parse_version(version: str) -> tuple[int, ...]:
     """``"0.34.0"`` -> ``(0, 34, 0)``.
 
     Raises:
-        LaneError: not a release version (digits and dots).
+        LaneError: not a release version: three ASCII numbers without leading zeros, the form of
+            vLLM's release wheels (``vllm-0.34.0-…whl``).
     """
-    if not re.fullmatch(r"\d+(\.\d+)+", version):
+    if not re.fullmatch(r"(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*)){2}", version, flags=re.ASCII):
         raise LaneError(
-            f"vLLM version {version!r} is not a release version; wanted digits and dots, e.g. 0.34.0"
+            f"vLLM version {version!r} is not a release version; wanted MAJOR.MINOR.PATCH in ASCII "
+            "digits without leading zeros, e.g. 0.34.0"
         )
     return tuple(int(x) for x in version.split("."))
 

@@ -6,7 +6,9 @@ unchanged tree gives no ``ACTION``.
 
 from __future__ import annotations
 
+import subprocess
 import textwrap
+from pathlib import Path
 
 import pytest
 from sparkpair_cli import vllm_lane as lane
@@ -226,6 +228,18 @@ def test_the_base_is_the_newest_older_stack_release_and_bad_versions_are_refused
         lane.base_release("0.33.0")
     with pytest.raises(lane.LaneError, match="'0.35.0rc1' is not a release version"):
         lane.parse_version("0.35.0rc1")
+    for bad in ("0.35", "00.35.0", "0.35.0.1", "\u0660.\u0663\u0665.\u0660"):  # the last: Arabic-Indic digits
+        with pytest.raises(lane.LaneError, match="is not a release version"):
+            lane.parse_version(bad)
+
+
+@pytest.mark.parametrize("bad", ["00.35.0", "0.35", "\u0660.\u0663\u0665.\u0660", "0.35.0;ls"])
+def test_the_lane_script_refuses_a_bad_version_before_installing_anything(bad: str) -> None:
+    script = Path(__file__).resolve().parents[3] / "scripts" / "vllm-lane.sh"
+    r = subprocess.run(["bash", str(script), bad], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"VERSION={bad!r}"[:12] in r.stderr and "wanted MAJOR.MINOR.PATCH" in r.stderr, r.stderr
+    assert "installing" not in r.stdout + r.stderr  # scripts/setup.sh never ran
 
 
 def test_a_version_the_registry_does_not_have_exits_2_naming_it(tmp_path, monkeypatch, capsys):
