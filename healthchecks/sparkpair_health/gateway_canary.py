@@ -249,8 +249,7 @@ class CanaryMixin:
     def _probe(self, mode: str, request_id: str, timeout_s: float) -> DecodeAnswer:
         from .suite import decode_probe
 
-        if self._client is None:
-            self._client = HealthClient(self.s.base_url, self.key, request_timeout_s=self.s.canary_timeout_s)
+        client = self._canary_client()
         if self._suite_settings is None:  # the profile loaded once, not on every canary
             self._suite_settings = self.suite_settings().model_copy(update={"profile": self._profile()})
         prompt, max_tokens, contains, _ = self.canary_request()
@@ -258,7 +257,7 @@ class CanaryMixin:
         # so a near-tie parting is not taken for a wrong answer (checks.compare)
         extra = LOGPROB_FIELDS if contains is None else {}
         return decode_probe(
-            self._client,
+            client,
             self._suite_settings,
             prompt=prompt,
             max_tokens=max_tokens,
@@ -267,13 +266,18 @@ class CanaryMixin:
             stream=mode == "stream",
         )
 
+    def _canary_client(self) -> HealthClient:
+        """The canary's one HTTP client, made on first use (the first tick's counter read or
+        request, whichever comes first)."""
+        if self._client is None:
+            self._client = HealthClient(self.s.base_url, self.key, request_timeout_s=self.s.canary_timeout_s)
+        return self._client
+
     def engine_load(self, timeout_s: float) -> EngineLoad | None:
         """The engine's counters now (``GET /metrics`` within ``timeout_s``), or ``None`` (no
         answer, not vLLM's metrics); never raises."""
         try:
-            if self._client is None:
-                return None
-            r = self._client.get("/metrics", timeout_s=max(timeout_s, 0.05))
+            r = self._canary_client().get("/metrics", timeout_s=max(timeout_s, 0.05))
             return parse_engine_load(r.text) if r.status_code == 200 else None
         except Exception:  # noqa: BLE001 - no signal this tick: a slow answer stays a timeout
             return None
@@ -329,15 +333,22 @@ class CanaryMixin:
         (random-weight models: the non-streamed answer; the streamed one must equal it) and
         learns whether the server names answers after their requests (:meth:`Freshness.learn`).
 
+        A baseline that is late on a busy engine (its counters moving: :func:`judge_slow`) is
+        sent again, as a late tick on a busy engine is never a failure, for up to
+        ``canary_busy_max_s`` in all; any other failure ends it.
+
         Returns ``""`` or why the baseline failed.
         """
-        self.reference = None
-        self.freshness = Freshness()
-        res = self.canary_once(baseline=True)
-        if not res.ok:
+        t0 = time.monotonic()
+        while True:
             self.reference = None
-            return f"the reference canary failed: {res.cause}"
-        return ""
+            self.freshness = Freshness()
+            res = self.canary_once(baseline=True)
+            if res.ok:
+                return ""
+            if not (res.busy and time.monotonic() - t0 < self.s.canary_busy_max_s):
+                self.reference = None
+                return f"the reference canary failed: {res.cause}"
 
     def canary_once(self, baseline: bool = False) -> CanaryResult:
         """One tick (see the module docstring); never raises.
@@ -350,8 +361,8 @@ class CanaryMixin:
         from .suite import NotReady
 
         t0 = time.monotonic()
-        end = t0 + self.s.canary_timeout_s - (0.0 if baseline else progress_read_s(self.s))
-        before = None if baseline else self.engine_load(progress_read_s(self.s))
+        end = t0 + self.s.canary_timeout_s - progress_read_s(self.s)
+        before = self.engine_load(progress_read_s(self.s))
         answers: list[DecodeAnswer] = []
         pairs: list[tuple[DecodeAnswer, str]] = []
         mode = CANARY_MODES[0]
@@ -377,7 +388,7 @@ class CanaryMixin:
                     break
         except RequestTimeout as e:
             waited = time.monotonic() - t0
-            after = None if baseline else self.engine_load(progress_read_s(self.s))
+            after = self.engine_load(progress_read_s(self.s))
             busy, why = judge_slow(before, after, time.monotonic() - t0)
             kind = "busy" if busy else "timeout"
             cause = (

@@ -149,3 +149,27 @@ def test_a_peer_that_is_down_is_never_busy() -> None:
     finally:
         for s in held:
             s.close()
+
+
+def test_a_late_baseline_on_a_busy_engine_is_sent_again_and_a_still_one_fails() -> None:
+    """The baseline tick (right after the suite) follows the same rule as every tick: late on an
+    engine whose counters move, it is sent again (up to ``canary_busy_max_s``); late while they
+    stand still, the reference fails naming it."""
+    import threading
+
+    with FaultServer(engine_metrics=True, hang_s=30.0) as srv:
+        gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=3.0, canary_busy_max_s=60.0))
+        srv.chat_mode = "slow"
+        got: list[str] = []
+        t = threading.Thread(target=lambda: got.append(gw.record_reference()))
+        t0 = time.monotonic()
+        t.start()
+        time.sleep(2 * gw.s.canary_timeout_s)  # two late ticks at least
+        srv.chat_mode = "ok"
+        t.join(timeout=60)
+        assert got == [""], got
+        assert time.monotonic() - t0 > gw.s.canary_timeout_s and gw.reference is not None
+        srv.chat_mode = "hang"
+        why = gw.record_reference()
+        assert why.startswith("the reference canary failed") and "counters stood still" in why, why
+        srv.chat_mode = "ok"

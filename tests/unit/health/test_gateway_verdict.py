@@ -225,6 +225,7 @@ def test_readyz_never_says_ready_while_it_answers_503() -> None:
                 r = honest(httpx.get(g.base_url + "/readyz", timeout=5))
                 assert r.status_code == 200, (r.json(), seen)
                 gw._canary_tick = lambda: None  # type: ignore[method-assign]  # ticks that judge nothing
+                time.sleep(gw.s.canary_timeout_s + 0.5)  # a tick already under way has ended
                 now[0] += gw.s.stale_after_s + 1  # the last success is older than the bound
                 r = honest(httpx.get(g.base_url + "/readyz", timeout=5))
                 assert r.status_code == 503 and r.json()["phase"] == "canary_stale", r.json()
