@@ -77,6 +77,14 @@ _BEARER = re.compile(r"(?i)(bearer\s+)(?!<redacted-api-key>)[^\s\"'\\,;}\]<>]+")
 even when it is cut short (an error body truncated mid-key) or is another key than ours."""
 
 
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/:@'\"<>]*:)([^\s/@'\"<>]+)(@)")
+"""The password of a URL's ``user:password@`` (``HF_ENDPOINT=https://me:pw@mirror``): removed
+whatever it is, as a ``Bearer`` token is."""
+
+REDACTED_PASSWORD = "<redacted-password>"
+"""What a URL's password is replaced by."""
+
+
 class ApiKeyError(ValueError):
     """The key file is missing, unreadable or empty."""
 
@@ -351,7 +359,8 @@ def redact(obj: Any, key: SecretStr | None, private: Private | None = None) -> A
     characters of any of its :func:`spellings`, or a masked echo showing
     :data:`MASK_MIN_SHOWN` or more of its characters -- is replaced by ``<redacted-api-key>``
     (overlapping and touching ranges as one), and so is every ``Bearer <token>`` (an echoed
-    header, even one cut short, whatever the token). A key shorter than :data:`MIN_RUN`
+    header, even one cut short, whatever the token), and every URL's ``user:password@``
+    password (:data:`REDACTED_PASSWORD`). A key shorter than :data:`MIN_RUN`
     (:func:`searchable` false) replaces only a string that is the key whole (surrounding
     whitespace aside). Applied whether or not a key is configured (``key=None`` still removes
     ``Bearer`` tokens). With ``private`` (:class:`Private`), its tokens are removed the same
@@ -370,6 +379,7 @@ def redact(obj: Any, key: SecretStr | None, private: Private | None = None) -> A
                 if value:
                     obj = _remove_secret(obj, value, REDACTED_TOKEN)
         obj = _BEARER.sub(lambda m: m.group(1) + REDACTED, obj)
+        obj = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED_PASSWORD + m.group(3), obj)
         if private is not None:
             for host in sorted({h.strip() for h in private.hosts if h.strip()}, key=len, reverse=True):
                 obj = host_pattern(host).sub(PRIVATE_HOST, obj)

@@ -50,8 +50,16 @@ SECTIONS: tuple[tuple[str, str], ...] = (
 
 REPORT_SCHEMA = "sparkpair-report/1"
 
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)$", re.IGNORECASE)
-"""Environment names whose values are secrets: shown as set/unset, and removed wherever they appear."""
+SECRET_NAME = re.compile(
+    r"^(?!.*_(?:FILE|PATH|DIR)$)(?!.*(?:DISABLE|ENABLE))"
+    r".*(?:^|_)(?:API)?(?:KEYS?|TOKENS?|SECRETS?|PASSWORD|PASSWD|PASS|AUTH|AUTHORIZATION|CREDENTIALS?)(?:_|$)",
+    re.IGNORECASE,
+)
+"""Environment names whose values are secrets: shown as set/unset, and removed wherever they appear.
+Any name with a part KEY, TOKEN, SECRET, PASSWORD, PASSWD, PASS, AUTH or CREDENTIAL (``HF_TOKEN``,
+``SPARKPAIR_SYNC_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``OPENAI_APIKEY``, ``MY_AUTH_HEADER``), except
+names of a file, path or folder (``SPARKPAIR_API_KEY_FILE``: its value is where the secret is) and
+switches (``HF_HUB_DISABLE_IMPLICIT_TOKEN=1``)."""
 
 ENV_SHOWN = re.compile(r"^(SPARKPAIR_|VLLM_|NCCL_|CUDA_|TORCH_|TRITON_|HF_|UCX_|GLOO_|OMP_|PYTORCH_)")
 """Environment names a report shows: the pair's own and the serving stack's settings."""

@@ -219,3 +219,15 @@ def test_an_earlier_report_may_be_overwritten(tmp_path: Path) -> None:
     assert cli(*quick(head, worker, out))[0] == 0
     rc, text = cli(*quick(head, worker, out))
     assert rc == 0, text
+
+
+def test_secret_names_are_any_with_a_key_token_secret_password_or_auth_part() -> None:
+    from sparkpair_cli.report.gather import SECRET_NAME
+
+    for name in ("HF_TOKEN", "SPARKPAIR_SYNC_TOKEN", "AWS_SECRET_ACCESS_KEY", "OPENAI_APIKEY",
+                 "MY_AUTH_HEADER", "DB_PASSWORD", "HF_TOKEN_2", "GH_TOKENS", "SPARKPAIR_API_KEY",
+                 "hf_token"):  # fmt: skip
+        assert SECRET_NAME.search(name), name
+    for name in ("SPARKPAIR_API_KEY_FILE", "HF_HUB_DISABLE_IMPLICIT_TOKEN", "NCCL_IB_HCA", "MONKEY_BUSINESS",
+                 "HF_ENDPOINT", "VLLM_KEYBOARD"):  # fmt: skip
+        assert not SECRET_NAME.search(name), name

@@ -84,3 +84,11 @@ def test_a_short_private_host_is_removed_only_as_a_whole_name() -> None:
     assert out == {"id": h, "data": f"{h} GPU on {h}, data at spark-{h}.lan; valid ids"}
     # a private host as one part of a longer name is still removed
     assert redact("spark-a-head", None, Private(hosts=("SPARK-A",))) == f"{h}-head"
+
+
+def test_a_urls_password_is_removed_whatever_it_is() -> None:
+    text = "HF_ENDPOINT=https://me:hunter2@mirror.lan/hf and ssh://git@host kept"
+    assert (
+        redact(text, None)
+        == "HF_ENDPOINT=https://me:<redacted-password>@mirror.lan/hf and ssh://git@host kept"
+    )
