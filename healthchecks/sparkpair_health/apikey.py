@@ -51,10 +51,19 @@ REDACTED = "<redacted-api-key>"
 
 MIN_RUN = 8
 """Consecutive characters of the key (in any of its spellings) that identify it: a run this
-long is removed wherever it appears; shorter keys are removed whole. Eight characters of a
-random key leave 2^40 or more candidates for the rest of even a 13-character key of
-lowercase letters and digits; fewer would start to blank ordinary words of a key made of
-words."""
+long is removed wherever it appears. Eight characters of a random key leave 2^40 or more
+candidates for the rest of even a 13-character key of lowercase letters and digits; fewer would
+start to blank ordinary words of a key made of words. A secret shorter than this (``on``,
+``1``, ``data``) cannot be searched for in free text without blanking ordinary words, numbers
+and timestamps: it is removed only where a whole string equals it (:func:`searchable` says
+which; callers name such a secret to the owner)."""
+
+
+def searchable(secret: str) -> bool:
+    """Whether :func:`redact` removes ``secret`` from inside text (at least :data:`MIN_RUN`
+    characters) rather than only where a whole string equals it."""
+    return len(secret) >= MIN_RUN
+
 
 MASK_MIN_SHOWN = 4
 """A masked echo (a start and/or end of the key around mask characters) is removed when it
@@ -66,6 +75,14 @@ _MASK = re.compile(r"(?:[*•●·…#]|\.{3})+")
 _BEARER = re.compile(r"(?i)(bearer\s+)(?!<redacted-api-key>)[^\s\"'\\,;}\]<>]+")
 """``Bearer <token>`` as an echoed ``Authorization`` header shows it: the token is replaced
 even when it is cut short (an error body truncated mid-key) or is another key than ours."""
+
+
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/:@'\"<>]*:)([^\s/@'\"<>]+)(@)")
+"""The password of a URL's ``user:password@`` (``HF_ENDPOINT=https://me:pw@mirror``): removed
+whatever it is, as a ``Bearer`` token is."""
+
+REDACTED_PASSWORD = "<redacted-password>"
+"""What a URL's password is replaced by."""
 
 
 class ApiKeyError(ValueError):
@@ -172,12 +189,15 @@ class _Spellings:
         self.secret = secret
         grams: dict[int, set[str]] = {}
         for form in spellings(secret):
-            n = min(MIN_RUN, len(form))
-            grams.setdefault(n, set()).update(form[i : i + n] for i in range(len(form) - n + 1))
+            if len(form) < MIN_RUN:
+                continue  # a short spelling (base64 of a 6-character key) would blank common text
+            grams.setdefault(MIN_RUN, set()).update(
+                form[i : i + MIN_RUN] for i in range(len(form) - MIN_RUN + 1)
+            )
         self.grams = grams
         chars = sorted({c for form in spellings(secret) for c in form})
         cls = "".join("\\" + c if c in "\\]^-[" else c for c in chars)
-        self.candidate = re.compile(f"[{cls}]{{{min(grams)},}}")
+        self.candidate = re.compile(f"[{cls}]{{{MIN_RUN},}}")
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """The ``[start, end)`` character ranges of ``text`` that show the key, merged."""
@@ -318,37 +338,56 @@ def _path_sub(root: str) -> Callable[[re.Match[str]], str]:
     return sub
 
 
+def _remove_secret(text: str, secret: str, mark: str) -> str:
+    if not searchable(secret):
+        return mark if text.strip() == secret else text
+    return _replace_spans(text, _spellings(secret).spans(text), mark)
+
+
+@functools.lru_cache(maxsize=64)
+def host_pattern(host: str) -> re.Pattern[str]:
+    """Where :func:`redact` finds the private host ``host``: any case, not inside a longer word,
+    number or address ("10.0.0.7" is not in "10.0.0.70", "a" not in "data"), but as one part of a
+    dotted or hyphenated name ("spark-a" is in "spark-a-head" and "spark-a.lan")."""
+    return re.compile(rf"(?<![A-Za-z0-9]){re.escape(host)}(?![A-Za-z0-9])", re.IGNORECASE)
+
+
 def redact(obj: Any, key: SecretStr | None, private: Private | None = None) -> Any:
-    """Return ``obj`` (str, or nested dict/list/tuple of them, keys included) with the key removed.
+    """Return ``obj`` (str, or nested dict/list/tuple of them) with the key removed from its values.
 
     Each range of a string that shows the key -- a run of :data:`MIN_RUN` or more consecutive
-    characters of any of its :func:`spellings` (the whole key when it is shorter), or a masked
-    echo showing :data:`MASK_MIN_SHOWN` or more of its characters -- is replaced by
-    ``<redacted-api-key>`` (overlapping and touching ranges as one), and so is every
-    ``Bearer <token>`` (an echoed header, even one cut short, whatever the token). Applied
-    whether or not a key is configured (``key=None`` still removes ``Bearer`` tokens). With
-    ``private`` (:class:`Private`), its tokens are removed the same way, its hosts and (with
-    ``strip_paths``) absolute paths outside the run as well. Other types are returned unchanged.
+    characters of any of its :func:`spellings`, or a masked echo showing
+    :data:`MASK_MIN_SHOWN` or more of its characters -- is replaced by ``<redacted-api-key>``
+    (overlapping and touching ranges as one), and so is every ``Bearer <token>`` (an echoed
+    header, even one cut short, whatever the token), and every URL's ``user:password@``
+    password (:data:`REDACTED_PASSWORD`). A key shorter than :data:`MIN_RUN`
+    (:func:`searchable` false) replaces only a string that is the key whole (surrounding
+    whitespace aside). Applied whether or not a key is configured (``key=None`` still removes
+    ``Bearer`` tokens). With ``private`` (:class:`Private`), its tokens are removed the same
+    way, its hosts (:func:`host_pattern`) and (with
+    ``strip_paths``) absolute paths outside the run as well. Dict keys are never changed (they
+    are the data's structure: field names, node names); other types are returned unchanged.
     This is the health package's one redaction.
     """
     secret = key.get_secret_value() if key is not None else ""
     if isinstance(obj, str):
         if secret:
-            obj = _replace_spans(obj, _spellings(secret).spans(obj), REDACTED)
+            obj = _remove_secret(obj, secret, REDACTED)
         if private is not None:
             for tok in private.tokens:
                 value = tok.get_secret_value()
                 if value:
-                    obj = _replace_spans(obj, _spellings(value).spans(obj), REDACTED_TOKEN)
+                    obj = _remove_secret(obj, value, REDACTED_TOKEN)
         obj = _BEARER.sub(lambda m: m.group(1) + REDACTED, obj)
+        obj = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED_PASSWORD + m.group(3), obj)
         if private is not None:
-            for host in sorted((h for h in private.hosts if h), key=len, reverse=True):
-                obj = re.sub(re.escape(host), PRIVATE_HOST, obj, flags=re.IGNORECASE)
+            for host in sorted({h.strip() for h in private.hosts if h.strip()}, key=len, reverse=True):
+                obj = host_pattern(host).sub(PRIVATE_HOST, obj)
             if private.strip_paths:
                 obj = _ABS_PATH.sub(_path_sub(private.run_root.rstrip("/")), obj)
         return obj
     if isinstance(obj, dict):
-        return {redact(k, key, private): redact(v, key, private) for k, v in obj.items()}
+        return {k: redact(v, key, private) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return type(obj)(redact(v, key, private) for v in obj)
     return obj

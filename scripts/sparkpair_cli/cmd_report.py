@@ -7,6 +7,7 @@ docs/report.md says what each section holds and where it comes from. Runs in the
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -40,6 +41,98 @@ HELP = (
     "the output's folder are removed. Exit 2 on bad options, 1 when the file cannot be written."
 )
 """``sparkpair report --help``'s text."""
+
+
+MAX_SECONDS = 86400.0
+"""Longest --node-timeout, --time-limit, --request-timeout and --window (seconds, a day): a report
+is taken while a pair runs; a longer wait is a typo (1e300, inf)."""
+
+MAX_BENCH_SECONDS = 7 * 86400.0
+"""Longest --bench-timeout (seconds, a week): the standard grid takes hours, not days."""
+
+MIN_TIME_LIMIT_S = 10.0
+"""Shortest --time-limit (seconds): the health suite's one check at the least (``/v1/models``
+and a chat request) needs several seconds; a shorter limit is refused, never raised in silence."""
+
+
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*$")
+"""A DNS hostname (RFC 1123: labels of letters, digits and inner hyphens, 63 characters each)."""
+
+
+def valid_host(host: str) -> bool:
+    """Whether ``host`` is one hostname or one IP address (v4 or v6), nothing around it."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return bool(_HOSTNAME.match(host)) and not host.replace(".", "").isdigit()
+
+
+def valid_docker_url(url: str) -> bool:
+    """Whether ``url`` is a Docker engine address the engine client takes: ``unix:///path``,
+    ``tcp://host:port`` or ``ssh://[user@]host[:port]`` (an IPv6 host in brackets)."""
+    import urllib.parse
+
+    if url.startswith("unix://"):
+        return len(url) > len("unix://")
+    try:
+        u = urllib.parse.urlsplit(url)
+        _ = u.port  # raises on a port that is not a number
+    except ValueError:
+        return False
+    return u.scheme in ("tcp", "ssh") and bool(u.hostname) and u.path in ("", "/") and not u.query
+
+
+def check_input_file(path: Path, option: str) -> str | None:
+    """Why ``path`` cannot be read as ``option``'s file (not a regular file, unreadable, over
+    the bound of each: ``--compare`` :data:`.report.html.MAX_REPORT_BYTES`, ``--nccl-log``
+    :data:`.report.gather.NCCL_LOG_MAX_BYTES`), or ``None``."""
+    from sparkpair_health.inputs import read_small_file
+
+    from .report.gather import NCCL_LOG_MAX_BYTES
+    from .report.html import MAX_REPORT_BYTES
+
+    try:
+        read_small_file(path, MAX_REPORT_BYTES if option == "--compare" else NCCL_LOG_MAX_BYTES)
+    except OSError as e:
+        return f"{option} {path}: cannot read it ({e.strerror}); wanted a readable file"
+    except ValueError as e:
+        return f"{option} {path}: {e}"
+    return None
+
+
+def check_out(out: Path | None) -> str | None:
+    """Why ``--out`` cannot be written, or ``None``: a folder (``.`` and ``''`` among them), a
+    path under a file, or an existing file that is not a sparkpair report (an earlier report is
+    overwritten; any other file is kept)."""
+    from sparkpair_health.inputs import check_output_file, read_small_file
+
+    from .report.html import DATA_ID, MAX_REPORT_BYTES
+
+    if out is None:
+        return None
+    if str(out) in ("", "."):
+        return f"--out {str(out)!r}: a folder; wanted a file path such as report.html"
+    try:
+        check_output_file(out, "--out")
+    except ValueError as e:
+        return str(e)
+    if out.exists():
+        try:
+            text = read_small_file(out, MAX_REPORT_BYTES)
+        except (OSError, ValueError) as e:
+            return (
+                f"--out {out}: the file exists and cannot be checked ({e}); wanted a new file or an "
+                "earlier report"
+            )
+        if f'id="{DATA_ID}"'.encode() not in text:
+            return (
+                f"--out {out}: the file exists and is not a sparkpair report; wanted a new file or an "
+                "earlier report (it is never overwritten)"
+            )
+    return None
 
 
 def register(app: typer.Typer) -> None:
@@ -121,16 +214,43 @@ def register(app: typer.Typer) -> None:
             err.print(f"[red]sparkpair report: {escape(msg)}[/red]")
             return typer.Exit(2)
 
-        for name, v in (
-            ("--node-timeout", node_timeout),
-            ("--time-limit", time_limit),
-            ("--request-timeout", request_timeout),
-            ("--bench-timeout", bench_timeout),
+        for name, v, lo, hi in (
+            ("--node-timeout", node_timeout, 0.0, MAX_SECONDS),
+            ("--time-limit", time_limit, MIN_TIME_LIMIT_S, MAX_SECONDS),
+            ("--request-timeout", request_timeout, 0.0, MAX_SECONDS),
+            ("--bench-timeout", bench_timeout, 0.0, MAX_BENCH_SECONDS),
+            ("--window", window, None, MAX_SECONDS),
         ):
-            if not v > 0:
-                raise bad(f"{name}={v:g}; wanted seconds > 0")
-        if window < 0:
-            raise bad(f"--window={window:g}; wanted seconds >= 0")
+            low_ok = v >= 0 if lo is None else (v > 0 if lo == 0 else v >= lo)
+            if not (math.isfinite(v) and low_ok and v <= hi):
+                low = ">= 0" if lo is None else f">= {lo:g}" if lo else "> 0"
+                raise bad(f"{name}={v:g}; wanted seconds {low} and <= {hi:g}")
+        if base_url and not re.match(r"^https?://[^\s/?#]+", base_url):
+            raise bad(f"--base-url {base_url!r}; wanted http://host:port or https://host:port ('' for none)")
+        if gateway and not re.match(r"^https?://[^\s/?#]+", gateway):
+            raise bad(f"--gateway {gateway!r}; wanted http://host:port or https://host:port")
+        for host in private_host or []:
+            if not valid_host(host):
+                raise bad(
+                    f"--private-host {host!r}; wanted one hostname (spark-a, spark-a.lan) or IP address "
+                    "(192.168.1.1, fe80::1) per option -- no list, URL, user@ or port"
+                )
+        out_problem = check_out(out)
+        if out_problem:
+            raise bad(out_problem)
+        for opt, paths in (("--compare", compare or []), ("--nccl-log", [nccl_log] if nccl_log else [])):
+            for p in paths:
+                problem = check_input_file(p, opt)
+                if problem:
+                    raise bad(problem)
+        if compare:
+            from .report.html import ReportFileError, read_report_data
+
+            for p in compare:
+                try:
+                    read_report_data(p)
+                except ReportFileError as e:
+                    raise bad(str(e)) from None
         if kernel_log != "none" and kernel_log != "local" and not kernel_log.startswith("ssh://"):
             raise bad(f"--kernel-log={kernel_log!r}; wanted none, local or ssh://user@host")
         try:
@@ -152,7 +272,7 @@ def register(app: typer.Typer) -> None:
                     f"--node {spec!r}; wanted NAME=CONTAINER or NAME=CONTAINER@DOCKER_URL, e.g. head=sparkpair-head-1@ssh://me@spark-a"
                 )
             url = m.group("url")
-            if url is not None and not re.match(r"^(unix|tcp|ssh)://\S+$", url):
+            if url is not None and not valid_docker_url(url):
                 raise bad(
                     f"--node {spec!r}: Docker URL {url!r}; wanted unix://, tcp://host:port or ssh://user@host"
                 )
@@ -162,6 +282,15 @@ def register(app: typer.Typer) -> None:
         names = [n.name for n in nodes]
         if len(set(names)) != len(names):
             raise bad(f"nodes {names}: a name is given twice; wanted one entry per node")
+        from sparkpair_health.apikey import host_pattern
+
+        for n in names:
+            hit = next((h for h in private_host or [] if host_pattern(h).search(n)), None)
+            if hit:
+                raise bad(
+                    f"node name {n!r} holds the --private-host {hit!r}: node names are the report's "
+                    "structure and are shown; wanted a name without it (head, worker)"
+                )
         loaded_profile = None
         if profile:
             from sparkpair_health.profile import ProfileError, load_profile
@@ -177,7 +306,9 @@ def register(app: typer.Typer) -> None:
                 f"--out {out}: the folder {out_path.parent.name!r} does not exist; wanted a file in an "
                 "existing folder"
             )
-        extra = [SecretStr(v) for k, v in os.environ.items() if gather.SECRET_NAME.search(k) and v]
+        extra = [
+            (f"{k} (env)", SecretStr(v)) for k, v in os.environ.items() if gather.SECRET_NAME.search(k) and v
+        ]
         opts = gather.Options(
             base_url=base_url or None, gateway=gateway, profile=profile, api_key=key,
             private_hosts=tuple(private_host or ()), run_root=str(out_path.parent),
@@ -204,6 +335,8 @@ def register(app: typer.Typer) -> None:
                 f"{escape(str(e.strerror))}[/red]"
             )
             raise typer.Exit(1) from None
+        for w in data["meta"].get("warnings") or []:
+            err.print(f"[yellow]sparkpair report: warning: {escape(w)}[/yellow]")
         states = {s["id"]: s["state"] for s in data["sections"]}
         missing = [f"{k} ({v})" for k, v in states.items() if v != "filled"]
         print(

@@ -50,8 +50,16 @@ SECTIONS: tuple[tuple[str, str], ...] = (
 
 REPORT_SCHEMA = "sparkpair-report/1"
 
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)$", re.IGNORECASE)
-"""Environment names whose values are secrets: shown as set/unset, and removed wherever they appear."""
+SECRET_NAME = re.compile(
+    r"^(?!.*_(?:FILE|PATH|DIR)$)(?!.*(?:DISABLE|ENABLE))"
+    r".*(?:^|_)(?:API)?(?:KEYS?|TOKENS?|SECRETS?|PASSWORD|PASSWD|PASS|AUTH|AUTHORIZATION|CREDENTIALS?)(?:_|$)",
+    re.IGNORECASE,
+)
+"""Environment names whose values are secrets: shown as set/unset, and removed wherever they appear.
+Any name with a part KEY, TOKEN, SECRET, PASSWORD, PASSWD, PASS, AUTH or CREDENTIAL (``HF_TOKEN``,
+``SPARKPAIR_SYNC_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``OPENAI_APIKEY``, ``MY_AUTH_HEADER``), except
+names of a file, path or folder (``SPARKPAIR_API_KEY_FILE``: its value is where the secret is) and
+switches (``HF_HUB_DISABLE_IMPLICIT_TOKEN=1``)."""
 
 ENV_SHOWN = re.compile(r"^(SPARKPAIR_|VLLM_|NCCL_|CUDA_|TORCH_|TRITON_|HF_|UCX_|GLOO_|OMP_|PYTORCH_)")
 """Environment names a report shows: the pair's own and the serving stack's settings."""
@@ -144,7 +152,8 @@ class Options:
     bench_dir: Path | None = None
     nccl_log: Path | None = None
     compare: tuple[Path, ...] = ()
-    extra_tokens: tuple[SecretStr, ...] = ()
+    extra_tokens: tuple[tuple[str, SecretStr], ...] = ()
+    """Other secrets to remove, each with where it comes from (``SPARKPAIR_SYNC_TOKEN (env)``)."""
     time_limit_s: float = 600.0
 
 
@@ -180,6 +189,61 @@ def _json_of(text: str) -> Any:
     raise ValueError("no JSON object in the output")
 
 
+def _kind(v: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(
+        type(v), "a number" if isinstance(v, (int, float)) else type(v).__name__
+    )
+
+
+def _rows_problem(v: Any, what: str, need: Sequence[str] = ()) -> str | None:
+    """Why ``v`` is not a list of objects each holding ``need`` (``None`` when it is, or absent)."""
+    if v is None:
+        return None
+    if not isinstance(v, list):
+        return f"{what} is {_kind(v)}; wanted a list of objects"
+    for i, r in enumerate(v):
+        if not isinstance(r, dict):
+            return f"{what}[{i}] is {_kind(r)}; wanted an object"
+        lacking = [k for k in need if k not in r]
+        if lacking:
+            return f"{what}[{i}] has no {', '.join(repr(k) for k in lacking)}; wanted {', '.join(need)}"
+    return None
+
+
+def shape_problem(key: str, v: Any) -> str | None:
+    """Why a node's ``key`` file (``inspect``, ``preflight``, ``probe``, ``plan``) cannot be shown,
+    or ``None``: what the section builders and the page read from it must have the type they
+    read it as. The shapes are those :mod:`sparkpair_overlay.probe`, the plan and
+    ``sparkpair preflight --facts-out`` write."""
+    if not isinstance(v, dict):
+        return f"the file holds {_kind(v)}; wanted a JSON object"
+    if key == "inspect":
+        for k, want in (("env", dict), ("digests", list), ("state", dict)):
+            if k in v and not isinstance(v[k], want):
+                return f"{k!r} is {_kind(v[k])}; wanted {_kind(want())}"
+        return None
+    if key == "preflight":
+        return _rows_problem(v.get("results"), "'results'")
+    if key == "probe":
+        for k, need in (("router", ()), ("o_proj", ()), ("kernel_paths", ()),
+                        ("serve_paths", ("path", "candidate", "shape", "tokens"))):  # fmt: skip
+            problem = _rows_problem(v.get(k), repr(k), need)
+            if problem:
+                return problem
+        choice = v.get("serve_choice")
+        if choice is not None:
+            if not isinstance(choice, dict):
+                return f"'serve_choice' is {_kind(choice)}; wanted an object"
+            return _rows_problem(choice.get("choices"), "'serve_choice.choices'")
+    return None
+
+
+def _why(n: NodeFacts, key: str) -> str:
+    """Why ``n`` gave no ``key``, naming the node once."""
+    w = n.timed_out or n.why.get(key) or n.why.get("inspect") or "not read"
+    return w if w.startswith(f"{n.name}: ") else f"{n.name}: {key}: {w}"
+
+
 def gpu_sample(node: NodeSource) -> tuple[dict[str, Any] | None, str | None]:
     """One ``nvidia-smi`` sample of the node's GPU: ``(sample, None)`` or ``(None, why)``."""
     r = node.run(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"], 20)
@@ -197,11 +261,19 @@ def collect_node(node: NodeSource, opts: Options, profile: Any = None) -> NodeFa
     """Read everything one node knows (see the module docstring); never raises."""
     f = NodeFacts(node.name, node.where())
     try:
-        f.inspect = node.inspect()
+        facts = node.inspect()
     except (OSError, ValueError) as e:
         f.why["inspect"] = str(e)
         return f
-    env: dict[str, str] = f.inspect.get("env", {})
+    problem = shape_problem("inspect", facts)
+    if problem:
+        f.why["inspect"] = f"{node.name}: could not read the container's inspect facts: {problem}"
+        return f
+    unreadable = facts.pop("unreadable", None)
+    if unreadable:
+        f.why["inspect_file"] = str(unreadable)
+    f.inspect = facts
+    env: dict[str, str] = {str(k): str(v) for k, v in (facts.get("env") or {}).items()}
     r = node.run(["python3", "-c", VERSIONS_PY], 90)
     try:
         f.versions = _json_of(r.stdout) if r.rc == 0 else None
@@ -236,6 +308,10 @@ def collect_node(node: NodeSource, opts: Options, profile: Any = None) -> NodeFa
             f.preflight = json.loads(text) if text else None
         except json.JSONDecodeError as e:
             f.why["preflight"] = f"unreadable preflight report: {e}"
+        problem = shape_problem("preflight", f.preflight) if f.preflight is not None else None
+        if problem:
+            f.preflight = None
+            f.why["preflight"] = f"{node.name}: could not read {PREFLIGHT_OUT}: {problem}"
         if f.preflight is None and "preflight" not in f.why:
             f.why["preflight"] = (
                 f"sparkpair preflight in the container exited {r.rc}: {(r.stderr or r.stdout).strip()}"
@@ -253,9 +329,15 @@ def collect_node(node: NodeSource, opts: Options, profile: Any = None) -> NodeFa
             f.why[key] = f"no {key} file at {path} in {node.where()}"
             continue
         try:
-            setattr(f, key, json.loads(text))
+            value = json.loads(text)
         except json.JSONDecodeError as e:
-            f.why[key] = f"the {key} file {path} is not JSON: {e}"
+            f.why[key] = f"{node.name}: could not read the {key} file {path}: not JSON ({e})"
+            continue
+        problem = shape_problem(key, value)
+        if problem:
+            f.why[key] = f"{node.name}: could not read the {key} file {path}: {problem}"
+        else:
+            setattr(f, key, value)
     try:
         f.log = node.logs(20000)
         f.plan_lines = sorted({m.group(0).strip() for m in PLAN_LINE.finditer(f.log)})
@@ -302,6 +384,8 @@ def section_image(nodes: list[NodeFacts]) -> Section:
         if n.timed_out or n.inspect is None:
             s.missing(n.timed_out or n.why.get("inspect", f"{n.name}: not read"))
             continue
+        if n.why.get("inspect_file"):
+            s.missing(n.why["inspect_file"])
         v = n.versions or {}
         if n.versions is None:
             s.missing(f"{n.name}: versions: {n.why.get('versions')}")
@@ -352,10 +436,11 @@ def section_image(nodes: list[NodeFacts]) -> Section:
     return s
 
 
-def section_env(nodes: list[NodeFacts]) -> tuple[Section, list[SecretStr]]:
-    """The shown part of each node's environment, secrets as ``<set>``; and the secrets found."""
+def section_env(nodes: list[NodeFacts]) -> tuple[Section, list[tuple[str, SecretStr]]]:
+    """The shown part of each node's environment, secrets as ``<set>``; and the secrets found,
+    each with where it was found (``head: HF_TOKEN``)."""
     s = Section("env", dict(SECTIONS)["env"])
-    secrets: list[SecretStr] = []
+    secrets: list[tuple[str, SecretStr]] = []
     shown: dict[str, dict[str, str]] = {}
     for n in nodes:
         if n.inspect is None:
@@ -367,7 +452,7 @@ def section_env(nodes: list[NodeFacts]) -> tuple[Section, list[SecretStr]]:
             v = str(env[k])
             if SECRET_NAME.search(k):
                 if v:
-                    secrets.append(SecretStr(v))
+                    secrets.append((f"{n.name}: {k}", SecretStr(v)))
                 out[k] = f"<set, {len(v)} characters>" if v else "<unset>"
             elif ENV_SHOWN.match(k):
                 out[k] = v
@@ -386,9 +471,7 @@ def section_preflight(nodes: list[NodeFacts]) -> Section:
     per: dict[str, Any] = {}
     for n in nodes:
         if n.preflight is None:
-            s.missing(
-                n.timed_out or f"{n.name}: {n.why.get('preflight') or n.why.get('inspect', 'not read')}"
-            )
+            s.missing(_why(n, "preflight"))
             continue
         reports.append(n.preflight)
         per[n.name] = [
@@ -408,16 +491,26 @@ def section_preflight(nodes: list[NodeFacts]) -> Section:
     return s
 
 
+NCCL_LOG_MAX_BYTES = 64 * 1024 * 1024
+"""Largest --nccl-log read (bytes): an all-reduce log is tens of KiB; ``sparkpair report``
+refuses a bigger one before gathering (the same bound)."""
+
+
 def section_nccl(nodes: list[NodeFacts], opts: Options) -> Section:
     from sparkpair_cli.preflight import nccl
 
     s = Section("nccl", dict(SECTIONS)["nccl"])
     logs: list[tuple[str, str]] = []
     if opts.nccl_log is not None:
+        from sparkpair_health.inputs import read_small_file
+
         try:
-            logs.append(("--nccl-log", opts.nccl_log.read_text(errors="replace")))
+            raw = read_small_file(opts.nccl_log, NCCL_LOG_MAX_BYTES)
+            logs.append(("--nccl-log", raw.decode("utf-8", errors="replace")))
         except OSError as e:
             s.missing(f"--nccl-log {opts.nccl_log}: {e.strerror}")
+        except ValueError as e:
+            s.missing(f"--nccl-log {opts.nccl_log}: {e}")
     else:
         for n in nodes:
             if n.nccl_log:
@@ -493,7 +586,7 @@ def section_kernels(nodes: list[NodeFacts]) -> Section:
         if n.probe is not None:
             d["probe"] = _probe_tables(n.probe)
         else:
-            s.missing(f"{n.name}: probe: {n.timed_out or n.why.get('probe') or n.why.get('inspect')}")
+            s.missing(_why(n, "probe"))
         if n.plan is not None:
             p = n.plan
             d["plan"] = {
@@ -512,7 +605,7 @@ def section_kernels(nodes: list[NodeFacts]) -> Section:
                 )
             }
         else:
-            s.missing(f"{n.name}: plan: {n.timed_out or n.why.get('plan') or n.why.get('inspect')}")
+            s.missing(_why(n, "plan"))
         if not n.plan_lines and n.log is not None:
             s.missing(
                 f"{n.name}: no 'sparkpair overlay plan:' line in the container's log (the overlay did "
@@ -562,7 +655,7 @@ def section_stability_recorded(nodes: list[NodeFacts]) -> Section:
     per: dict[str, Any] = {}
     for n in nodes:
         if n.log is None:
-            s.missing(f"{n.name}: log: {n.timed_out or n.why.get('log') or n.why.get('inspect')}")
+            s.missing(_why(n, "log"))
             continue
         res = json.loads(scan_text(n.log).to_json())
         per[n.name] = {
@@ -851,6 +944,22 @@ def section_compare(opts: Options, now: dict[str, Any]) -> Section:
 # --------------------------------------------------------------------------- the whole report
 
 
+def _raise(e: Exception) -> Section:
+    raise e
+
+
+def guarded(sid: str, build: Callable[..., Section], *args: Any) -> Section:
+    """``build(*args)``, or -- when it raises (a node's file of a shape no check foresaw) -- the
+    section ``sid`` empty, naming what went wrong: one section that cannot be built never costs
+    the page."""
+    try:
+        return build(*args)
+    except Exception as e:  # noqa: BLE001 - named in the section, the page is still written
+        s = Section(sid, dict(SECTIONS)[sid])
+        s.missing(f"could not build this section: {type(e).__name__}: {e}", all_of_it=True)
+        return s
+
+
 def build_report(
     nodes: Sequence[NodeSource],
     opts: Options,
@@ -892,11 +1001,22 @@ def build_report(
         t.join()
     facts = [box[n.name] for n in nodes]
     sections: dict[str, Section] = {}
-    sections["image"] = section_image(facts)
-    sections["env"], secrets = section_env(facts)
-    sections["preflight"] = section_preflight(facts)
-    sections["nccl"] = section_nccl(facts, opts)
-    sections["kernels"] = section_kernels(facts)
+    sections["image"] = guarded("image", section_image, facts)
+    secrets: list[tuple[str, SecretStr]] = []
+    try:
+        sections["env"], secrets = section_env(facts)
+    except Exception as e:  # noqa: BLE001 - named in the section (its secrets are still removed below)
+        sections["env"] = guarded("env", _raise, e)
+        secrets = [
+            (f"{f.name}: {k}", SecretStr(str(v)))
+            for f in facts
+            if isinstance((f.inspect or {}).get("env"), dict)
+            for k, v in f.inspect["env"].items()  # type: ignore[index]
+            if SECRET_NAME.search(str(k)) and v
+        ]
+    sections["preflight"] = guarded("preflight", section_preflight, facts)
+    sections["nccl"] = guarded("nccl", section_nccl, facts, opts)
+    sections["kernels"] = guarded("kernels", section_kernels, facts)
 
     client, model = None, None
     if opts.base_url:
@@ -910,33 +1030,35 @@ def build_report(
             model = None
     deadline = time.monotonic() + opts.time_limit_s
     progress("health verdict")
-    sections["health"] = section_health(opts, profile, deadline)
+    sections["health"] = guarded("health", section_health, opts, profile, deadline)
     progress("accuracy set")
-    sections["accuracy"] = section_accuracy(opts, model, client, deadline)
+    sections["accuracy"] = guarded("accuracy", section_accuracy, opts, model, client, deadline)
     if client is not None:
         client.close()
-    image = next((f.inspect.get("image") for f in facts if f.inspect), None)
+    image = next((str(f.inspect.get("image")) for f in facts if f.inspect), None)
     if opts.bench:
         progress("sparkpair bench")
-    sections["bench"] = section_bench(opts, None, image)
+    sections["bench"] = guarded("bench", section_bench, opts, None, image)
     for n, f in zip(nodes, facts, strict=True):  # GPU state after the load
         if f.gpu and not f.timed_out:
             sample, _ = gpu_sample(n)
             if sample:
                 f.gpu.append(sample)
-    sections["gpu"] = section_gpu(facts)
+    sections["gpu"] = guarded("gpu", section_gpu, facts)
     if stability is not None:
         progress(f"stability over the window ({opts.window_s:g} s)")
-        sections["stability"] = stability(max(0.0, opts.window_s - (time.monotonic() - t0)))
+        sections["stability"] = guarded(
+            "stability", stability, max(0.0, opts.window_s - (time.monotonic() - t0))
+        )
     else:
-        sections["stability"] = section_stability_recorded(facts)
+        sections["stability"] = guarded("stability", section_stability_recorded, facts)
     now = {
         "versions": sections["image"].data.get("nodes"),
         "accuracy": {k: sections["accuracy"].data.get(k) for k in ("correct", "asked", "of")},
         "bench": (sections["bench"].data or {}).get("result") or [],
     }
-    sections["compare"] = section_compare(opts, now)
-    sections["summary"] = summary(sections, facts, opts)
+    sections["compare"] = guarded("compare", section_compare, opts, now)
+    sections["summary"] = guarded("summary", summary, sections, facts, opts)
     report = {
         "schema": REPORT_SCHEMA,
         "meta": {
@@ -978,12 +1100,32 @@ def summary(sections: dict[str, Section], facts: list[NodeFacts], opts: Options)
     return s
 
 
-def finish(report: dict[str, Any], opts: Options, secrets: Sequence[SecretStr]) -> dict[str, Any]:
-    """The report with every string redacted (see the module docstring)."""
-    from sparkpair_health.apikey import Private, redact
+def finish(report: dict[str, Any], opts: Options, secrets: Sequence[tuple[str, SecretStr]]) -> dict[str, Any]:
+    """The report with every string redacted (see the module docstring).
 
+    A secret too short to be searched for in free text (:func:`sparkpair_health.apikey.searchable`)
+    is removed only where a whole value is it; each such secret is named (never shown) in
+    ``meta.warnings`` and in the summary, so the owner knows a log line or an answer may still
+    hold it."""
+    from sparkpair_health.apikey import MIN_RUN, Private, redact, searchable
+
+    named = [*secrets, *opts.extra_tokens]
+    if opts.api_key is not None:
+        named.append(("the API key", opts.api_key))
+    short = sorted({where for where, v in named if not searchable(v.get_secret_value())})
+    warnings = [
+        f"{where}: the secret is shorter than {MIN_RUN} characters, too short to be searched for in "
+        "free text (it would blank ordinary words and numbers): it is removed only where a whole "
+        "value is it; a log line or an answer may still hold it -- read the page before sharing it, "
+        f"and use a secret of {MIN_RUN} or more characters"
+        for where in short
+    ]
+    report.setdefault("meta", {})["warnings"] = warnings
+    for s in report.get("sections") or []:
+        if s.get("id") == "summary":
+            s["why"] = [*s.get("why", []), *warnings]
     private = Private(
-        tokens=tuple(secrets) + tuple(opts.extra_tokens),
+        tokens=tuple(v for _w, v in named if v is not opts.api_key),
         hosts=tuple(opts.private_hosts),
         run_root=opts.run_root,
         strip_paths=True,

@@ -14,6 +14,7 @@ same bytes.
 from __future__ import annotations
 
 import json
+import math
 import re
 from html import escape
 from pathlib import Path
@@ -50,39 +51,54 @@ class ReportFileError(ValueError):
     """An earlier report cannot be read; the message names the file and why."""
 
 
-def read_report_data(path: Path) -> dict[str, Any]:
+def read_report_data(path: Path, option: str = "--compare") -> dict[str, Any]:
     """The data embedded in a report written by :func:`render` (or a ``.json`` of the same data).
 
+    At most :data:`MAX_REPORT_BYTES` are read, from a regular file only (a FIFO or ``/dev/zero``
+    is refused, never read). ``option`` names the setting in messages.
+
     Raises:
-        ReportFileError: unreadable, too large, or not a sparkpair report.
+        ReportFileError: unreadable, not a regular file, too large, or not a sparkpair report
+            (no embedded data, not JSON, no ``sparkpair-report/`` schema, ``sections`` not a list of
+            objects each with an ``id``).
     """
+    from sparkpair_health.inputs import read_small_file
+
     try:
-        if path.stat().st_size > MAX_REPORT_BYTES:
-            raise ReportFileError(
-                f"--compare {path.name}: {path.stat().st_size} bytes; wanted a sparkpair report (< "
-                f"{MAX_REPORT_BYTES} bytes)"
-            )
-        text = path.read_text(errors="replace")
+        text = read_small_file(path, MAX_REPORT_BYTES).decode("utf-8", errors="replace")
     except OSError as e:
-        raise ReportFileError(f"--compare {path.name}: cannot read it ({e.strerror})") from None
+        raise ReportFileError(f"{option} {path}: cannot read it ({e.strerror})") from None
+    except ValueError as e:
+        raise ReportFileError(f"{option} {path}: {e}; wanted a report `sparkpair report` wrote") from None
     if path.suffix == ".json":
         body = text
     else:
         m = re.search(rf'<script type="application/json" id="{DATA_ID}">(.*?)</script>', text, re.S)
         if m is None:
             raise ReportFileError(
-                f"--compare {path.name}: no embedded report data (#{DATA_ID}); wanted a page `sparkpair "
+                f"{option} {path}: no embedded report data (#{DATA_ID}); wanted a page `sparkpair "
                 "report` wrote"
             )
         body = m.group(1).replace("<\\/", "</")
     try:
-        data: dict[str, Any] = json.loads(body)
-    except json.JSONDecodeError as e:
-        raise ReportFileError(f"--compare {path.name}: the embedded data is not JSON ({e})") from None
-    if not str(data.get("schema", "")).startswith("sparkpair-report/"):
+        data = json.loads(body)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise ReportFileError(f"{option} {path}: the embedded data is not JSON ({e})") from None
+    if not isinstance(data, dict):
         raise ReportFileError(
-            f"--compare {path.name}: schema {data.get('schema')!r}; wanted sparkpair-report/1"
+            f"{option} {path}: the embedded data is a JSON {type(data).__name__}; wanted an object "
+            '{"schema": "sparkpair-report/1", "sections": [...]}'
         )
+    if not str(data.get("schema", "")).startswith("sparkpair-report/"):
+        raise ReportFileError(f"{option} {path}: schema {data.get('schema')!r}; wanted sparkpair-report/1")
+    secs = data.get("sections")
+    if not isinstance(secs, list) or not all(isinstance(x, dict) and "id" in x for x in secs):
+        raise ReportFileError(
+            f"{option} {path}: 'sections' is {type(secs).__name__}; wanted a list of objects each "
+            "with an 'id'"
+        )
+    if not isinstance(data.get("meta", {}), dict):
+        raise ReportFileError(f"{option} {path}: 'meta' is {type(data['meta']).__name__}; wanted an object")
     return data
 
 
@@ -204,7 +220,7 @@ def _kernels(d: dict[str, Any]) -> str:
         if rows:
             bars = [
                 (
-                    f"{r['path']} {r['candidate']} {r['shape']} T={r['tokens']}",
+                    f"{r.get('path')} {r.get('candidate')} {r.get('shape')} T={r.get('tokens')}",
                     float(r["us"]),
                     "#0969da" if r.get("ok") else "#cf222e",
                 )
@@ -299,6 +315,29 @@ def _summary(d: dict[str, Any], meta: dict[str, Any]) -> str:
 RENDER = {"kernels": _kernels, "bench": _bench, "accuracy": _accuracy, "gpu": _gpu}
 
 
+def finite(obj: Any) -> Any:
+    """``obj`` with every NaN and infinity (a probe's failed timing) as ``None``: JSON has neither."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
+_SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def embed_json(report: dict[str, Any]) -> str:
+    """``report`` as JSON safe inside ``<script>``: strict JSON (no NaN/Infinity, which
+    ``JSON.parse`` refuses), ``<``, ``>``, ``&`` and U+2028/U+2029 written as ``\\uXXXX`` escapes so
+    no string in it can close the element or open a comment (HTML spec, "Restrictions for
+    contents of script elements": https://html.spec.whatwg.org/multipage/scripting.html#restrictions-for-contents-of-script-elements)."""
+    text = json.dumps(finite(report), ensure_ascii=False, sort_keys=True, allow_nan=False)
+    return re.sub("[<>&\u2028\u2029]", lambda m: _SCRIPT_UNSAFE[m.group(0)], text)
+
+
 def render(report: dict[str, Any]) -> str:
     """The page (one string) for ``report`` (see the module docstring)."""
     meta = report.get("meta") or {}
@@ -307,18 +346,24 @@ def render(report: dict[str, Any]) -> str:
         state = s["state"]
         why = "".join(f"<li>{escape(w)}</li>" for w in s.get("why") or [])
         head = f'<h2>{escape(s["title"])}<span class="state {escape(state)}">{escape(state)}</span></h2>'
-        if s["id"] == "summary":
-            content = _summary(s["data"], meta)
-        elif s["id"] in RENDER:
-            content = RENDER[s["id"]](s["data"])
-        else:
-            content = generic(s["data"]) if s["data"] else ""
+        try:
+            if s["id"] == "summary":
+                content = _summary(s["data"], meta)
+            elif s["id"] in RENDER:
+                content = RENDER[s["id"]](s["data"])
+            else:
+                content = generic(s["data"]) if s["data"] else ""
+        except Exception as e:  # noqa: BLE001 - named on the page; the data is still shown as is
+            content = (
+                f'<p class="bad">could not draw this section: {escape(type(e).__name__)}: '
+                f"{escape(str(e))}; its data as read:</p>" + generic(s["data"])
+            )
         why_html = f'<ul class="why">{why}</ul>' if why else ""
         body.append(
             f'<section id="sec-{escape(s["id"])}" '
             f'data-state="{escape(state)}">{head}{why_html}{content}</section>'
         )
-    data = json.dumps(report, ensure_ascii=False, sort_keys=True).replace("</", "<\\/")
+    data = embed_json(report)
     check = (
         "(function(){var d=JSON.parse(document.getElementById('" + DATA_ID + "').textContent);"
         "var p=document.getElementById('browser-check');"

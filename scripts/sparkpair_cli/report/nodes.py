@@ -153,21 +153,37 @@ class RecordedNode:
         return f"the recorded folder {self.folder.name}"
 
     def inspect(self) -> dict[str, Any]:
+        """As :meth:`NodeSource.inspect`; an unreadable ``inspect.json`` is named under
+        ``"unreadable"`` (the node's env and files are still given)."""
         from sparkpair_cli.deploy.nodeenv import parse_env_file
 
         if not self.folder.is_dir():
             raise OSError(f"{self.name}: {self.folder} is not a folder")
         p = self.folder / "inspect.json"
-        facts: dict[str, Any] = json.loads(p.read_text()) if p.is_file() else {}
+        facts: dict[str, Any] = {}
+        unreadable = None
+        if p.is_file():
+            try:
+                facts = json.loads(p.read_text(errors="replace"))
+            except (OSError, ValueError) as e:
+                unreadable = f"{self.name}: could not read inspect.json: {e}"
+            if not isinstance(facts, dict):
+                unreadable = (
+                    f"{self.name}: could not read inspect.json: it holds a JSON "
+                    f"{type(facts).__name__}; wanted an object"
+                )
+            if unreadable:
+                facts = {}  # the rest of the node (node.env, logs, files) is still read
         env_file = self.folder / "node.env"
         env = parse_env_file(env_file, {}) if env_file.is_file() else {}
-        return {
+        out = {
             "image_id": facts.get("image_id", ""),
             "image": facts.get("image", env.get("SPARKPAIR_IMAGE", "")),
             "digests": facts.get("digests", []),
             "env": env,
             "state": facts.get("state", {}),
         }
+        return out | ({"unreadable": unreadable} if unreadable else {})
 
     def run(self, argv: list[str], timeout_s: float) -> CommandResult:
         key = RECORDED_COMMANDS.get(argv[0]) if argv else None
@@ -176,8 +192,13 @@ class RecordedNode:
             return CommandResult(
                 127, "", f"{argv[0] if argv else 'the command'} not recorded in {self.folder.name}"
             )
-        d = json.loads(p.read_text())
-        return CommandResult(int(d["rc"]), str(d.get("stdout", "")), str(d.get("stderr", "")))
+        try:
+            d = json.loads(p.read_text(errors="replace"))
+            if not isinstance(d, dict) or isinstance(d.get("rc"), bool) or not isinstance(d.get("rc"), int):
+                raise ValueError('wanted a JSON object {"rc": <int>, "stdout": ..., "stderr": ...}')
+        except (OSError, ValueError) as e:
+            return CommandResult(127, "", f"{self.name}: could not read _cmd/{p.name}: {e}")
+        return CommandResult(d["rc"], str(d.get("stdout", "")), str(d.get("stderr", "")))
 
     def read(self, path: str) -> str | None:
         p = self.folder / "files" / path.lstrip("/")

@@ -139,16 +139,12 @@ def test_the_cli_writes_the_report_from_recorded_nodes_and_compares_with_an_earl
     secs = {s["id"]: s for s in read_report_data(second)["sections"]}
     (earlier,) = secs["compare"]["data"]["earlier"]
     assert earlier["file"] == "first.html" and secs["compare"]["state"] == "filled"
-    # A file that is not a report is named, and the report is still written.
+    # A file that is not a report is a bad option: refused before anything is gathered, naming it.
     junk = tmp_path / "junk.html"
     junk.write_text("<html>hello</html>")
     res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "third.html"), "--compare", str(junk)])
-    assert res.exit_code == 0, res.output
-    third = {s["id"]: s for s in read_report_data(tmp_path / "third.html")["sections"]}
-    assert (
-        third["compare"]["state"] == "empty"
-        and "junk.html: no embedded report data" in third["compare"]["why"][0]
-    )
+    assert res.exit_code == 2 and "junk.html: no embedded report data" in res.output, res.output
+    assert not (tmp_path / "third.html").exists()
     with pytest.raises(ReportFileError, match="junk.html"):
         read_report_data(junk)
 

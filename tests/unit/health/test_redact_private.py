@@ -8,7 +8,15 @@ import base64
 import json
 
 from pydantic import SecretStr
-from sparkpair_health.apikey import OUTSIDE_PATH, PRIVATE_HOST, REDACTED, REDACTED_TOKEN, Private, redact
+from sparkpair_health.apikey import (
+    OUTSIDE_PATH,
+    PRIVATE_HOST,
+    REDACTED,
+    REDACTED_TOKEN,
+    Private,
+    redact,
+    searchable,
+)
 
 TOKEN = "tok-Q7wE9rT2yU4iO6pA"
 PRIV = Private(
@@ -50,6 +58,37 @@ def test_paths_outside_the_run_go_the_runs_own_and_public_ones_stay() -> None:
     assert redact("/home/alice/x", None, Private()) == "/home/alice/x"
 
 
-def test_nested_values_and_keys_are_redacted() -> None:
-    out = redact({"spark-a": [TOKEN, ("/home/bob", 3)]}, None, PRIV)
-    assert out == {PRIVATE_HOST: [REDACTED_TOKEN, (OUTSIDE_PATH, 3)]}
+def test_nested_values_are_redacted_and_keys_never_are() -> None:
+    out = redact({"spark-a": [TOKEN, ("/home/bob", 3)], "host": "spark-a"}, None, PRIV)
+    assert out == {"spark-a": [REDACTED_TOKEN, (OUTSIDE_PATH, 3)], "host": PRIVATE_HOST}
+
+
+def test_a_short_secret_is_removed_only_where_a_value_is_it_whole() -> None:
+    # SPARKPAIR_API_KEY=on, HF_TOKEN=data / =1: searched for in text, they blanked "condition",
+    # the "data" key and every digit of a timestamp.
+    doc = {"data": {"condition": "on", "t": "2026-12-05T21:01:00", "n": "1", "msg": "data on 1 node"}}
+    priv = Private(tokens=(SecretStr("data"), SecretStr("1")))
+    out = redact(doc, SecretStr("on"), priv)
+    assert out == {"data": {"condition": REDACTED, "t": "2026-12-05T21:01:00", "n": REDACTED_TOKEN,
+                            "msg": "data on 1 node"}}  # fmt: skip
+    assert redact(" on\n", SecretStr("on")) == REDACTED
+    # the threshold: eight characters are searched for inside text
+    assert searchable("12345678") and not searchable("1234567")
+    assert redact("x 12345678 y", SecretStr("12345678")) == f"x {REDACTED} y"
+
+
+def test_a_short_private_host_is_removed_only_as_a_whole_name() -> None:
+    priv = Private(hosts=("a", "id"))
+    out = redact({"id": "a", "data": "a GPU on id, data at spark-a.lan; valid ids"}, None, priv)
+    h = PRIVATE_HOST
+    assert out == {"id": h, "data": f"{h} GPU on {h}, data at spark-{h}.lan; valid ids"}
+    # a private host as one part of a longer name is still removed
+    assert redact("spark-a-head", None, Private(hosts=("SPARK-A",))) == f"{h}-head"
+
+
+def test_a_urls_password_is_removed_whatever_it_is() -> None:
+    text = "HF_ENDPOINT=https://me:hunter2@mirror.lan/hf and ssh://git@host kept"
+    assert (
+        redact(text, None)
+        == "HF_ENDPOINT=https://me:<redacted-password>@mirror.lan/hf and ssh://git@host kept"
+    )
