@@ -30,7 +30,7 @@ from rich.table import Table
 
 from .deploy import discover as dv
 from .deploy.nodeenv import NodeEnvError, dotenv_subset_problem, env_file_choice, load_node_env_file
-from .deploy.nodeenv_values import NODE_NAME_RE
+from .deploy.nodeenv_values import NODE_NAME_RE, SECRET_KEYS, shown
 
 err = Console(stderr=True, markup=False, soft_wrap=True)  # paths and values are shown whole
 out = Console(markup=False)
@@ -104,7 +104,7 @@ def show(prop: dv.Proposal, console: Console) -> None:
     t.add_column("value", overflow="fold")
     t.add_column("source", overflow="fold")
     for v in sorted(prop.values, key=lambda v: v.key):
-        t.add_row(v.key, v.value, v.source)
+        t.add_row(v.key, shown(v.key, v.value) if v.key in SECRET_KEYS else v.value, v.source)
     console.print(t)
     for f in prop.findings:
         console.print(f"node {prop.node}: {f}", highlight=False, soft_wrap=True)

@@ -198,3 +198,17 @@ def test_without_iproute2_the_addresses_come_from_the_kernels_ioctls(monkeypatch
     monkeypatch.setenv("PATH", "/nonexistent")
     without = ipv4_addresses(Host())
     assert without and {k: v[:1] for k, v in with_ip.items()} == without
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_an_api_key_given_with_set_is_written_but_never_printed(tmp_path: Path, dry_run: bool) -> None:
+    key = "sk-PLANTED-node-init-0123456789"
+    out = tmp_path / "node.env"
+    code, output = init(
+        "spark-head-good", out, "--set", f"SPARKPAIR_API_KEY={key}", *(["--dry-run"] * dry_run)
+    )
+    assert code == 0, output
+    assert key not in output and key[:8] not in output, output
+    assert f"<hidden, {len(key)} characters>" in output, output
+    if not dry_run:
+        assert parse_env_file(out)["SPARKPAIR_API_KEY"] == key
