@@ -181,7 +181,7 @@ def check_flashinfer_table(c: Ctx) -> None:
     wanted = f"{', '.join(map(str, want))} in the table (what vLLM 0.33 asks at TP={_tp(c.profile)})"
     argv = [sys.executable, "-c", FLASHINFER_DSV4_CMD, json.dumps([list(p) for p in want])]
     try:
-        r = c.host.run("flashinfer-dsv4-table", argv)
+        r = c.host.run("flashinfer-dsv4-table", argv, timeout_s=IMPORT_CHECK_TIMEOUT_S)
     except CommandUnavailable as e:
         c.add("flashinfer-dsv4", "fail", setting, str(e), wanted)
         return
@@ -220,6 +220,12 @@ def check_flashinfer_table(c: Ctx) -> None:
 
 
 DEEPGEMM_LOCATE_ARGV = ["-m", "sparkpair_overlay.deepgemm"]
+
+IMPORT_CHECK_TIMEOUT_S = 300.0
+"""Seconds a check that imports the serving stack in a child (FlashInfer, vLLM's DeepGEMM wrapper:
+torch and CUDA libraries, gigabytes from a cold page cache after a boot) may take. The 60 s of
+other commands timed these out on a loaded 2-core CI machine, which a preflight must not report
+as a broken package."""
 """Run with this node's Python: prints :func:`sparkpair_overlay.deepgemm.locate_deepgemm` as JSON."""
 
 
@@ -240,7 +246,9 @@ def check_deepgemm(c: Ctx) -> None:
     bad: Status = "fail" if dsv4 else "warn"
     why_needed = "DeepSeek-V4's indexer needs it" if dsv4 else "vLLM falls back without it"
     try:
-        r = c.host.run("deepgemm-locate", [sys.executable, *DEEPGEMM_LOCATE_ARGV])
+        r = c.host.run(
+            "deepgemm-locate", [sys.executable, *DEEPGEMM_LOCATE_ARGV], timeout_s=IMPORT_CHECK_TIMEOUT_S
+        )
     except CommandUnavailable as e:
         c.add("deepgemm", bad, setting, str(e), "vllm.third_party.deep_gemm found and importable", why_needed)
         return
