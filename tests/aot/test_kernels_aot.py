@@ -1,5 +1,5 @@
 """Kernels-AOT tier (CPU, no GPU), on the image's Triton (the ``kernels`` extra's pin): every
-config of every kernel compiles for sm_121a and sm_120a without a spill, fits GB10's
+config of every kernel compiles for what the image builds (sm_121a) without a spill, fits GB10's
 101,376 B of shared memory on sm_12x, and runs only native fp8 MMAs there on its fp8 operands
 (the block-scaled configs the block-scaled MMA); the gate fails, naming kernel/config/arch and
 what is wrong, on a config that does not fit, one that spills, and on Triton 3.6's real sm_121a
@@ -8,6 +8,7 @@ output (tests/aot/fixtures, made by make_triton36_ptx.py there)."""
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
 
 import pytest
@@ -38,28 +39,30 @@ def test_the_gate_runs_on_the_images_triton() -> None:
     assert "Triton 3.6.0 is installed" in triton_problem("3.6.0") and want in triton_problem("3.6.0")
 
 
-#: The ptxas each target is assembled with here (``None``: Triton's default, CUDA 13.3's
-#: ``ptxas-blackwell`` for sm_12x). sm_121a, what the image serves, takes CUDA 12.9's: the oldest release
-#: that knows sm_121a and the one the image's base carries (the Dockerfile points Triton at it), which
-#: allocates registers differently (test below); sm_120a keeps 13.3, so both releases are gated on
-#: family 120 without a second build of any target.
-GATE_PTXAS = {"sm_121a": "ptxas", "sm_120a": None}
+def image_archs() -> tuple[str, ...]:
+    """The targets the image's AOT build compiles (the Dockerfile's ``SPARKPAIR_KERNEL_ARCHS``
+    default): what ships, so what every config is gated on."""
+    dockerfile = (Path(__file__).resolve().parents[2] / "Dockerfile").read_text()
+    m = re.search(r"^ARG SPARKPAIR_KERNEL_ARCHS=([\w,]+)$", dockerfile, flags=re.M)
+    assert m, "the Dockerfile names no SPARKPAIR_KERNEL_ARCHS default"
+    return tuple(m.group(1).split(","))
 
-#: The targets every config is gated on: family 120, the only one the overlay runs its kernels on.
-#: sm_90a (in ``aot.DEFAULT_ARCHS`` for the GPU proxy) is not gated here: the lent H100/H200 build
-#: with their own Triton 3.6 at run time (tests/gpu), so a 3.8 build of sm_90a proves nothing
-#: about what they run, and it cost a third of this tier.
-GATE_ARCHS = tuple(a for a in aot.DEFAULT_ARCHS if a in GATE_PTXAS)
+
+#: The ptxas each target is assembled with here. sm_121a, what the image serves, takes CUDA 12.9's
+#: (Triton 3.8's bundled ``ptxas``): the oldest release that knows sm_121a and the one the image's
+#: base carries (the Dockerfile points Triton at it), which allocates registers differently from
+#: 13.3's ``ptxas-blackwell`` (test below).
+GATE_PTXAS = {"sm_121a": "ptxas"}
+
+#: Every config is gated on what the image builds. sm_120a and sm_90a (in ``aot.DEFAULT_ARCHS``
+#: for ``sparkpair kernels build``) are not: no image ships them, and the lent H100/H200 compile
+#: with their own Triton 3.6 at run time (tests/gpu), so a 3.8 build proves nothing about them.
+GATE_ARCHS = image_archs()
 
 
 def test_the_gate_covers_what_the_image_builds() -> None:
-    """The image's AOT build (Dockerfile ``SPARKPAIR_KERNEL_ARCHS``) is a subset of the gate."""
-    import re
-
-    dockerfile = (Path(__file__).resolve().parents[2] / "Dockerfile").read_text()
-    m = re.search(r"SPARKPAIR_KERNEL_ARCHS=([\w,]+)", dockerfile)
-    assert m, "the Dockerfile names no SPARKPAIR_KERNEL_ARCHS default"
-    assert set(m.group(1).split(",")) <= set(GATE_ARCHS), (m.group(1), GATE_ARCHS)
+    """Every target the image builds has its ptxas named here (a new one must say which)."""
+    assert GATE_ARCHS and set(GATE_ARCHS) <= set(GATE_PTXAS), (GATE_ARCHS, GATE_PTXAS)
 
 
 @pytest.mark.parametrize("arch", GATE_ARCHS)
