@@ -155,6 +155,7 @@ class Gateway(CanaryMixin):
         self.peers = PeerWatch(settings.peer_settings()) if settings.peers else None
         self.recovery = recovery_of(settings, clock) if settings.recovery else None
         self._client: HealthClient | None = None
+        self.baseline_failed = False
         self._prof: Any = None
         self._suite_settings: Any = None
         self.app = self._make_app()
@@ -404,11 +405,21 @@ class Gateway(CanaryMixin):
     def _after_suite(self) -> None:
         if not self.suite_ok:
             return
+        self._baseline()
+
+    def _baseline(self) -> None:
+        """The baseline tick (:meth:`record_reference`) after the suite passed. A failed baseline
+        leaves ``/readyz`` 503 naming why and is sent again at the next canary interval (one slow
+        answer on a loaded machine must not leave a working pair unready for good); the pair is
+        ready once one succeeds."""
         why = self.record_reference()
         if why:
             self.suite_ok = False
+            self.baseline_failed = True
             self._set("canary_failing", {"check": "canary", "cause": why})
             return
+        self.baseline_failed = False
+        self.suite_ok = True
         if self.peers is not None:
             # The peers' baseline (their containers' lives) as the pair serves, before the
             # first canary tick: a peer may die before that tick.
@@ -435,7 +446,7 @@ class Gateway(CanaryMixin):
             )
             self._stability_thread.start()
         while not self._stop.wait(self.s.canary_interval_s):
-            self._guard("canary", self._canary_tick)
+            self._guard("canary", self._baseline if self.baseline_failed else self._canary_tick)
 
     def _stability_loop(self) -> None:
         # Its own thread: a slow Docker or journal look must not delay the canary (its age

@@ -173,3 +173,31 @@ def test_a_late_baseline_on_a_busy_engine_is_sent_again_and_a_still_one_fails() 
         why = gw.record_reference()
         assert why.startswith("the reference canary failed") and "counters stood still" in why, why
         srv.chat_mode = "ok"
+
+
+def test_a_failed_baseline_is_sent_again_and_the_pair_turns_ready_once_it_passes() -> None:
+    """One failed baseline (injected: the real server cannot be made to fail exactly that tick)
+    keeps /readyz 503 naming it, and the next canary interval sends the baseline again."""
+    with FaultServer() as srv:
+        gw = Gateway(gw_settings(srv.base_url))
+        real = gw.record_reference
+        calls: list[str] = []
+
+        def first_fails() -> str:
+            calls.append("baseline")
+            return "the reference canary failed: injected" if len(calls) == 1 else real()
+
+        gw.record_reference = first_fails  # type: ignore[method-assign]
+        with Served(gw.app) as g:
+            gw.start()
+            try:
+                seen: set[str] = set()
+                t_end = time.monotonic() + 120
+                while httpx.get(g.base_url + "/readyz", timeout=5).status_code != 200:
+                    seen.add(httpx.get(g.base_url + "/readyz", timeout=5).json().get("cause", ""))
+                    assert time.monotonic() < t_end, (calls, seen)
+                    time.sleep(0.05)
+                assert len(calls) >= 2 and not gw.baseline_failed, calls
+                assert "the reference canary failed: injected" in seen, seen
+            finally:
+                gw.stop()
