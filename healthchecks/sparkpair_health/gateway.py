@@ -53,6 +53,7 @@ from fastapi import FastAPI
 
 from .apikey import redact
 from .client import HealthClient
+from .engine_load import EngineLoad
 from .gateway_app import THREAD_ENDED, listen_socket
 from .gateway_canary import CANARY_HISTORY, CanaryMixin, Freshness
 from .gateway_metrics import GatewayMetrics
@@ -156,6 +157,7 @@ class Gateway(CanaryMixin):
         self.recovery = recovery_of(settings, clock) if settings.recovery else None
         self._client: HealthClient | None = None
         self.baseline_failed = False
+        self.last_engine_load: EngineLoad | None = None  # the canary's last /metrics reading
         self._prof: Any = None
         self._suite_settings: Any = None
         self.app = self._make_app()

@@ -216,6 +216,7 @@ class CanaryMixin:
     freshness: Freshness
     canary_history: deque[dict[str, Any]]
     _client: HealthClient | None
+    last_engine_load: EngineLoad | None
     _prof: Any
     _suite_settings: Any
 
@@ -363,6 +364,13 @@ class CanaryMixin:
         t0 = time.monotonic()
         end = t0 + self.s.canary_timeout_s - progress_read_s(self.s)
         before = self.engine_load(progress_read_s(self.s))
+        if before is None:
+            # /metrics did not answer in time (a loaded API server): the last reading stands in.
+            # The counters only grow, so a move since that older reading is still progress; the
+            # busy window stays bounded by canary_busy_max_s.
+            before = self.last_engine_load
+        else:
+            self.last_engine_load = before
         answers: list[DecodeAnswer] = []
         pairs: list[tuple[DecodeAnswer, str]] = []
         mode = CANARY_MODES[0]
@@ -389,6 +397,8 @@ class CanaryMixin:
         except RequestTimeout as e:
             waited = time.monotonic() - t0
             after = self.engine_load(progress_read_s(self.s))
+            if after is not None:
+                self.last_engine_load = after
             busy, why = judge_slow(before, after, time.monotonic() - t0)
             kind = "busy" if busy else "timeout"
             cause = (

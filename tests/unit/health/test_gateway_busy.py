@@ -201,3 +201,23 @@ def test_a_failed_baseline_is_sent_again_and_the_pair_turns_ready_once_it_passes
                 assert "the reference canary failed: injected" in seen, seen
             finally:
                 gw.stop()
+
+
+def test_a_counter_read_that_times_out_at_the_ticks_start_falls_back_to_the_last_reading() -> None:
+    """Under load the API server may not answer /metrics within the tick's read budget: the last
+    reading stands in as ``before`` (the counters only grow), so a late answer on an engine whose
+    counters moved since is still busy; with no reading ever, it stays a timeout."""
+    with FaultServer(engine_metrics=True, hang_s=30.0) as srv:
+        gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=3.0))
+        reads = iter([None, load(12)])
+        gw.engine_load = lambda timeout_s: next(reads)  # type: ignore[method-assign]
+        gw.last_engine_load = load(10)
+        srv.chat_mode = "slow"
+        res = gw.canary_once()
+        assert res.kind == "busy" and "+2" in res.cause, res.cause
+        assert gw.last_engine_load == load(12)
+        reads = iter([None, load(14)])
+        gw.last_engine_load = None
+        res = gw.canary_once()
+        assert res.kind == "timeout" and "exports no engine counters" in res.cause, res.cause
+        srv.chat_mode = "ok"
