@@ -88,11 +88,11 @@ def valid_docker_url(url: str) -> bool:
 def check_input_file(path: Path, option: str) -> str | None:
     """Why ``path`` cannot be read as ``option``'s file (not a regular file, unreadable, over
     the bound of each: ``--compare`` :data:`.report.html.MAX_REPORT_BYTES`, ``--nccl-log``
-    :data:`.report.gather.NCCL_LOG_MAX_BYTES`), or ``None``."""
+    :data:`.report.node_sections.NCCL_LOG_MAX_BYTES`), or ``None``."""
     from sparkpair_health.inputs import read_small_file
 
-    from .report.gather import NCCL_LOG_MAX_BYTES
     from .report.html import MAX_REPORT_BYTES
+    from .report.node_sections import NCCL_LOG_MAX_BYTES
 
     try:
         read_small_file(path, MAX_REPORT_BYTES if option == "--compare" else NCCL_LOG_MAX_BYTES)
@@ -204,8 +204,10 @@ def register(app: typer.Typer) -> None:
         from pydantic import SecretStr
         from sparkpair_health.apikey import ApiKeyError, resolve_api_key
 
-        from .report import gather
+        from .report.api_sections import stability_watch
+        from .report.gather import build_report
         from .report.html import render
+        from .report.model import SECRET_NAME, Options
         from .report.nodes import DockerNode, NodeSource, RecordedNode
 
         err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -306,10 +308,8 @@ def register(app: typer.Typer) -> None:
                 f"--out {out}: the folder {out_path.parent.name!r} does not exist; wanted a file in an "
                 "existing folder"
             )
-        extra = [
-            (f"{k} (env)", SecretStr(v)) for k, v in os.environ.items() if gather.SECRET_NAME.search(k) and v
-        ]
-        opts = gather.Options(
+        extra = [(f"{k} (env)", SecretStr(v)) for k, v in os.environ.items() if SECRET_NAME.search(k) and v]
+        opts = Options(
             base_url=base_url or None, gateway=gateway, profile=profile, api_key=key,
             private_hosts=tuple(private_host or ()), run_root=str(out_path.parent),
             node_timeout_s=node_timeout, request_timeout_s=request_timeout, window_s=window,
@@ -318,12 +318,8 @@ def register(app: typer.Typer) -> None:
             compare=tuple(compare or ()), extra_tokens=tuple(extra), time_limit_s=time_limit,
         )  # fmt: skip
         t0 = time.monotonic()
-        watch = (
-            gather.stability_watch(docker_nodes, kernel_log, min(30.0, node_timeout))
-            if docker_nodes
-            else None
-        )
-        data = gather.build_report(
+        watch = stability_watch(docker_nodes, kernel_log, min(30.0, node_timeout)) if docker_nodes else None
+        data = build_report(
             nodes, opts, profile=loaded_profile, generated_at=now.isoformat(timespec="seconds"),
             progress=lambda m: err.print(f"sparkpair report: {escape(m)}"), stability=watch,
         )  # fmt: skip

@@ -399,8 +399,8 @@ def test_the_owners_report_of_the_pair_has_every_section_and_nothing_planted(
     assert not [s for x in (PLANTED_KEY, PLANTED_SYNC) for s in spellings(x) if len(s) >= 8 and s in page]
     assert HEAD_IP not in page
     states = obslib.report_sections(obslib.rendered_dom(out.as_uri()))
-    from sparkpair_cli.report.gather import NO_CUDA, SECTIONS
     from sparkpair_cli.report.html import read_report_data
+    from sparkpair_cli.report.model import NO_CUDA, SECTIONS
 
     assert list(states) == [sid for sid, _ in SECTIONS], states
     secs = {s["id"]: s for s in read_report_data(out)["sections"]}

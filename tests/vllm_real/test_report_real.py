@@ -19,8 +19,8 @@ pytestmark = pytest.mark.vllm_real
 
 
 def test_the_report_runs_end_to_end_against_the_real_cpu_server(vllm_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from sparkpair_cli.report.gather import SECTIONS
     from sparkpair_cli.report.html import read_report_data
+    from sparkpair_cli.report.model import SECTIONS
 
     out = tmp_path / "report.html"
     # One benchmark cell (the quick workload cut to 1 user, 128 tokens in, 8 out): the --bench path,

@@ -4,7 +4,7 @@ The page needs nothing from the network: an owner attaches the one file to an is
 opens it offline. The whole report (:func:`sparkpair_cli.report.gather.build_report`'s dict) is
 embedded as ``<script type="application/json" id="sparkpair-report-data">``;
 :func:`read_report_data` reads it back (``sparkpair report --compare earlier.html``). Every section
-of :data:`~sparkpair_cli.report.gather.SECTIONS` is a ``<section id="sec-<id>" data-state=...>``:
+of :data:`~sparkpair_cli.report.model.SECTIONS` is a ``<section id="sec-<id>" data-state=...>``:
 filled, partial or empty, with the reasons for what is missing listed first.
 
 Rendering is a pure function of the data (no clock, no environment): the same report gives the

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from sparkpair_cli.main import app
-from sparkpair_cli.report.gather import Options, build_report
+from sparkpair_cli.report.gather import build_report
 from sparkpair_cli.report.html import read_report_data, render
+from sparkpair_cli.report.model import Options
 from sparkpair_cli.report.nodes import RecordedNode
 from typer.testing import CliRunner
 
@@ -222,7 +223,7 @@ def test_an_earlier_report_may_be_overwritten(tmp_path: Path) -> None:
 
 
 def test_secret_names_are_any_with_a_key_token_secret_password_or_auth_part() -> None:
-    from sparkpair_cli.report.gather import SECRET_NAME
+    from sparkpair_cli.report.model import SECRET_NAME
 
     for name in ("HF_TOKEN", "SPARKPAIR_SYNC_TOKEN", "AWS_SECRET_ACCESS_KEY", "OPENAI_APIKEY",
                  "MY_AUTH_HEADER", "DB_PASSWORD", "HF_TOKEN_2", "GH_TOKENS", "SPARKPAIR_API_KEY",

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from obslib import rendered_dom, report_sections
 from sparkpair_cli.main import app
-from sparkpair_cli.report.gather import NO_CUDA, SECTIONS, Options, build_report, score_answer
+from sparkpair_cli.report.api_sections import score_answer
+from sparkpair_cli.report.gather import build_report
 from sparkpair_cli.report.html import ReportFileError, read_report_data, render
+from sparkpair_cli.report.model import NO_CUDA, SECTIONS, Options
 from sparkpair_cli.report.nodes import RecordedNode
 from sparkpair_health.profile import load_profile
 from typer.testing import CliRunner
