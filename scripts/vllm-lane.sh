@@ -4,7 +4,7 @@
 # (patch targets, o_proj owner and recipe, router tiers, DeepGEMM conditions, switches, pins the
 # registry lacks), then make that release's stack venv and run the stack tier in it.
 # Exit 0 only when nothing needs an owner's action and the stack tier passed
-# (scripts/sparkpair_cli/vllm_lane.py says what each line means).
+# (scripts/sparkpair_cli/vllm_lane/__init__.py says what each line means).
 set -euo pipefail
 
 usage() {

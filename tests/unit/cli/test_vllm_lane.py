@@ -1,4 +1,4 @@
-"""The upgrade lane's reading of two vLLM source trees (scripts/sparkpair_cli/vllm_lane.py): each change
+"""The upgrade lane's reading of two vLLM source trees (scripts/sparkpair_cli/vllm_lane/): each change
 the overlay cares about is named with the right status, on small trees written here with the shapes
 vLLM 0.33/0.34 use (the lane on the real 0.34.0 wheel: docs/operations.md, "Upgrading vLLM"), and an
 unchanged tree gives no ``ACTION``.
@@ -11,7 +11,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from sparkpair_cli import vllm_lane as lane
+from sparkpair_cli.vllm_lane import cli, pins, source, wheels
+from sparkpair_cli.vllm_lane.findings import LaneError
 from sparkpair_overlay import versions
 from sparkpair_overlay.serve_matrix import FP8_BLOCK_KERNEL, LINEAR_BACKENDS
 
@@ -98,11 +99,11 @@ def test_the_tree_matches_the_serve_matrix():
 
 
 def test_an_unchanged_tree_is_same_in_every_section_the_source_decides():
-    f = lane.compare_source(tree(), tree(), "0.33.0", "0.33.0", versions.release("0.33.0"))
+    f = source.compare_source(tree(), tree(), "0.33.0", "0.33.0", versions.release("0.33.0"))
     for section in ("recipe", "router", "DeepGEMM", "switches"):
         assert {s for s, _ in by_section(f, section)} == {"same"}, by_section(f, section)
-    assert lane.recipe_table(tree())[(12, 1)] == ((1, 1, 128), True)
-    assert lane.recipe_table(tree())[(9, 0)] == ((1, 128, 128), False)
+    assert source.recipe_table(tree())[(12, 1)] == ((1, 1, 128), True)
+    assert source.recipe_table(tree())[(9, 0)] == ((1, 128, 128), False)
 
 
 def test_a_recipe_fixed_for_family_120_is_an_upstream_fix():
@@ -113,7 +114,7 @@ def test_a_recipe_fixed_for_family_120_is_an_upstream_fix():
             )
         }
     )
-    f = by_section(lane.compare_source(tree(), new, "0.34.0", "0.35.0", None), "recipe")
+    f = by_section(source.compare_source(tree(), new, "0.34.0", "0.35.0", None), "recipe")
     assert ("changed", "capability 12.1: (1,1,128) tma=True -> (1,128,128) tma=True") in f
     assert any(s == "UPSTREAM FIX" and "family 120 now gets (1,128,128)" in t for s, t in f), f
 
@@ -121,7 +122,7 @@ def test_a_recipe_fixed_for_family_120_is_an_upstream_fix():
 def test_a_family_120_router_tier_is_an_upstream_fix():
     gate = GATE + "        is_spark = current_platform.is_device_capability_family(120)\n"
     f = by_section(
-        lane.compare_source(
+        source.compare_source(
             tree(),
             tree(**{"vllm/model_executor/layers/fused_moe/router/gate_linear.py": gate}),
             "0.34.0",
@@ -136,10 +137,10 @@ def test_a_family_120_router_tier_is_an_upstream_fix():
 def test_deepgemms_nvcc_condition_is_handled_only_where_the_record_states_it():
     new = tree(**{"vllm/utils/deep_gemm.py": DEEP_GEMM_NVCC})
     handled = by_section(
-        lane.compare_source(tree(), new, "0.33.0", "0.34.0", versions.release("0.34.0")), "DeepGEMM"
+        source.compare_source(tree(), new, "0.33.0", "0.34.0", versions.release("0.34.0")), "DeepGEMM"
     )
     assert [s for s, _ in handled] == ["handled"] and "nvcc >= 12.9" in handled[0][1]
-    fresh = by_section(lane.compare_source(tree(), new, "0.33.0", "0.35.0", None), "DeepGEMM")
+    fresh = by_section(source.compare_source(tree(), new, "0.33.0", "0.35.0", None), "DeepGEMM")
     assert [s for s, _ in fresh] == ["ACTION"] and "deepgemm_min_nvcc=(12, 9)" in fresh[0][1]
 
 
@@ -151,7 +152,7 @@ def test_a_deepgemm_condition_the_matrix_does_not_model_is_an_action():
             )
         }
     )
-    f = by_section(lane.compare_source(tree(), new, "0.34.0", "0.35.0", None), "DeepGEMM")
+    f = by_section(source.compare_source(tree(), new, "0.34.0", "0.35.0", None), "DeepGEMM")
     assert any(s == "ACTION" and "is_blackwell" in t for s, t in f), f
 
 
@@ -161,7 +162,7 @@ def test_new_switches_and_a_new_linear_backend_are_named():
     )
     kernel = KERNEL.replace('"auto",', '"auto", "sm120_grouped",')
     f = by_section(
-        lane.compare_source(
+        source.compare_source(
             tree(), tree(**{"vllm/envs.py": envs, "vllm/config/kernel.py": kernel}), "0.34.0", "0.35.0", None
         ),
         "switches",
@@ -180,7 +181,7 @@ def test_a_reordered_fp8_block_kernel_list_is_an_action():
         + "]}\n"
     )
     f = by_section(
-        lane.compare_source(
+        source.compare_source(
             tree(),
             tree(**{"vllm/model_executor/kernels/linear/__init__.py": reordered}),
             "0.34.0",
@@ -204,7 +205,7 @@ def test_pins_the_registry_lacks_become_named_substitutes_and_a_broken_shared_pi
         "cupy==13.0; extra == 'cuda'",
         "numpy",
     ]
-    f, chosen, subs = lane.pin_findings(
+    f, chosen, subs = pins.pin_findings(
         requires, {"transformers": "5.20.2", "numpy": "2.3.5"}, registry.__getitem__
     )
     assert chosen == {"torch": "2.13.0+cpu", "flashinfer-python": "0.7.4"}
@@ -217,20 +218,20 @@ def test_pins_the_registry_lacks_become_named_substitutes_and_a_broken_shared_pi
         "ACTION",
         "scripts/stack-requirements.txt pins transformers==5.20.2; vLLM asks transformers<5.20.0,>=5.16.1",
     ) in [(x.status, x.text) for x in f]
-    f, chosen, subs = lane.pin_findings(["flashinfer-python==0.7.2.post1"], {}, registry.__getitem__)
+    f, chosen, subs = pins.pin_findings(["flashinfer-python==0.7.2.post1"], {}, registry.__getitem__)
     assert chosen == {"flashinfer-python": "0.7.2.post1"} and subs == [] and f[0].status == "same"
 
 
 def test_the_base_is_the_newest_older_stack_release_and_bad_versions_are_refused():
-    assert lane.base_release("0.34.0") == "0.33.0"
-    assert lane.base_release("0.35.0") == "0.34.0"
-    with pytest.raises(lane.LaneError, match="no stack-tier release older than vLLM 0.33.0"):
-        lane.base_release("0.33.0")
-    with pytest.raises(lane.LaneError, match="'0.35.0rc1' is not a release version"):
-        lane.parse_version("0.35.0rc1")
+    assert cli.base_release("0.34.0") == "0.33.0"
+    assert cli.base_release("0.35.0") == "0.34.0"
+    with pytest.raises(LaneError, match="no stack-tier release older than vLLM 0.33.0"):
+        cli.base_release("0.33.0")
+    with pytest.raises(LaneError, match="'0.35.0rc1' is not a release version"):
+        cli.parse_version("0.35.0rc1")
     for bad in ("0.35", "00.35.0", "0.35.0.1", "\u0660.\u0663\u0665.\u0660"):  # the last: Arabic-Indic digits
-        with pytest.raises(lane.LaneError, match="is not a release version"):
-            lane.parse_version(bad)
+        with pytest.raises(LaneError, match="is not a release version"):
+            cli.parse_version(bad)
 
 
 @pytest.mark.parametrize("bad", ["00.35.0", "0.35", "\u0660.\u0663\u0665.\u0660", "0.35.0;ls"])
@@ -244,8 +245,8 @@ def test_the_lane_script_refuses_a_bad_version_before_installing_anything(bad: s
 
 def test_a_version_the_registry_does_not_have_exits_2_naming_it(tmp_path, monkeypatch, capsys):
     """pip itself is asked (the package registry, as the lane asks it) and its refusal is passed on."""
-    monkeypatch.setattr(lane, "WHEEL_CACHE", tmp_path)
-    assert lane.main(["0.34.999", "--no-stack"]) == 2
+    monkeypatch.setattr(wheels, "WHEEL_CACHE", tmp_path)
+    assert cli.main(["0.34.999", "--no-stack"]) == 2
     err = capsys.readouterr().err
     assert (
         "pip could not download vllm==0.34.999" in err and "wanted a release the package registry has" in err
