@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
         except (GatewaySettingsError, ApiKeyError) as e:
             typer.echo(f"sparkpair gateway: {e}", err=True)
             raise typer.Exit(3) from None
-        from .deploy.nodeenv import unknown_key_problems
+        from .deploy.nodeenv_keys import unknown_key_problems
 
         # pydantic-settings reads names in any case; a typo is read by nothing
         for line in unknown_key_problems(os.environ, "the gateway's environment", case_sensitive=False):

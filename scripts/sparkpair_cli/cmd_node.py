@@ -206,6 +206,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Validate a node env file and the profile it names; exit 2 with every problem listed."""
         from .deploy import nodeenv as ne
+        from .deploy import nodeenv_keys as keys
 
         try:
             env_file = ne.env_file_choice(env_file)
@@ -215,9 +216,9 @@ def register(app: typer.Typer) -> None:
         env = _load_env(env_file)
         profile = _load_profile(env)
         values = ne.parse_env_file(env_file)
-        problems = ne.unknown_key_problems(values, str(env_file))
-        problems += ne.not_passed_problems(values, str(env_file))
-        problems += ne.shell_override_problems(values, str(env_file), os.environ)
+        problems = keys.unknown_key_problems(values, str(env_file))
+        problems += keys.not_passed_problems(values, str(env_file))
+        problems += keys.shell_override_problems(values, str(env_file), os.environ)
         try:
             launch.check_shape(env, profile)
             launch.executor_of(env, profile)

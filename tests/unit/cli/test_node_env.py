@@ -304,7 +304,7 @@ def test_every_sparkpair_key_the_code_or_compose_reads_is_known_to_node_validate
     import re
     import subprocess
 
-    from sparkpair_cli.deploy.nodeenv import known_keys
+    from sparkpair_cli.deploy.nodeenv_keys import known_keys
 
     repo = Path(__file__).resolve().parents[3]
     files = subprocess.run(
@@ -321,7 +321,8 @@ def test_every_sparkpair_key_the_code_or_compose_reads_is_known_to_node_validate
 
 
 def test_node_validate_names_a_misspelt_key_and_the_one_meant(tmp_path: Path) -> None:
-    from sparkpair_cli.deploy.nodeenv import parse_env_file, unknown_key_problems
+    from sparkpair_cli.deploy.nodeenv import parse_env_file
+    from sparkpair_cli.deploy.nodeenv_keys import unknown_key_problems
 
     env = tmp_path / "node.env"
     env.write_text(
