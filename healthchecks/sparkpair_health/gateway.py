@@ -240,7 +240,7 @@ class Gateway(CanaryMixin):
             report_json=self.s.report_json,
             junit_xml=self.s.junit_xml,
             only=self.s.only,
-            plan_file=self.s.plan_file,
+            plan_file=self.s.plan_path,
         )
 
     def run_suite(self, on_progress: Callable[[str, str], None]) -> Any:

@@ -24,7 +24,6 @@ COMPOSE_ONLY_KEYS = frozenset(
         "SPARKPAIR_NODE_ENV",
         "SPARKPAIR_HOST_USER",
         "SPARKPAIR_DSV4_CHECKS",
-        "SPARKPAIR_PLAN_FILE",
         # read from the environment by the node entrypoint, preflight and the CLI
         "SPARKPAIR_AOT_TRITON_CACHE",
         "SPARKPAIR_CLUSTER_FILE",
@@ -75,15 +74,21 @@ def known_keys() -> frozenset[str]:
 def unknown_key_problems(values: Mapping[str, str], source: str, case_sensitive: bool = True) -> list[str]:
     """One line per ``SPARKPAIR_*`` key of an env file that nothing reads (a typo is silently
     ignored otherwise), with the closest known key. ``case_sensitive=False`` for a reader that
-    matches names in any case (pydantic-settings, as the gateway reads its environment)."""
+    matches names in any case (pydantic-settings, as the gateway reads its environment). An old
+    name (``sparkpair_overlay.envs.RENAMED``) is named with the name that replaced it."""
     import difflib
+
+    from sparkpair_overlay.envs import RENAMED
 
     known = known_keys()
     name = values.get("SPARKPAIR_NODE_NAME")
     who = f"node {name}: " if name else ""
     out = []
     for k in sorted(values):
-        if k.upper().startswith("SPARKPAIR_") and (k if case_sensitive else k.upper()) not in known:
+        if k.upper() in RENAMED:
+            out.append(f"{who}{k}={shown(k, values[k])} in {source} is no longer read; wanted "
+                       f"{RENAMED[k.upper()]} (the same value, new name)")
+        elif k.upper().startswith("SPARKPAIR_") and (k if case_sensitive else k.upper()) not in known:
             near = difflib.get_close_matches(k.upper(), sorted(known), n=1)
             hint = f"; did you mean {near[0]}?" if near else ""
             out.append(
