@@ -143,20 +143,19 @@ def _apply_probe(env: NodeEnv, profile, out_path: Path, base_env: dict[str, str]
       which the overlay would refuse to build the model
       (:func:`sparkpair_overlay.plugin.launch_problem`, the same check vLLM's process makes).
     """
-    import json
-
+    from rich.markup import escape
     from sparkpair_overlay.envs import EnvError
-    from sparkpair_overlay.plan import PlanError, ProbeResults
+    from sparkpair_overlay.jsonio import PlanError
     from sparkpair_overlay.plugin import launch_problem
-    from sparkpair_overlay.probe.choice import ServeChoice, ServePathError, launch_switches
+    from sparkpair_overlay.probe.choice import ServePathError, launch_switches
+    from sparkpair_overlay.probe_results import ProbeFile
 
     try:
-        data = json.loads(out_path.read_text())
-        choice = ServeChoice.from_json(data["serve_choice"]) if data.get("serve_choice") else None
-        probe = ProbeResults.load(out_path, "probe JSON") if data.get("capability") else None
-    except (OSError, ValueError, KeyError, PlanError) as e:
-        _say(env, f"[red]probe JSON {out_path} unreadable ({e}); wanted the probe output; not starting[/red]")
+        read = ProbeFile.load(out_path, "probe JSON")
+    except PlanError as e:
+        _say(env, f"[red]{escape(str(e))} (the output of sparkpair probe); not starting[/red]")
         raise typer.Exit(EXIT_PREFLIGHT) from None
+    choice, probe = read.serve_choice, read.results
     base_env = {**base_env, "SPARKPAIR_PROBE_RESULTS": str(out_path)}
     new_env, args, notes = base_env, list(profile.server.args), []
     if choice is not None:
@@ -175,7 +174,7 @@ def _apply_probe(env: NodeEnv, profile, out_path: Path, base_env: dict[str, str]
         args += extra
     if probe is not None:
         try:
-            problem = launch_problem(new_env, args, probe, data.get("vllm"))
+            problem = launch_problem(new_env, args, probe, read.vllm_version)
         except EnvError as e:
             _say(env, f"[red]{e}; not starting[/red]")
             raise typer.Exit(EXIT_CONFIG) from None
