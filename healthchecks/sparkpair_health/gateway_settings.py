@@ -114,7 +114,11 @@ class GatewaySettings(BaseSettings):
         canary_max_tokens: tokens the canary asks for (when the profile has no expected answer).
         canary_prompt: the canary's user message (when the profile has no expected answer).
         peers / head_log / peer_probe_port: how a peer that is down is named (:mod:`sparkpair_health.peers`).
-        dsv4_checks: add the DeepSeek-V4 checks to the suite.
+        dsv4_checks: whether the suite adds the DeepSeek-V4 model checks (``dsv4.*``). Unset
+            (``None``, what the node's health service leaves it): the profile decides, the one place
+            that says what is served (:attr:`~sparkpair_health.profile.Profile.is_dsv4`). ``False``
+            skips them (a quick bring-up); ``True`` adds them on a profile that is not DeepSeek-V4
+            (the tests run them on the tiny model). :meth:`runs_model_checks` applies this.
         dsv4: removed (refused when given): the model-check settings are the profile's ``checks.dsv4``.
         only: run only these health-v1 check ids.
         report_json / junit_xml: where each suite report is also written.
@@ -153,7 +157,7 @@ class GatewaySettings(BaseSettings):
     canary_busy_max_s: float = Field(180.0, ge=0, le=86400.0, allow_inf_nan=False)
     canary_max_tokens: int = Field(4, gt=0)
     canary_prompt: str = "Reply with OK."
-    dsv4_checks: bool = True
+    dsv4_checks: bool | None = None
     dsv4: Annotated[dict[str, Any], NoDecode] = Field(default_factory=dict)
     only: Annotated[list[str] | None, NoDecode] = None
     report_json: Path | None = None
@@ -250,6 +254,15 @@ class GatewaySettings(BaseSettings):
     @classmethod
     def _peers(cls, v: list[Peer]) -> list[Peer]:
         return check_unique_peers(v)
+
+    def runs_model_checks(self) -> bool:
+        """Whether the suite adds the ``dsv4.*`` checks: :attr:`dsv4_checks` when set, else whether
+        the profile serves DeepSeek-V4."""
+        if self.dsv4_checks is not None:
+            return self.dsv4_checks
+        from .profile import load_profile
+
+        return load_profile(self.profile).is_dsv4
 
     @field_validator("plan_path")
     @classmethod

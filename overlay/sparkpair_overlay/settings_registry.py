@@ -239,7 +239,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _s("SPARKPAIR_CANARY_MAX_TOKENS", "int", "4", "gateway compose", "tokens the canary asks for"),
     _s("SPARKPAIR_CANARY_PROMPT", "str", "Reply with OK.", "gateway compose", "the canary's prompt"),
-    _s("SPARKPAIR_DSV4_CHECKS", "bool", "true", "gateway compose", "run the DeepSeek-V4 checks of the suite"),
+    _s(
+        "SPARKPAIR_DSV4_CHECKS",
+        "bool",
+        "",
+        "gateway compose",
+        "run the DeepSeek-V4 checks of the suite; unset: when the profile serves DeepSeek-V4 (the profile "
+        "is the one source of that fact), false skips them, true adds them on another model",
+    ),
     _s("SPARKPAIR_DSV4", "json", "(profile)", "gateway compose", "DeepSeek-V4 check settings (JSON)"),
     _s("SPARKPAIR_ONLY", "list", "", "gateway compose", "run only these suite checks (empty: all)"),
     _s("SPARKPAIR_REPORT_JSON", "path", "", "gateway compose", "write the suite's JSON report here"),

@@ -47,7 +47,9 @@ def register(app: typer.Typer) -> None:
             None, help="overall deadline of one canary request, seconds [10]"
         ),
         dsv4_checks: bool = typer.Option(
-            None, "--dsv4-checks/--no-dsv4-checks", help="add the DeepSeek-V4 checks"
+            None,
+            "--dsv4-checks/--no-dsv4-checks",
+            help="add (or skip) the DeepSeek-V4 checks [default: when the profile serves DeepSeek-V4]",
         ),
         report_json: Path = typer.Option(None, help="also write each report here"),
         junit_xml: Path = typer.Option(None, help="also write JUnit XML here"),

@@ -404,7 +404,6 @@ def register(app: typer.Typer) -> None:
         against this node's API server and answers ``/readyz``."""
         env = _load_env(None)
         base = f"http://{_url_host(env.probe_host())}:{env.SPARKPAIR_API_PORT}"
-        dsv4 = _load_profile(env).is_dsv4
         reports = Path(os.environ.get("SPARKPAIR_REPORTS_DIR", "/var/lib/sparkpair/reports"))
         argv = [
             sys.executable, "-m", "sparkpair_cli.main", "gateway",
@@ -413,8 +412,7 @@ def register(app: typer.Typer) -> None:
             "--port", str(env.SPARKPAIR_GATEWAY_PORT),
             "--report-json", str(reports / "report.json"),
             "--junit-xml", str(reports / "junit.xml"),
-            # The DeepSeek-V4 checks only for a DeepSeek-V4 profile.
-            "--dsv4-checks" if dsv4 else "--no-dsv4-checks",
+            # No --dsv4-checks: the gateway reads whether the model is DeepSeek-V4 from the profile.
         ]  # fmt: skip
         reports.mkdir(parents=True, exist_ok=True)
         _say(env, "exec " + " ".join(argv))
