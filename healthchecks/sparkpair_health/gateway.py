@@ -240,16 +240,18 @@ class Gateway(CanaryMixin):
             report_json=self.s.report_json,
             junit_xml=self.s.junit_xml,
             only=self.s.only,
-            plan_file=self.s.plan_file,
+            plan_file=self.s.plan_path,
         )
 
     def run_suite(self, on_progress: Callable[[str, str], None]) -> Any:
-        """Health v1's ``run_suite`` with its checks plus (``dsv4_checks``) the DeepSeek-V4 ones."""
+        """Health v1's ``run_suite`` with its checks plus the DeepSeek-V4 ones where
+        :meth:`GatewaySettings.runs_model_checks`."""
         from .checks import check_list
         from .suite import run_suite
 
         settings = self.suite_settings()
-        checks = check_list(settings.resolved_profile(), only=self.s.only, model_checks=self.s.dsv4_checks)
+        model_checks = self.s.runs_model_checks()
+        checks = check_list(settings.resolved_profile(), only=self.s.only, model_checks=model_checks)
         if self.monitor is not None:
             from .stability import stability_check_spec
 

@@ -50,6 +50,20 @@ SECRET_FIELDS = ("api_key",)
 """Settings never shown in a message (the value is replaced by ``<hidden>``)."""
 
 
+def renamed_env(env: Mapping[str, str]) -> str | None:
+    """The error for old setting names in ``env`` (``sparkpair_overlay.envs.RENAMED``: e.g.
+    ``SPARKPAIR_PLAN_FILE``, now ``SPARKPAIR_PLAN_PATH``), each with its value and the name that
+    replaced it; ``None`` when there are none. Matched in any case, as pydantic-settings reads the
+    gateway's environment."""
+    from sparkpair_overlay.envs import RENAMED  # standard library only: no torch, no vLLM
+
+    stale = sorted((k, RENAMED[k.upper()]) for k in env if k.upper() in RENAMED)
+    if not stale:
+        return None
+    return "; ".join(f"{k}={env[k]!r} is no longer read; wanted {new} (the same value, new name)"
+                     for k, new in stale)
+
+
 def default_ready_timeout_s(env: Mapping[str, str] | None = None) -> float:
     """The readiness budget that follows the deployment: the worker's join timeout plus the
     head's start period, seconds.
@@ -100,15 +114,19 @@ class GatewaySettings(BaseSettings):
         canary_max_tokens: tokens the canary asks for (when the profile has no expected answer).
         canary_prompt: the canary's user message (when the profile has no expected answer).
         peers / head_log / peer_probe_port: how a peer that is down is named (:mod:`sparkpair_health.peers`).
-        dsv4_checks: add the DeepSeek-V4 checks to the suite.
+        dsv4_checks: whether the suite adds the DeepSeek-V4 model checks (``dsv4.*``). Unset
+            (``None``, what the node's health service leaves it): the profile decides, the one place
+            that says what is served (:attr:`~sparkpair_health.profile.Profile.is_dsv4`). ``False``
+            skips them (a quick bring-up); ``True`` adds them on a profile that is not DeepSeek-V4
+            (the tests run them on the tiny model). :meth:`runs_model_checks` applies this.
         dsv4: removed (refused when given): the model-check settings are the profile's ``checks.dsv4``.
         only: run only these health-v1 check ids.
         report_json / junit_xml: where each suite report is also written.
         stability: both nodes' containers and kernel logs to watch
             (:class:`~sparkpair_health.stability.StabilitySettings`, JSON in env); ``None``: off.
         stability_interval_s: seconds between stability looks after the suite.
-        plan_file: the overlay's kernel-plan JSON as the head wrote it (its
-            ``SPARKPAIR_PLAN_PATH``; compose shares it read-only at
+        plan_path: the overlay's kernel-plan JSON as the head wrote it (``SPARKPAIR_PLAN_PATH``, the
+            same setting and file as in vLLM's containers; compose shares it read-only at
             ``/var/lib/sparkpair/state/kernel-plan.json``), read by the ``overlay_plan`` check.
         recovery: wedge recovery on (:mod:`sparkpair_health.recovery`); off by default. Needs
             ``stability`` with a node named ``head`` and each node's ``containers``.
@@ -139,14 +157,14 @@ class GatewaySettings(BaseSettings):
     canary_busy_max_s: float = Field(180.0, ge=0, le=86400.0, allow_inf_nan=False)
     canary_max_tokens: int = Field(4, gt=0)
     canary_prompt: str = "Reply with OK."
-    dsv4_checks: bool = True
+    dsv4_checks: bool | None = None
     dsv4: Annotated[dict[str, Any], NoDecode] = Field(default_factory=dict)
     only: Annotated[list[str] | None, NoDecode] = None
     report_json: Path | None = None
     junit_xml: Path | None = None
     stability: Annotated[StabilitySettings | None, NoDecode] = None
     stability_interval_s: float = Field(60.0, gt=0, le=86400.0, allow_inf_nan=False)
-    plan_file: Path | None = None
+    plan_path: Path | None = None
     peers: Annotated[list[Peer], NoDecode] = Field(default_factory=list)
     head_log: Path | None = DEFAULT_HEAD_LOG
     peer_probe_port: int | None = Field(None, ge=1, le=65535)
@@ -237,10 +255,19 @@ class GatewaySettings(BaseSettings):
     def _peers(cls, v: list[Peer]) -> list[Peer]:
         return check_unique_peers(v)
 
-    @field_validator("plan_file")
+    def runs_model_checks(self) -> bool:
+        """Whether the suite adds the ``dsv4.*`` checks: :attr:`dsv4_checks` when set, else whether
+        the profile serves DeepSeek-V4."""
+        if self.dsv4_checks is not None:
+            return self.dsv4_checks
+        from .profile import load_profile
+
+        return load_profile(self.profile).is_dsv4
+
+    @field_validator("plan_path")
     @classmethod
-    def _plan_file(cls, v: Path | None) -> Path | None:
-        return check_plan_file(v)
+    def _plan_path(cls, v: Path | None) -> Path | None:
+        return check_plan_file(v, "plan_path")
 
     @field_validator("profile")
     @classmethod
@@ -302,6 +329,8 @@ class GatewaySettings(BaseSettings):
 
         if stale := removed_dsv4_env(env):  # model-check settings are profile fields now
             raise GatewaySettingsError(stale)
+        if renamed := renamed_env(env):
+            raise GatewaySettingsError(renamed)
         if "ready_timeout_s" not in data:
             data["ready_timeout_s"] = default_ready_timeout_s(env)
         for k, v in (overrides or {}).items():

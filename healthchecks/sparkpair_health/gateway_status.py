@@ -8,7 +8,7 @@ What it shows, top to bottom:
 - the failing check and its cause (``/readyz``'s ``failing_check`` and ``cause``), the peer
   named down and how (``peer_down``: dead, paused, frozen, OOM-killed, ...), and for each
   failed check of the latest suite report its message and evidence (JSON);
-- the kernel plan the head wrote (``plan_file``), as JSON, or why it is not shown;
+- the kernel plan the head wrote (``plan_path``), as JSON, or why it is not shown;
 - the canary history: the latest canaries (newest first) with result, latency and cause, and
   a bar per canary (height: latency; colour: result) drawn in inline SVG;
 - wedge recovery (when on): restarts done in the window and the last action.
@@ -53,13 +53,13 @@ def verdict_of(ready: bool, phase: str) -> tuple[str, str]:
 
 
 def _plan_text(gw: Gateway) -> str:
-    path = gw.s.plan_file
+    path = gw.s.plan_path
     if path is None:
-        return "no plan_file set (SPARKPAIR_PLAN_FILE): the kernel plan is not shown"
+        return "no plan_path set (SPARKPAIR_PLAN_PATH): the kernel plan is not shown"
     from sparkpair_overlay.plan import KernelPlan, PlanError  # torch-free, vLLM-free
 
     try:  # bounded read of a regular file; a plan that does not parse is named, never a 500
-        plan = KernelPlan.load(path, f"plan_file {path}")
+        plan = KernelPlan.load(path, f"plan_path {path}")
     except PlanError as e:
         return str(e)
     return json.dumps(plan.to_json(), indent=2, sort_keys=True)[:PLAN_MAX_CHARS]

@@ -2,7 +2,8 @@
 
 ``sparkpair probe`` (:func:`sparkpair_overlay.probe.run_probe`) writes the ``sparkpair-probe/2``
 JSON to the file the node then names in ``SPARKPAIR_PROBE_RESULTS``; the plan reads it with
-:meth:`ProbeResults.load`. Torch-free and vLLM-free (the CLI reads it too).
+:meth:`ProbeResults.load`, the node (``sparkpair node run``, before vLLM starts) with
+:meth:`ProbeFile.load`, which parses the same way. Torch-free and vLLM-free (the CLI reads it too).
 
 Schema policy: one versioned schema (:data:`PROBE_SCHEMA`). Later work adds rows to the lists it
 already has (``kernel_paths`` is there for per-kernel-path timings) or new optional keys; a reader
@@ -335,13 +336,7 @@ class ProbeResults:
             PlanError: wrong or old schema tag, missing capability, or a malformed entry; the
                 message names ``source``, the field, the value seen and the value wanted.
         """
-        f = Fields(data, source)
-        schema = f.data.get("schema")
-        if schema in OLD_SCHEMAS:
-            why = OLD_SCHEMAS[str(schema)]
-            raise f.fail("schema", schema, f"{PROBE_SCHEMA!r}: {why}; run sparkpair probe again")
-        if schema != PROBE_SCHEMA:
-            raise f.fail("schema", schema, repr(PROBE_SCHEMA))
+        f = _probe_fields(data, source)
         cap = f.ints("capability", 2)
         if cap is None:
             raise f.fail("capability", None, "[MAJOR, MINOR]")
@@ -377,22 +372,9 @@ class ProbeResults:
         raw_kp = f.data.get("kernel_path_decision")
         kp_decision = (None if raw_kp is None
                        else ConfigPlan.from_json(Fields(raw_kp, source, "kernel_path_decision")))
-        serve: ServeChoice | None = None
-        raw = f.data.get("serve_choice")
-        if raw is not None:
-            from .probe.choice import ServeChoice, ServePathError
-
-            try:
-                serve = ServeChoice.from_json(Fields(raw, source, "serve_choice").data)
-            except (ServePathError, KeyError, TypeError, ValueError) as exc:
-                if isinstance(exc, PlanError):
-                    raise
-                raise PlanError(
-                    f"{source}: serve_choice malformed ({type(exc).__name__}: {exc}); "
-                    "wanted the layout of sparkpair_overlay.probe.choice.ServeChoice"
-                ) from None
         return cls(
-            capability=(cap[0], cap[1]), router=router, o_proj=o_proj, serve_choice=serve, switches=switches,
+            capability=(cap[0], cap[1]), router=router, o_proj=o_proj, serve_choice=_serve_choice(f, source),
+            switches=switches,
             deepgemm_identity=f.optional("deepgemm_identity", str), o_proj_decision=decision,
             kernel_paths=kernel_paths, checkpoint=checkpoint, vllm_version=f.optional("vllm", str),
             margin=f.optional("margin", float), kernel_path_decision=kp_decision,
@@ -407,3 +389,78 @@ class ProbeResults:
         """
         source = f"{what}={path}"
         return cls.from_json(read_json_file(path, source), source)
+
+
+def _probe_fields(data: object, source: str) -> Fields:
+    """``data`` as :class:`~sparkpair_overlay.jsonio.Fields`, its schema tag checked.
+
+    Raises:
+        PlanError: not an object, an old tag (:data:`OLD_SCHEMAS`, with the way out) or another one.
+    """
+    f = Fields(data, source)
+    schema = f.data.get("schema")
+    if schema in OLD_SCHEMAS:
+        why = OLD_SCHEMAS[str(schema)]
+        raise f.fail("schema", schema, f"{PROBE_SCHEMA!r}: {why}; run sparkpair probe again")
+    if schema != PROBE_SCHEMA:
+        raise f.fail("schema", schema, repr(PROBE_SCHEMA))
+    return f
+
+
+def _serve_choice(f: Fields, source: str) -> ServeChoice | None:
+    """The file's ``serve_choice`` object parsed, or ``None`` when it has none.
+
+    Raises:
+        PlanError: the object does not have the layout of ``ServeChoice``; the message names ``source``.
+    """
+    raw = f.data.get("serve_choice")
+    if raw is None:
+        return None
+    from .probe.choice import ServeChoice, ServePathError
+
+    try:
+        return ServeChoice.from_json(Fields(raw, source, "serve_choice").data)
+    except (ServePathError, KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, PlanError):
+            raise
+        raise PlanError(
+            f"{source}: serve_choice malformed ({type(exc).__name__}: {exc}); "
+            "wanted the layout of sparkpair_overlay.probe.choice.ServeChoice"
+        ) from None
+
+
+@dataclass(frozen=True)
+class ProbeFile:
+    """What a ``sparkpair probe --out`` file gives the node that starts vLLM from it.
+
+    The one reader of that file besides :meth:`ProbeResults.load` (which the plan uses and which
+    needs a capability): a probe run with no device capability (no CUDA device and no
+    ``SPARKPAIR_FAKE_CAPABILITY``: ``"capability": null``) still carries its serve-path choice.
+
+    Attributes:
+        serve_choice: the serve-path choice, or ``None`` when the file has none.
+        results: the parsed results (:class:`ProbeResults`), or ``None`` when the file records no
+            capability (nothing for the plan to read).
+        vllm_version: ``vllm.__version__`` where the probe ran (``"vllm"``), or ``None``.
+    """
+
+    serve_choice: ServeChoice | None
+    results: ProbeResults | None
+    vllm_version: str | None
+
+    @classmethod
+    def load(cls, path: Path | str, what: str = "probe JSON") -> ProbeFile:
+        """Read and parse the probe output at ``path`` (bounded, regular files only).
+
+        Raises:
+            PlanError: unreadable, not JSON, another schema tag, or a malformed field (naming
+                ``what=path``, the field, the value seen and the value wanted).
+        """
+        source = f"{what}={path}"
+        data = read_json_file(path, source)
+        f = _probe_fields(data, source)
+        if f.data.get("capability") is not None:
+            results = ProbeResults.from_json(data, source)
+            return cls(results.serve_choice, results, results.vllm_version)
+        return cls(_serve_choice(f, source), None, f.optional("vllm", str))
+

@@ -92,9 +92,10 @@ SETTINGS: tuple[Setting, ...] = (
         "SPARKPAIR_PLAN_PATH",
         "path",
         "/tmp/sparkpair/kernel-plan.json",
-        "overlay compose cli",
-        "where every vLLM process writes the kernel plan JSON (empty: not written); `sparkpair bench` "
-        "reads the plan there when no --plan-file is given",
+        "overlay gateway compose cli",
+        "where every vLLM process writes the kernel plan JSON (empty: not written); the gateway reads "
+        "the head's there for the health report (unset: not shown); `sparkpair bench` reads it there "
+        "when no --plan-file is given",
     ),
     _s(
         "SPARKPAIR_PROBE_RESULTS",
@@ -238,7 +239,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _s("SPARKPAIR_CANARY_MAX_TOKENS", "int", "4", "gateway compose", "tokens the canary asks for"),
     _s("SPARKPAIR_CANARY_PROMPT", "str", "Reply with OK.", "gateway compose", "the canary's prompt"),
-    _s("SPARKPAIR_DSV4_CHECKS", "bool", "true", "gateway compose", "run the DeepSeek-V4 checks of the suite"),
+    _s(
+        "SPARKPAIR_DSV4_CHECKS",
+        "bool",
+        "",
+        "gateway compose",
+        "run the DeepSeek-V4 checks of the suite; unset: when the profile serves DeepSeek-V4 (the profile "
+        "is the one source of that fact), false skips them, true adds them on another model",
+    ),
     _s("SPARKPAIR_DSV4", "json", "(profile)", "gateway compose", "DeepSeek-V4 check settings (JSON)"),
     _s("SPARKPAIR_ONLY", "list", "", "gateway compose", "run only these suite checks (empty: all)"),
     _s("SPARKPAIR_REPORT_JSON", "path", "", "gateway compose", "write the suite's JSON report here"),
@@ -250,13 +258,6 @@ SETTINGS: tuple[Setting, ...] = (
         "60.0",
         "gateway compose",
         "seconds between stability polls",
-    ),
-    _s(
-        "SPARKPAIR_PLAN_FILE",
-        "path",
-        "",
-        "gateway compose",
-        "the kernel plan JSON the health report shows (the head's SPARKPAIR_PLAN_PATH, shared read-only)",
     ),
     _s(
         "SPARKPAIR_HEAD_LOG",
@@ -452,6 +453,8 @@ SETTINGS: tuple[Setting, ...] = (
 READER_DEFAULTS: dict[tuple[str, str], str] = {
     # The gateway's profile default is the CPU demo (a bare ``sparkpair gateway``); a node's is the model.
     ("gateway", "SPARKPAIR_PROFILE"): "tiny-demo",
+    # The gateway shows the plan only where compose points it at the head's (the health service).
+    ("gateway", "SPARKPAIR_PLAN_PATH"): "",
 }
 
 _BY_NAME = {s.name: s for s in SETTINGS}

@@ -47,7 +47,9 @@ def register(app: typer.Typer) -> None:
             None, help="overall deadline of one canary request, seconds [10]"
         ),
         dsv4_checks: bool = typer.Option(
-            None, "--dsv4-checks/--no-dsv4-checks", help="add the DeepSeek-V4 checks"
+            None,
+            "--dsv4-checks/--no-dsv4-checks",
+            help="add (or skip) the DeepSeek-V4 checks [default: when the profile serves DeepSeek-V4]",
         ),
         report_json: Path = typer.Option(None, help="also write each report here"),
         junit_xml: Path = typer.Option(None, help="also write JUnit XML here"),
@@ -75,7 +77,7 @@ def register(app: typer.Typer) -> None:
         except (GatewaySettingsError, ApiKeyError) as e:
             typer.echo(f"sparkpair gateway: {e}", err=True)
             raise typer.Exit(3) from None
-        from .deploy.nodeenv import unknown_key_problems
+        from .deploy.nodeenv_keys import unknown_key_problems
 
         # pydantic-settings reads names in any case; a typo is read by nothing
         for line in unknown_key_problems(os.environ, "the gateway's environment", case_sensitive=False):

@@ -143,20 +143,19 @@ def _apply_probe(env: NodeEnv, profile, out_path: Path, base_env: dict[str, str]
       which the overlay would refuse to build the model
       (:func:`sparkpair_overlay.plugin.launch_problem`, the same check vLLM's process makes).
     """
-    import json
-
+    from rich.markup import escape
     from sparkpair_overlay.envs import EnvError
-    from sparkpair_overlay.plan import PlanError, ProbeResults
+    from sparkpair_overlay.jsonio import PlanError
     from sparkpair_overlay.plugin import launch_problem
-    from sparkpair_overlay.probe.choice import ServeChoice, ServePathError, launch_switches
+    from sparkpair_overlay.probe.choice import ServePathError, launch_switches
+    from sparkpair_overlay.probe_results import ProbeFile
 
     try:
-        data = json.loads(out_path.read_text())
-        choice = ServeChoice.from_json(data["serve_choice"]) if data.get("serve_choice") else None
-        probe = ProbeResults.load(out_path, "probe JSON") if data.get("capability") else None
-    except (OSError, ValueError, KeyError, PlanError) as e:
-        _say(env, f"[red]probe JSON {out_path} unreadable ({e}); wanted the probe output; not starting[/red]")
+        read = ProbeFile.load(out_path, "probe JSON")
+    except PlanError as e:
+        _say(env, f"[red]{escape(str(e))} (the output of sparkpair probe); not starting[/red]")
         raise typer.Exit(EXIT_PREFLIGHT) from None
+    choice, probe = read.serve_choice, read.results
     base_env = {**base_env, "SPARKPAIR_PROBE_RESULTS": str(out_path)}
     new_env, args, notes = base_env, list(profile.server.args), []
     if choice is not None:
@@ -175,7 +174,7 @@ def _apply_probe(env: NodeEnv, profile, out_path: Path, base_env: dict[str, str]
         args += extra
     if probe is not None:
         try:
-            problem = launch_problem(new_env, args, probe, data.get("vllm"))
+            problem = launch_problem(new_env, args, probe, read.vllm_version)
         except EnvError as e:
             _say(env, f"[red]{e}; not starting[/red]")
             raise typer.Exit(EXIT_CONFIG) from None
@@ -206,6 +205,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Validate a node env file and the profile it names; exit 2 with every problem listed."""
         from .deploy import nodeenv as ne
+        from .deploy import nodeenv_keys as keys
 
         try:
             env_file = ne.env_file_choice(env_file)
@@ -215,9 +215,9 @@ def register(app: typer.Typer) -> None:
         env = _load_env(env_file)
         profile = _load_profile(env)
         values = ne.parse_env_file(env_file)
-        problems = ne.unknown_key_problems(values, str(env_file))
-        problems += ne.not_passed_problems(values, str(env_file))
-        problems += ne.shell_override_problems(values, str(env_file), os.environ)
+        problems = keys.unknown_key_problems(values, str(env_file))
+        problems += keys.not_passed_problems(values, str(env_file))
+        problems += keys.shell_override_problems(values, str(env_file), os.environ)
         try:
             launch.check_shape(env, profile)
             launch.executor_of(env, profile)
@@ -404,7 +404,6 @@ def register(app: typer.Typer) -> None:
         against this node's API server and answers ``/readyz``."""
         env = _load_env(None)
         base = f"http://{_url_host(env.probe_host())}:{env.SPARKPAIR_API_PORT}"
-        dsv4 = _load_profile(env).is_dsv4
         reports = Path(os.environ.get("SPARKPAIR_REPORTS_DIR", "/var/lib/sparkpair/reports"))
         argv = [
             sys.executable, "-m", "sparkpair_cli.main", "gateway",
@@ -413,8 +412,7 @@ def register(app: typer.Typer) -> None:
             "--port", str(env.SPARKPAIR_GATEWAY_PORT),
             "--report-json", str(reports / "report.json"),
             "--junit-xml", str(reports / "junit.xml"),
-            # The DeepSeek-V4 checks only for a DeepSeek-V4 profile.
-            "--dsv4-checks" if dsv4 else "--no-dsv4-checks",
+            # No --dsv4-checks: the gateway reads whether the model is DeepSeek-V4 from the profile.
         ]  # fmt: skip
         reports.mkdir(parents=True, exist_ok=True)
         _say(env, "exec " + " ".join(argv))

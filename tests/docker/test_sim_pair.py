@@ -3,7 +3,7 @@
 head and worker in two containers with their own addresses, the cluster forms, vLLM serves
 the tiny model with TP=2 across the containers on CPU, and the `health` container turns
 healthy only after the functional suite passed, with the head's kernel plan in its report
-(compose's shared ``sparkpair-state`` volume, the gateway's ``SPARKPAIR_PLAN_FILE``).
+(compose's shared ``sparkpair-state`` volume, the gateway's ``SPARKPAIR_PLAN_PATH``).
 
 The same pair (one bring-up for the module, the tests run in order) then shows what
 docs/observability.md promises, with what a user adds to turn it on (:data:`OBSERVE`: the
@@ -291,7 +291,7 @@ def test_mp_pair_serves_tp2_across_two_containers_and_health_turns_healthy_after
     assert "/readyz: HTTP 200" in r.stdout
 
     # The health report carries the head's kernel plan (not a skip): the head's overlay wrote
-    # it to the shared state volume, the health service read it through SPARKPAIR_PLAN_FILE.
+    # it to the shared state volume, the health service read it through SPARKPAIR_PLAN_PATH.
     head_plan = json.loads(
         sh("docker", "exec", sim.name("head"), "cat", "/var/lib/sparkpair/state/kernel-plan.json").stdout
     )

@@ -40,6 +40,7 @@ def test_gateway_ready_on_a_real_server_then_503_naming_the_dead_engine(  # type
         settings = GatewaySettings(
             base_url=server.base_url,
             profile="tiny-demo",
+            dsv4_checks=True,  # the model checks on a model the profile does not call DeepSeek-V4
             canary_interval_s=CANARY_INTERVAL_S,
             canary_timeout_s=CANARY_TIMEOUT_S,
             ready_timeout_s=float(os.environ.get("SPARKPAIR_TEST_SERVER_TIMEOUT", "420")),

@@ -71,7 +71,7 @@ def ready_gateway(vllm_server: Any) -> Iterator[tuple[Any, str]]:
             canary_interval_s=1.0,
             canary_timeout_s=20.0,
             ready_timeout_s=120.0,
-            plan_file=plan if plan.is_file() else None,
+            plan_path=plan if plan.is_file() else None,
         )
     )
     with Served(gw.app) as g:
@@ -176,7 +176,7 @@ def test_the_status_page_screenshot_shows_the_green_ready_verdict(
     wait("a canary in the history", lambda: len(gw.canary_history) >= 2, 30)
     html = httpx.get(url + "/status").text
     assert ">READY</div>" in html and "canary-bars" in html
-    if gw.s.plan_file is not None:  # the session server's overlay wrote its kernel plan
+    if gw.s.plan_path is not None:  # the session server's overlay wrote its kernel plan
         assert '<pre id="plan">{' in html, html[-2000:]
     img = screenshot(url + "/status", tmp_path / "status-ready.png")
     assert badge_pixels(img, COLOURS["ready"]) > 5000, (

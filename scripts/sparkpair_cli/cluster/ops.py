@@ -92,7 +92,7 @@ def compose(
     """
     from ..deploy.compose_cli import ComposeUnavailable
     from ..deploy.compose_cli import run as run_compose
-    from ..deploy.nodeenv import COMPOSE_INTERPOLATED_KEYS, container_keys
+    from ..deploy.nodeenv_keys import COMPOSE_INTERPOLATED_KEYS, container_keys
 
     argv = [
         "-p",

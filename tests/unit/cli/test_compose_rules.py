@@ -73,7 +73,7 @@ def test_a_hard_coded_node_count_in_the_file_is_refused() -> None:
 
 def test_compose_passes_every_setting_the_schemas_define_and_nothing_else() -> None:
     import yaml
-    from sparkpair_cli.deploy.nodeenv import container_keys
+    from sparkpair_cli.deploy.nodeenv_keys import container_keys
 
     listed = set(yaml.safe_load((REPO / "compose.yaml").read_text())["x-settings"])
     assert listed == set(container_keys()), (

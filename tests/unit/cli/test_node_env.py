@@ -304,7 +304,7 @@ def test_every_sparkpair_key_the_code_or_compose_reads_is_known_to_node_validate
     import re
     import subprocess
 
-    from sparkpair_cli.deploy.nodeenv import known_keys
+    from sparkpair_cli.deploy.nodeenv_keys import known_keys
 
     repo = Path(__file__).resolve().parents[3]
     files = subprocess.run(
@@ -316,12 +316,15 @@ def test_every_sparkpair_key_the_code_or_compose_reads_is_known_to_node_validate
         # settings_registry.py is the table of every setting, image and tooling ones included (it reads none).
         if f.endswith((".py", ".yaml", ".example")) and not f.endswith("settings_registry.py"):
             read |= set(re.findall(r"SPARKPAIR_[A-Z0-9_]*[A-Z0-9]", (repo / f).read_text()))
-    read -= {"SPARKPAIR_PROBE_PLAN"}  # renamed: the overlay refuses it naming the new name
+    from sparkpair_overlay.envs import RENAMED
+
+    read -= set(RENAMED)  # old names: refused naming the new name (node validate, overlay, gateway)
     assert read - known_keys() == set()
 
 
 def test_node_validate_names_a_misspelt_key_and_the_one_meant(tmp_path: Path) -> None:
-    from sparkpair_cli.deploy.nodeenv import parse_env_file, unknown_key_problems
+    from sparkpair_cli.deploy.nodeenv import parse_env_file
+    from sparkpair_cli.deploy.nodeenv_keys import unknown_key_problems
 
     env = tmp_path / "node.env"
     env.write_text(
@@ -332,6 +335,24 @@ def test_node_validate_names_a_misspelt_key_and_the_one_meant(tmp_path: Path) ->
     )
     (line,) = unknown_key_problems(parse_env_file(env), str(env))
     assert "SPARKPAIR_NODE_RANKK" in line and "did you mean SPARKPAIR_NODE_RANK?" in line, line
+
+
+def test_node_validate_names_an_old_setting_name_its_value_and_the_new_name(tmp_path: Path) -> None:
+    from sparkpair_cli.deploy.nodeenv import parse_env_file
+    from sparkpair_cli.deploy.nodeenv_keys import unknown_key_problems
+
+    env = tmp_path / "node.env"
+    env.write_text(
+        (
+            Path(__file__).resolve().parents[2] / "fixtures" / "hosts" / "spark-head-good" / "node.env"
+        ).read_text()
+        + "SPARKPAIR_PLAN_FILE=/srv/plan.json\n"
+    )
+    (line,) = unknown_key_problems(parse_env_file(env), str(env))
+    assert line.endswith(
+        f"SPARKPAIR_PLAN_FILE='/srv/plan.json' in {env} is no longer read; wanted SPARKPAIR_PLAN_PATH "
+        "(the same value, new name)"
+    ), line
 
 
 def _validate(env_file: Path | None, environ: dict[str, str]) -> tuple[int, str]:

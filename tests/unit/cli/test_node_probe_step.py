@@ -95,3 +95,21 @@ def test_switches_the_overlay_would_refuse_stop_the_node_before_vllm(tmp_path, c
     assert "was not proven on these operands" in " ".join(capsys.readouterr().err.split())
     # with the probe's own switches it starts
     _run(tmp_path, _probe_file(tmp_path, linear="triton", decision=dec), args=["--linear-backend", "triton"])
+
+
+def test_a_probe_file_the_node_cannot_read_stops_it_naming_the_file(tmp_path, capsys):
+    p = tmp_path / "probe.json"
+    p.write_text('{"schema": "sparkpair-probe/1", "capability": null}')
+    with pytest.raises(typer.Exit) as e:
+        _run(tmp_path, p)
+    assert e.value.exit_code == cmd_node.EXIT_PREFLIGHT
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"probe JSON={p}" in err and "run sparkpair probe again" in err and "not starting" in err
+
+
+def test_a_probe_file_without_a_capability_starts_vllm_with_the_profiles_args(tmp_path):
+    p = tmp_path / "probe.json"
+    p.write_text('{"schema": "sparkpair-probe/2", "capability": null, "vllm": null, "serve_choice": null}')
+    env, profile = _run(tmp_path, p)
+    assert env["SPARKPAIR_PROBE_RESULTS"] == str(p)
+    assert list(profile.server.args) == list(load_profile("deepseek-v4-flash").server.args)

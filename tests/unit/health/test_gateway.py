@@ -165,6 +165,24 @@ def test_api_key_reaches_the_server_and_never_the_endpoints(tmp_path: Path) -> N
     assert key not in repr(gw.s) and key not in gw.s.model_dump_json()
 
 
+@pytest.mark.parametrize(
+    ("profile", "setting", "runs"),
+    [
+        ("deepseek-v4-flash", None, True),  # unset: the profile says DeepSeek-V4
+        ("tiny-demo", None, False),  # unset: the profile says another model
+        ("deepseek-v4-flash", "false", False),  # skipped on request
+        ("tiny-demo", "true", True),  # added on request (the tests' tiny model)
+    ],
+)
+def test_the_model_checks_follow_the_profile_unless_the_setting_says_otherwise(
+    profile: str, setting: str | None, runs: bool
+) -> None:
+    env = {"SPARKPAIR_PROFILE": profile}
+    if setting is not None:
+        env["SPARKPAIR_DSV4_CHECKS"] = setting
+    assert GatewaySettings.from_env(env).runs_model_checks() is runs
+
+
 def test_settings_from_env_use_one_schema_and_name_the_bad_variable() -> None:
     env = {
         "SPARKPAIR_BASE_URL": "http://127.0.0.1:8000/v1",

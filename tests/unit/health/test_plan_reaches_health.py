@@ -1,5 +1,5 @@
-"""The head's kernel plan reaches the health verdict: the gateway's ``plan_file`` setting
-(``SPARKPAIR_PLAN_FILE``, what compose sets on the ``health`` service) feeds the suite's
+"""The head's kernel plan reaches the health verdict: the gateway's ``plan_path`` setting
+(``SPARKPAIR_PLAN_PATH``, what compose sets on the ``health`` service) feeds the suite's
 ``overlay_plan`` check, which passes with the plan in the report, and fails on a plan file that
 is not JSON. (The two-container run of the same path is tests/docker/test_sim_pair.py.)"""
 
@@ -24,7 +24,7 @@ PLAN = build_plan(
 ).to_json()
 
 
-def settings(base_url: str, plan_file: Path | None) -> GatewaySettings:
+def settings(base_url: str, plan_path: Path | None) -> GatewaySettings:
     env = {
         "SPARKPAIR_BASE_URL": base_url,
         "SPARKPAIR_PROFILE": "deepseek-v4-flash",
@@ -32,8 +32,8 @@ def settings(base_url: str, plan_file: Path | None) -> GatewaySettings:
         "SPARKPAIR_DSV4_CHECKS": "false",
         "SPARKPAIR_READY_TIMEOUT_S": "20",
     }
-    if plan_file is not None:
-        env["SPARKPAIR_PLAN_FILE"] = str(plan_file)
+    if plan_path is not None:
+        env["SPARKPAIR_PLAN_PATH"] = str(plan_path)
     return GatewaySettings.from_env(env)
 
 
@@ -58,15 +58,24 @@ def overlay_plan(rep: dict[str, Any]) -> dict[str, Any]:
     return check
 
 
-def test_the_plan_file_setting_comes_from_sparkpair_plan_file(tmp_path: Path) -> None:
+def test_the_plan_path_setting_comes_from_sparkpair_plan_path(tmp_path: Path) -> None:
     p = tmp_path / "kernel-plan.json"
-    assert settings("http://127.0.0.1:9", p).plan_file == p
-    assert settings("http://127.0.0.1:9", None).plan_file is None
+    assert settings("http://127.0.0.1:9", p).plan_path == p
+    assert settings("http://127.0.0.1:9", None).plan_path is None
+
+
+@pytest.mark.parametrize("name", ["SPARKPAIR_PLAN_FILE", "sparkpair_plan_file"])
+def test_the_old_plan_file_name_is_refused_naming_value_and_new_name(name: str, tmp_path: Path) -> None:
+    p = str(tmp_path / "kernel-plan.json")
+    with pytest.raises(GatewaySettingsError) as e:
+        GatewaySettings.from_env({"SPARKPAIR_BASE_URL": "http://127.0.0.1:9", name: p})
+    wanted = f"{name}={p!r} is no longer read; wanted SPARKPAIR_PLAN_PATH (the same value, new name)"
+    assert str(e.value) == wanted
 
 
 def test_a_plan_file_that_is_a_folder_is_refused_naming_the_variable(tmp_path: Path) -> None:
     # refused when the settings are made (the gateway exits at start), not at the first suite run
-    with pytest.raises(ValueError, match="plan_file=.* is a folder"):
+    with pytest.raises(ValueError, match="plan_path=.* is a folder"):
         settings("http://127.0.0.1:9", tmp_path)
 
 
@@ -95,5 +104,5 @@ def test_without_the_setting_the_check_can_only_skip() -> None:
 
 
 def test_settings_error_names_the_variable_for_a_bad_value(tmp_path: Path) -> None:
-    with pytest.raises(GatewaySettingsError, match="SPARKPAIR_PLAN_FILE"):
-        GatewaySettings.from_env({"SPARKPAIR_PLAN_FILE": str(tmp_path)})  # a folder
+    with pytest.raises(GatewaySettingsError, match="SPARKPAIR_PLAN_PATH"):
+        GatewaySettings.from_env({"SPARKPAIR_PLAN_PATH": str(tmp_path)})  # a folder

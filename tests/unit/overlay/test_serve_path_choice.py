@@ -251,3 +251,49 @@ def test_the_linear_backend_is_chosen_with_the_o_proj_it_hands_wo_a_to() -> None
     assert "with the o_proj it hands wo_a to" in got.choices[0].reason
     assert d is not None and (d.backend, d.weight_layout) == ("triton", "w2-e8m0-block")
     assert not got.choices[1].needed
+
+
+def _stopping_choice() -> ServeChoice:
+    err = "RuntimeError: Unknown SF transformation"
+    bad = rows("indexer", "deep_gemm", ok=False, error=err)
+    return choose([LINEAR, INDEXER], rows("linear", "triton") + bad)
+
+
+def test_the_probe_file_without_a_capability_still_gives_the_node_its_serve_choice(tmp_path) -> None:
+    import json
+
+    from sparkpair_overlay.probe_results import ProbeFile
+
+    got = _stopping_choice()
+    p = tmp_path / "probe.json"
+    p.write_text(json.dumps({"schema": "sparkpair-probe/2", "capability": None, "vllm": "0.33.0",
+                             "serve_choice": got.to_json()}))
+    read = ProbeFile.load(p)
+    assert read.serve_choice == got and read.serve_choice.stop
+    assert read.results is None and read.vllm_version == "0.33.0"
+    # with a capability the same file is the plan's ProbeResults, read once
+    p.write_text(json.dumps({"schema": "sparkpair-probe/2", "capability": [12, 1], "vllm": "0.33.0",
+                             "serve_choice": got.to_json()}))
+    read = ProbeFile.load(p)
+    assert read.results == ProbeResults.load(p) and read.serve_choice == got
+
+
+@pytest.mark.parametrize(
+    ("text", "wanted"),
+    [
+        ('{"schema": "sparkpair-probe/1", "capability": null}', "run sparkpair probe again"),
+        ('{"schema": "x", "capability": null}', "'sparkpair-probe/2'"),
+        ('{"schema": "sparkpair-probe/2", "capability": null, "serve_choice": {"a": 1}}', "serve_choice"),
+        ('{"schema": "sparkpair-probe/2", "capability": null, "vllm": 3}', "vllm"),
+        ('{"schema": "sparkpair-probe/2", "capa', "not readable JSON"),
+    ],
+)
+def test_a_bad_probe_file_is_refused_naming_file_and_value_wanted(tmp_path, text: str, wanted: str) -> None:
+    from sparkpair_overlay.jsonio import PlanError
+    from sparkpair_overlay.probe_results import ProbeFile
+
+    p = tmp_path / "probe.json"
+    p.write_text(text)
+    with pytest.raises(PlanError) as e:
+        ProbeFile.load(p)
+    assert f"probe JSON={p}" in str(e.value) and wanted in str(e.value), str(e.value)

@@ -95,14 +95,14 @@ def test_the_gateway_schema_is_the_registrys_gateway_rows() -> None:
 
 
 def test_the_env_file_key_check_knows_exactly_the_registered_settings() -> None:
-    from sparkpair_cli.deploy import nodeenv
+    from sparkpair_cli.deploy import nodeenv_keys
 
     wanted = {
         s.name for s in sr.SETTINGS if s.name.startswith("SPARKPAIR_") and SCHEMA_READERS & set(s.readers)
     }
-    assert nodeenv.known_keys() == wanted
+    assert nodeenv_keys.known_keys() == wanted
     # Read by compose.yaml, the node entrypoint or the CLI rather than (only) by a schema.
-    assert all({"compose", "cli"} & set(sr.by_name(k).readers) for k in nodeenv.COMPOSE_ONLY_KEYS)
+    assert all({"compose", "cli"} & set(sr.by_name(k).readers) for k in nodeenv_keys.COMPOSE_ONLY_KEYS)
 
 
 def test_docs_reference_settings_is_generated_and_current() -> None:
