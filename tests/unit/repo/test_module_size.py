@@ -26,11 +26,6 @@ KERNELS = "overlay/sparkpair_overlay/kernels/"
 """Where the per-target kernel files live (each file under it, subfolders included)."""
 
 ALLOWED_OVER: dict[str, str] = {
-    # overlay: split by helper h34d (issue 34)
-    "overlay/sparkpair_overlay/plan.py": "issue 34, helper h34d",
-    "overlay/sparkpair_overlay/serve_matrix.py": "issue 34, helper h34d",
-    # CLI: split by helper h34d (issue 34)
-    "scripts/sparkpair_cli/deploy/nodeenv.py": "issue 34, helper h34d",
     # health side and its test helpers: split by helper h34e (issue 34)
     "healthchecks/sparkpair_health/suite.py": "issue 34, helper h34e",
     "healthchecks/sparkpair_health/stability.py": "issue 34, helper h34e",
