@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED_CONFIG = REPO / "deploy" / "prometheus" / "prometheus.yml"
+SHIPPED_CONFIG = REPO / "configs" / "monitoring" / "prometheus" / "prometheus.yml"
 SHIPPED_TARGETS = {"vllm": "127.0.0.1:8000", "gateway": "127.0.0.1:8080"}
-"""The targets deploy/prometheus/prometheus.yml names (the node env's default ports)."""
+"""The targets configs/monitoring/prometheus/prometheus.yml names (the node env's default ports)."""
 
 
 def hostport(url: str) -> str:

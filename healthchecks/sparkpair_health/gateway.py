@@ -53,6 +53,7 @@ from fastapi import FastAPI
 
 from .apikey import redact
 from .client import HealthClient
+from .decode_answer import DecodeAnswer
 from .engine_load import EngineLoad
 from .gateway_app import THREAD_ENDED, listen_socket
 from .gateway_canary import CANARY_HISTORY, CanaryMixin, Freshness
@@ -70,7 +71,6 @@ from .gateway_settings import (
 from .peers import PeerDown, PeerWatch
 from .recovery import Recovery, RestartBudget, TokenProgress, restart_pair
 from .stability import StabilityMonitor
-from .suite import DecodeAnswer
 
 __all__ = [
     "ENV_PREFIX",

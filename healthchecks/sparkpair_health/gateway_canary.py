@@ -6,8 +6,8 @@ The contract (docs/health-verdict.md, "The canary"), in one place:
   of ``canary_timeout_s``: non-streamed, then streamed (``stream: true`` with
   ``stream_options.include_usage``), as most clients ask. Both are the readiness gate's decode
   probe (:func:`sparkpair_health.suite.decode_probe`) and both answers are judged the same way
-  (:meth:`CanaryMixin.judge_tick`): decoded (:func:`~sparkpair_health.suite.judge_decode`,
-  :func:`~sparkpair_health.suite.judge_stream`: a stream that ends without content fails
+  (:meth:`CanaryMixin.judge_tick`): decoded (:func:`~sparkpair_health.decode_answer.judge_decode`,
+  :func:`~sparkpair_health.decode_answer.judge_stream`: a stream that ends without content fails
   here), fresh (:class:`Freshness`), right (:meth:`CanaryMixin.judge_canary`).
 - **A nonce** (:func:`nonce`) goes with every request, as vLLM's ``request_id`` and the
   OpenAI ``user`` field: no cache can have seen the request before, and the model never sees
@@ -54,9 +54,9 @@ from typing import Any, Literal
 from .apikey import redact
 from .checks.compare import LOGPROB_FIELDS, compare_greedy
 from .client import ENGINE_DEAD_MARKERS, HealthClient
+from .decode_answer import DecodeAnswer
 from .engine_load import EngineLoad, judge_slow, parse_engine_load
 from .gateway_settings import GatewaySettings
-from .suite import DecodeAnswer
 
 CANARY_HISTORY = 50
 """Canary results the gateway keeps for the status page (the newest last); one an interval,

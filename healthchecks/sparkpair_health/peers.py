@@ -316,7 +316,7 @@ class PeerWatch:
     def _client(self, peer: Peer) -> Any:
         client = self.clients.get(peer.name)
         if client is None:
-            from .stability import docker_client
+            from .node_access import docker_client
 
             client = self.clients[peer.name] = docker_client(peer.docker_url, self.s.docker_timeout_s)
         return client

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .engine_load import ENGINE_SAMPLES, read_samples
-from .stability import StabilityNode, docker_client
+from .node_access import docker_client
+from .stability import StabilityNode
 
 
 def _say(line: str) -> None:

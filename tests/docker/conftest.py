@@ -10,6 +10,7 @@ on top of it.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,3 +57,41 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("sim-models")
     generate_tiny_model(root / "tiny")
     yield root
+
+
+@pytest.fixture(scope="session")
+def client(docker_engine: None):  # type: ignore[no-untyped-def]
+    """A Docker SDK client of the engine :func:`docker_engine` brought up."""
+    import docker
+
+    return docker.from_env(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def sh_image(client, tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
+    """``sparkpair-test-sh:stability``: a scratch image holding the host's ``dash`` as /bin/sh
+    and its libc, built here (no registry needed); the stability, recovery and peer tests run
+    their containers from it."""
+    ctx = tmp_path_factory.mktemp("sh-image")
+    dash, libc, ld = "/bin/dash", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"
+    if not all(Path(p).exists() for p in (dash, libc, ld)):
+        pytest.skip("needs an x86-64 host with /bin/dash to build the scratch test image")
+    for src, dst in ((dash, "bin/sh"), (libc, libc.lstrip("/")), (ld, ld.lstrip("/"))):
+        (ctx / dst).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, ctx / dst)
+    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY bin /bin\nCOPY lib /lib\nCOPY lib64 /lib64\n")
+    tag = "sparkpair-test-sh:stability"
+    client.images.build(path=str(ctx), tag=tag, rm=True)
+    return tag
+
+
+@pytest.fixture
+def containers(client) -> Iterator[list]:  # type: ignore[no-untyped-def]
+    """A list the test appends its containers to; each is removed (forced) at teardown."""
+    made: list = []
+    yield made
+    for c in made:
+        try:
+            c.remove(force=True)
+        except Exception:  # noqa: BLE001
+            pass

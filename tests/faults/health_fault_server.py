@@ -52,6 +52,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from fake_logprobs import BatchNoise, entries
+from fault_answers import pieces, send_malformed, stream_chunks
+from key_echo import escape_key, key_echo_pieces, masked
 from vllm_thinking import vllm_thinks
 
 CHAT_MODES = (
@@ -89,38 +91,6 @@ ENDLESS_MODES = (
 the client's own test measures what they make it read, ``FaultServer.body_bytes_sent``)."""
 
 WORDS = "hello pair of sparks the quick brown fox jumps over the lazy dog again and again".split()
-
-ESCAPED_MARK = "\u00ab{}\u00bb"
-"""Brackets (« ») around the copy of the key that ``echo_key`` writes in ``\\u`` escapes."""
-
-
-def masked(key: str) -> str:
-    """``key`` as a careful log masks it: its first 12 and last 4 characters around ``…****``."""
-    return key[:12] + "\u2026****" + key[-4:]
-
-
-def key_echo_pieces(key: str) -> list[str]:
-    """The stream deltas of ``echo_key``'s echo (joined: the non-streamed echo): the key split in
-    two at every offset, split into n equal-ish chunks for every n from 2 to its length, whole,
-    masked, base64 of ``Authorization: Bearer <key>``, and once bracketed (the copy spelt in
-    ``\\u`` escapes on the wire)."""
-    out: list[str] = []
-    for j in range(1, len(key)):
-        out += [" " + key[:j], key[j:]]
-    for n in range(2, len(key) + 1):
-        cuts = [round(i * len(key) / n) for i in range(n + 1)]
-        out += [" " + key[cuts[0] : cuts[1]], *(key[a:b] for a, b in zip(cuts[1:-1], cuts[2:], strict=True))]
-    header = base64.b64encode(f"Authorization: Bearer {key}".encode()).decode()
-    out += [" " + key, " " + masked(key), " " + header, " " + ESCAPED_MARK.format(key)]
-    return out
-
-
-def escape_key(text: str, key: str) -> str:
-    """A JSON text with the bracketed copy of ``key`` written in ``\\u`` escapes (no run of the key left)."""
-    spelt = "".join(f"\\u{ord(c):04x}" for c in key)
-    return text.replace(
-        json.dumps(ESCAPED_MARK.format(key), ensure_ascii=False)[1:-1], "\\u00ab" + spelt + "\\u00bb"
-    )
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -193,68 +163,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
         self.wfile.flush()
-
-    def _malformed(self, mode: str, body: dict[str, Any]) -> bool:
-        """Answer a non-streamed chat request per ``mode``; False: answer normally."""
-        o = self.server.owner
-        bodies: dict[str, Any] = {
-            "body_list": [],
-            "body_string": "hello",
-            "body_usage_str": {"usage": "x"},
-            "body_wrong_types": {
-                "choices": {"0": "x"},
-                "usage": {"completion_tokens": "3"},
-                "model": 1,
-            },
-        }
-        if mode in bodies:
-            self._raw(200, "application/json", json.dumps(bodies[mode]).encode())
-        elif mode == "body_not_json":
-            self._raw(200, "application/json", b"{not json")
-        elif mode == "wrong_content_type":
-            self._raw(200, "text/html", b"<html><body>upstream proxy error</body></html>")
-        elif mode == "partial":
-            self._raw(200, "application/json", b'{"choices": [{"message": {"content": "he', length=500)
-            self.close_connection = True
-        elif mode == "drip":
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", "100000")
-            self.end_headers()
-            t_end = time.monotonic() + o.hang_s
-            try:
-                while time.monotonic() < t_end and not o.closing:
-                    self.wfile.write(b" ")
-                    self.wfile.flush()
-                    time.sleep(o.drip_s)
-            except OSError:
-                pass
-            self.close_connection = True
-        elif mode in ("endless", "endless_slow"):
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("transfer-encoding", "chunked")
-            self.end_headers()
-            size, pause = (65536, 0.0) if mode == "endless" else (1024, 0.01)
-            chunk = f"{size:x}\r\n".encode() + b" " * size + b"\r\n"
-            try:
-                while not o.closing:
-                    self.wfile.write(chunk)
-                    with o.lock:
-                        o.body_bytes_sent += size
-                    if pause:
-                        time.sleep(pause)
-            except OSError:  # the client closed the connection: what a bounded reader does
-                pass
-            self.close_connection = True
-        elif mode in ("hang", "slow"):
-            t_end = time.monotonic() + o.hang_s
-            while time.monotonic() < t_end and not o.closing:
-                time.sleep(0.05)
-            self.close_connection = True
-        else:
-            return False
-        return True
 
     # ---------------------------------------------------------------- GET
     def do_GET(self) -> None:  # noqa: N802
@@ -384,7 +292,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send(200, o.cached[stream])
             return
-        if not stream and self._malformed(o.chat_mode, body):
+        if not stream and send_malformed(self, o.chat_mode):
             return
         if stream and o.stream_mode == "empty":
             self._sse(["[DONE]"])
@@ -404,7 +312,6 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             )
             return
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         rid = body.get("request_id")
         ident = f"chatcmpl-{rid if isinstance(rid, str) and rid else uuid.uuid4().hex}"
         created = int(time.time())
@@ -444,7 +351,7 @@ class _Handler(BaseHTTPRequestHandler):
             o.noise.enter()
             if o.noise.noise is not None:
                 time.sleep(o.noise.hold_s)
-            said = _pieces(text)
+            said = pieces(text)
             text = "".join(o.noise.leave(said, body))
             original_text = said
             if "batch_differs" in self.faults:
@@ -494,7 +401,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             said = msg["content"] or ""
             said = said[: len(said) - len("".join(echo))] if echo else said
-            answer_tokens = _pieces(said) + echo if said or echo else []
+            answer_tokens = pieces(said) + echo if said or echo else []
         tokens = reasoning_tokens + answer_tokens
         original = reasoning_tokens + (original_text + echo if original_text is not None else answer_tokens)
         if len(original) != len(tokens):
@@ -515,129 +422,21 @@ class _Handler(BaseHTTPRequestHandler):
             o.cached[False] = answer
             self._send(200, answer)
             return
-        base = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": o.model}
-        lp_iter = iter(lp_entries)
-
-        def with_lp(choice: dict[str, Any]) -> dict[str, Any]:
-            if want_lp:
-                entry = next(lp_iter, None)
-                if entry is not None:
-                    choice["logprobs"] = {"content": [entry]}
-            return choice
-
-        out = [
-            json.dumps(
-                {
-                    **base,
-                    "choices": [
-                        {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-                    ],
-                }
-            )
-        ]
-        if msg["tool_calls"]:
-            call = msg["tool_calls"][0]
-            out.append(
-                json.dumps(
-                    {
-                        **base,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "delta": {
-                                    "tool_calls": [
-                                        {
-                                            "index": 0,
-                                            "id": call["id"],
-                                            "type": "function",
-                                            "function": {"name": call["function"]["name"], "arguments": ""},
-                                        }
-                                    ]
-                                },
-                                "finish_reason": None,
-                            }
-                        ],
-                    }
-                )
-            )
-            a = call["function"]["arguments"]
-            for part in (a[: len(a) // 2], a[len(a) // 2 :]):
-                out.append(
-                    json.dumps(
-                        {
-                            **base,
-                            "choices": [
-                                with_lp(
-                                    {
-                                        "index": 0,
-                                        "delta": {
-                                            "tool_calls": [{"index": 0, "function": {"arguments": part}}]
-                                        },
-                                        "finish_reason": None,
-                                    }
-                                )
-                            ],
-                        }
-                    )
-                )
-        else:
-            if msg.get("reasoning"):
-                out.append(
-                    json.dumps(
-                        {
-                            **base,
-                            "choices": [
-                                with_lp(
-                                    {
-                                        "index": 0,
-                                        "delta": {"reasoning": msg["reasoning"]},
-                                        "finish_reason": None,
-                                    }
-                                )
-                            ],
-                        }
-                    )
-                )
-            said = msg["content"] or ""
-            said = said[: len(said) - len("".join(echo))] if echo else said
-            pieces = _pieces(said) + echo
-            if "stream_differs" in self.faults and pieces:
-                pieces[0] = pieces[0].upper()
-                if want_lp:  # the stream says another token than the answer's: its logprobs say so
-                    lp_entries[len(reasoning_tokens)] = entries([pieces[0]], [pieces[0]])[0]
-            for w in pieces:
-                out.append(
-                    json.dumps(
-                        {
-                            **base,
-                            "choices": [
-                                with_lp({"index": 0, "delta": {"content": w}, "finish_reason": None})
-                            ],
-                        },
-                        ensure_ascii=False,
-                    )
-                )
-        out.append(json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": fr}]}))
-        empty_opts = body.get("stream_options") == {} and "usage_on_empty_options" in self.faults
-        if (
-            (include_usage and "no_usage_chunk" not in self.faults)
-            or "usage_always" in self.faults
-            or empty_opts
-        ):
-            out.append(json.dumps({**base, "choices": [], "usage": usage}))
-        out.append("[DONE]")
-        if "double_done" in self.faults:
-            out.append("[DONE]")
+        out = stream_chunks(
+            ident=ident,
+            created=created,
+            model=o.model,
+            msg=msg,
+            finish_reason=fr,
+            usage=usage,
+            echo=echo,
+            lp_entries=lp_entries if want_lp else None,
+            reasoning_tokens=reasoning_tokens,
+            faults=self.faults,
+            body=body,
+        )
         o.cached[True] = out
         self._sse(out)
-
-
-def _pieces(text: str) -> list[str]:
-    """A text as this server's tokens: its words, each after the first with its leading space."""
-    if not text:
-        return []
-    words = text.split(" ")
-    return [w if i == 0 else " " + w for i, w in enumerate(words)]
 
 
 class _Server(ThreadingHTTPServer):

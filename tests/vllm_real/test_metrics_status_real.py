@@ -2,7 +2,7 @@
 
 - Prometheus (Debian's binary, ``scripts/ensure-prometheus.sh``) scrapes vLLM's ``/metrics``
   and the gateway's, and a query through its HTTP API returns the canary-latency series.
-- Every expression of the Grafana dashboard (``deploy/grafana/dashboards/*.json``) parses in
+- Every expression of the Grafana dashboard (``configs/monitoring/grafana/dashboards/*.json``) parses in
   that Prometheus, and every series it names is one the real servers export (or is listed in
   :data:`NOT_ON_THE_TINY_SERVER` with the reason and a proof that the name is real).
 - The status page, loaded in headless Chromium (``scripts/ensure-chromium.sh``): its
@@ -33,7 +33,7 @@ from obslib import badge_pixels, hostport, query, screenshot  # noqa: E402
 pytestmark = [pytest.mark.vllm_real, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-DASHBOARDS = sorted((REPO / "deploy" / "grafana" / "dashboards").glob("*.json"))
+DASHBOARDS = sorted((REPO / "configs" / "monitoring" / "grafana" / "dashboards").glob("*.json"))
 
 NOT_ON_THE_TINY_SERVER = {
     "vllm:spec_decode_num_accepted_tokens_total": "no speculative method in the tiny-demo profile",
@@ -136,7 +136,7 @@ def exported_names(prom: str) -> set[str]:
 def test_every_dashboard_expression_parses_and_names_a_series_the_real_servers_export(
     prometheus: str,
 ) -> None:
-    assert DASHBOARDS, "no dashboard under deploy/grafana/dashboards"
+    assert DASHBOARDS, "no dashboard under configs/monitoring/grafana/dashboards"
     wait(
         "vLLM's histograms scraped",
         lambda: "vllm:inter_token_latency_seconds_bucket" in exported_names(prometheus),

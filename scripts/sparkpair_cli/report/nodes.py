@@ -1,7 +1,7 @@
 """Where ``sparkpair report`` reads a node from: its serving container, or a recorded folder.
 
 A :class:`DockerNode` reaches the node's Docker engine the way the stability watch does
-(:func:`sparkpair_health.stability.docker_client`: the local engine, ``tcp://host:2376`` or
+(:func:`sparkpair_health.node_access.docker_client`: the local engine, ``tcp://host:2376`` or
 ``ssh://user@host``) and reads the serving container: ``docker inspect`` (image id, digest,
 environment, state), its log, files inside it and commands run in it (``docker exec``, each
 bounded by ``timeout`` inside the container and by the engine client's own timeout).
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from sparkpair_health.stability import CommandResult
+from sparkpair_health.node_access import CommandResult
 
 READ_MAX_BYTES = 8 * 1024 * 1024
 """Largest file read from a node (bytes): probe JSON and plans are tens of KiB; a bigger file is
@@ -73,7 +73,7 @@ class DockerNode:
         return f"container {self.container} on {engine}"
 
     def _container(self) -> Any:
-        from sparkpair_health.stability import docker_client
+        from sparkpair_health.node_access import docker_client
 
         try:
             if self._client is None:

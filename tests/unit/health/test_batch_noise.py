@@ -38,7 +38,7 @@ from readyz_poll import wait_readyz  # noqa: E402
 from test_gateway_verdict import gw_settings  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_checks_model import fault_profile  # noqa: E402
+from test_dsv4_checks import fault_profile  # noqa: E402
 
 COMPARING = ["determinism", "stream", "thinking_modes", "spec_batch_greedy"]
 """The protocol checks that compare two greedy generations on the tiny profile."""

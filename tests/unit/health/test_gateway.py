@@ -243,7 +243,8 @@ def test_cli_command_reads_env_and_options_the_same_way(monkeypatch: pytest.Monk
 
 
 def test_stability_fatal_on_a_node_turns_readyz_503_naming_node_and_cause() -> None:
-    from sparkpair_health.stability import CommandResult, StabilityMonitor
+    from sparkpair_health.node_access import CommandResult
+    from sparkpair_health.stability import StabilityMonitor
 
     kernel = {"text": "kernel: Linux version 6.11.0\n"}
 

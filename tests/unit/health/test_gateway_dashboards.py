@@ -17,9 +17,9 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
-DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "sparkpair-pair.json"
-DATASOURCE = REPO / "deploy" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
-PROMETHEUS = REPO / "deploy" / "prometheus" / "prometheus.yml"
+DASHBOARD = REPO / "configs" / "monitoring" / "grafana" / "dashboards" / "sparkpair-pair.json"
+DATASOURCE = REPO / "configs" / "monitoring" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
+PROMETHEUS = REPO / "configs" / "monitoring" / "prometheus" / "prometheus.yml"
 
 WANTED = {
     "verdict": "sparkpair_ready",

@@ -3,7 +3,7 @@
 The policy runs on the real monotonic clock with short windows (no fake time). The gateway
 walk uses the health fault server to freeze the answers (a fault a real server cannot be
 told to produce on demand) and an injected restart that unfreezes it. The restart of real
-containers: tests/unit/health/test_gateway_recovery_docker.py (the restart order) and
+containers: tests/docker/test_recovery_restart.py (the restart order) and
 tests/docker/test_sim_pair.py (the two-container vLLM pair frozen and killed).
 """
 

@@ -8,7 +8,7 @@ answers. The bar: ``/readyz`` never stays 200 longer than one canary interval pl
 canary's deadline (the issue's bound adds 5 s of polling slack, ``verdict_bound_s``; the
 walk holds to 0.6 s), its phase never says ready while it answers 503, and the worker
 thread never ends. Hypothesis drives arbitrary JSON bodies through the canary's parsing
-(:func:`sparkpair_health.suite.judge_decode` and :meth:`Gateway.judge_canary`).
+(:func:`sparkpair_health.decode_answer.judge_decode` and :meth:`Gateway.judge_canary`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sparkpair_health.decode_answer import DecodeAnswer, judge_decode
 from sparkpair_health.gateway import (
     HEAD_START_PERIOD_S,
     Gateway,
@@ -31,7 +32,6 @@ from sparkpair_health.gateway import (
     default_ready_timeout_s,
 )
 from sparkpair_health.gateway_canary import POLL_SLACK_S, Freshness, verdict_bound_s
-from sparkpair_health.suite import DecodeAnswer, judge_decode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
 from dsv4_fault_server import Served  # noqa: E402

@@ -27,7 +27,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
-from health_fault_server import FaultServer, key_echo_pieces  # noqa: E402
+from health_fault_server import FaultServer  # noqa: E402
+from key_echo import key_echo_pieces  # noqa: E402
 from readyz_poll import wait_readyz  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]

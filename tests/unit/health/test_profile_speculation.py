@@ -34,6 +34,19 @@ def test_the_default_dsv4_profile_serves_dspark_k5_probabilistic_capturing_seqs_
     assert p.server.verify_tokens() == 36
 
 
+def test_the_default_profile_captures_every_uniform_verify_batch_up_to_seqs_times_k_plus_1() -> None:
+    # The CUDA-graph sizes tests/gpu/test_capture_sizes.py captures and replays with our kernels:
+    # every uniform verify batch n x (k + 1), n = 1 .. max_num_seqs, up to the capture maximum.
+    p = load_profile("deepseek-v4-flash")
+    argv = launch.serve_argv(ENV, p, python="py")
+    sizes = json.loads(value(argv, "--compilation-config"))["cudagraph_capture_sizes"]
+    seqs, k = int(value(argv, "--max-num-seqs")), 5
+    top = seqs * (k + 1)
+    assert max(sizes) == top == int(value(argv, "--max-cudagraph-capture-size")), sizes
+    missing = [n * (k + 1) for n in range(1, seqs + 1) if n * (k + 1) not in sizes]
+    assert not missing, f"capture sizes {sizes} lack the verify batches {missing}"
+
+
 def test_the_comparison_profile_serves_without_speculation_and_keeps_capture_size_12() -> None:
     p = load_profile("deepseek-v4-flash-nospec")
     argv = launch.serve_argv(ENV, p, python="py")

@@ -7,14 +7,8 @@ from collections.abc import Sequence
 import pytest
 from pydantic import ValidationError
 from sparkpair_cli.deploy.nodeenv_values import NODE_NAME_RE
-from sparkpair_health.stability import (
-    CommandResult,
-    StabilityMonitor,
-    StabilityNode,
-    StabilitySettings,
-    read_kernel_log,
-    ssh_runner,
-)
+from sparkpair_health.node_access import CommandResult, read_kernel_log, ssh_runner
+from sparkpair_health.stability import StabilityMonitor, StabilityNode, StabilitySettings
 
 CLEAN_PREV = """2026-11-28T10:00:00+0000 spark-a kernel: Linux version 6.11.0-1016-nvidia
 2026-11-28T22:00:00+0000 spark-a kernel: reboot: Restarting system

@@ -1,69 +1,19 @@
 """The stability check against a real Docker engine: a container that keeps crashing and
 restarting, one that is OOM-killed, and a healthy one whose log carries a repeated warning.
 
-The image is built here from scratch (the host's ``dash`` and libc): no registry needed.
+Containers run from the scratch ``sh`` image of the docker tier's conftest (the host's ``dash``
+and libc): no registry needed.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sparkpair_health.stability import StabilityMonitor, StabilityNode, StabilitySettings
 
 pytestmark = pytest.mark.docker
-
-REPO = Path(__file__).resolve().parents[3]
-
-
-def _engine():  # type: ignore[no-untyped-def]
-    docker = pytest.importorskip("docker")
-    ensure = REPO / "scripts" / "ensure-docker.sh"
-    try:
-        return docker.from_env(timeout=30).ping() and docker.from_env(timeout=30)
-    except Exception:  # noqa: BLE001
-        if ensure.is_file():
-            subprocess.run(["bash", str(ensure)], check=False, capture_output=True, timeout=300)
-        try:
-            return docker.from_env(timeout=30).ping() and docker.from_env(timeout=30)
-        except Exception as e:  # noqa: BLE001
-            pytest.skip(f"no Docker engine answers ({e})")
-
-
-@pytest.fixture(scope="module")
-def client():  # type: ignore[no-untyped-def]
-    return _engine()
-
-
-@pytest.fixture(scope="module")
-def sh_image(client, tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
-    ctx = tmp_path_factory.mktemp("sh-image")
-    dash, libc, ld = "/bin/dash", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"
-    if not all(Path(p).exists() for p in (dash, libc, ld)):
-        pytest.skip("needs an x86-64 host with /bin/dash to build the scratch test image")
-    for src, dst in ((dash, "bin/sh"), (libc, libc.lstrip("/")), (ld, ld.lstrip("/"))):
-        (ctx / dst).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(src, ctx / dst)
-    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY bin /bin\nCOPY lib /lib\nCOPY lib64 /lib64\n")
-    tag = "sparkpair-test-sh:stability"
-    client.images.build(path=str(ctx), tag=tag, rm=True)
-    return tag
-
-
-@pytest.fixture
-def containers(client) -> Iterator[list]:  # type: ignore[no-untyped-def]
-    made: list = []
-    yield made
-    for c in made:
-        try:
-            c.remove(force=True)
-        except Exception:  # noqa: BLE001
-            pass
 
 
 def wait(pred, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]

@@ -2,7 +2,7 @@
 running worker are restarted in order (head stopped, worker restarted, head started), and a
 container that is gone stops the restart with an error naming the node and the container.
 
-Uses the scratch ``sh`` image and the engine fixtures of tests/unit/health/test_stability_docker.py.
+Uses the scratch ``sh`` image and the engine fixtures of the docker tier's conftest.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from sparkpair_health.recovery import restart_pair
 from sparkpair_health.stability import StabilityNode
-from test_stability_docker import client, containers, sh_image  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.docker
 
@@ -29,7 +28,7 @@ def ns(stamp: str) -> tuple[str, int]:
     return whole, int(frac.ljust(9, "0")) if frac else 0
 
 
-def test_a_frozen_head_and_its_worker_are_restarted_in_order(client, sh_image, containers) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_a_frozen_head_and_its_worker_are_restarted_in_order(client, sh_image, containers) -> None:  # type: ignore[no-untyped-def]
     tag = uuid.uuid4().hex[:8]
     run = dict(detach=True, stdin_open=True)  # 'read' blocks on the open stdin: no CPU
     head = client.containers.run(sh_image, ["/bin/sh", "-c", "read x"], name=f"sp-rh-{tag}", **run)
@@ -54,7 +53,7 @@ def test_a_frozen_head_and_its_worker_are_restarted_in_order(client, sh_image, c
     assert ns(h["FinishedAt"]) < ns(w["StartedAt"]) < ns(h["StartedAt"]), (h, w)
 
 
-def test_a_container_that_is_gone_stops_the_restart_naming_node_and_container(client) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_a_container_that_is_gone_stops_the_restart_naming_node_and_container(client) -> None:  # type: ignore[no-untyped-def]
     missing = f"sp-gone-{uuid.uuid4().hex[:8]}"
     with pytest.raises(RuntimeError) as e:
         restart_pair([StabilityNode(name="head", containers=[missing])], timeout_s=1)
