@@ -93,6 +93,7 @@ FP8_EINSUM_TILE_CONFIGS: tuple[KernelConfig, ...] = (
     _cfg("t32_d64_r2_s4", 32, 64, 4, 4, split_r=2),
     _cfg("t32_d64_r4_s4", 32, 64, 4, 4, split_r=4),
     _cfg("t64_d64_r2_s4", 64, 64, 4, 4, split_r=2),
+    _cfg("t64_d64_r2_s3", 64, 64, 4, 3, split_r=2),
     # no split: mid T and prefill.
     _cfg("t16_d32_s6", 16, 32, 4, 6),
     _cfg("t64_d64_s4", 64, 64, 4, 4),
@@ -154,6 +155,7 @@ FP8_EINSUM_DECODE_CONFIGS: tuple[KernelConfig, ...] = (
     _dcfg("dec_t32_d128_k4_w8", 32, 128, 4, 8),
     _dcfg("dec_t32_d64_k4_w4", 32, 64, 4, 4),
     _dcfg("dec_t16_d64_k2_w4", 16, 64, 2, 4),
+    _dcfg("dec_t16_d128_k2_w8", 16, 128, 2, 8),
     # Reference (no plan uses it): the same tile launched without PDL, split sum included.
     _dcfg("dec_t16_d64_k4_w4_nopdl", 16, 64, 4, 4, pdl=False),
 )

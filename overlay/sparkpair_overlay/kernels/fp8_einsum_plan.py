@@ -55,14 +55,15 @@ UNBOUNDED = 1 << 62
 
 FP8_EINSUM_PLAN_UE8M0: PlanTable = (
     (16, "dec_t16_d128_k4_w8"),
-    (64, "t64_d64_r2_s4"),
+    (64, "t64_d64_r2_s3"),
     (256, "t64_d64_s4"),
     (1023, "t64_d128_s4_w8_bc"),
     (UNBOUNDED, "mx_t128_d64_k128_w8_s4"),
 )
 FP8_EINSUM_PLAN_FP32: PlanTable = (
+    (8, "dec_t16_d128_k2_w8"),
     (16, "dec_t16_d128_k4_w8"),
-    (64, "t64_d64_r2_s4"),
+    (64, "t64_d64_r2_s3"),
     (256, "t64_d64_s4"),
     (1023, "t128_d64_s3_w8"),
     (UNBOUNDED, "mx_t128_d64_k128_w8_s4"),
