@@ -93,6 +93,9 @@ FP8_EINSUM_TILE_CONFIGS: tuple[KernelConfig, ...] = (
     _cfg("t32_d64_r2_s4", 32, 64, 4, 4, split_r=2),
     _cfg("t32_d64_r4_s4", 32, 64, 4, 4, split_r=4),
     _cfg("t64_d64_r2_s4", 64, 64, 4, 4, split_r=2),
+    # 3 stages (32,768 B, 142-176 registers on sm_121a): the plan at T = 17..64; 1-2 % faster than
+    # 4 stages on the 48-SM proxy (gb10-proxy run 4).
+    _cfg("t64_d64_r2_s3", 64, 64, 4, 3, split_r=2),
     # no split: mid T and prefill.
     _cfg("t16_d32_s6", 16, 32, 4, 6),
     _cfg("t64_d64_s4", 64, 64, 4, 4),
@@ -145,7 +148,10 @@ _SERVED_KB = _SERVED_R // SCALE_BLOCK
 #: CTAs of 64 KB, 100-122 x 256 threads / 67,584 B, one per GB10 SM by shared memory, 5.3 waves on
 #: 48 SMs; dec_t16_d64_k4_w4 512 CTAs of 32 KB, 102-108 x 128 / 34,816 B; dec_t32_d64_k4_w4 239-255
 #: x 128 / 34,816 B; dec_t32_d128_k4_w8 189-192 x 256 / 69,632 B; dec_t16_d64_k2_w4 (16 K splits)
-#: 56-62 x 128 / 18,432 B. (dec_t32_d64_k2_w4, 104-106 registers with Triton's bundled CUDA 13.3
+#: 56-62 x 128 / 18,432 B; dec_t16_d128_k2_w8 (16 K splits, the fp32 plan at T <= 8) 57-63 x 256 /
+#: 34,816 B. (The sweep of gb10-proxy run 4 also timed dec_t16_d64_k4_w8, dec_t32_d128_k2_w8 and
+#: dec_t32_d64_k4_w8, and the tile loops t64_d64_r4_s4, t64_d32_r2_s4 and t64_d32_r4_s4; none beat
+#: the plan anywhere: dropped.) (dec_t32_d64_k2_w4, 104-106 registers with Triton's bundled CUDA 13.3
 #: ptxas, spilled 8 B with the CUDA 12.9 ptxas the docker stand-in assembles with: dropped.) The
 #: plan's choice among them: FP8_EINSUM_PLAN_UE8M0.
 FP8_EINSUM_DECODE_CONFIGS: tuple[KernelConfig, ...] = (
@@ -154,6 +160,7 @@ FP8_EINSUM_DECODE_CONFIGS: tuple[KernelConfig, ...] = (
     _dcfg("dec_t32_d128_k4_w8", 32, 128, 4, 8),
     _dcfg("dec_t32_d64_k4_w4", 32, 64, 4, 4),
     _dcfg("dec_t16_d64_k2_w4", 16, 64, 2, 4),
+    _dcfg("dec_t16_d128_k2_w8", 16, 128, 2, 8),
     # Reference (no plan uses it): the same tile launched without PDL, split sum included.
     _dcfg("dec_t16_d64_k4_w4_nopdl", 16, 64, 4, 4, pdl=False),
 )

@@ -15,15 +15,17 @@ bytes).
 Where the defaults come from -- no GB10 has run them; they are argued from the evidence we have, and
 the on-device probe replaces them per token-count range (docs/kernels.md "Kernel paths"):
 
-* Decode (T <= 256), from the GB10-shaped proxy (benchmarks/results/gb10-proxy/, runs 1-3: H100, 48 SMs
+* Decode (T <= 256), from the GB10-shaped proxy (benchmarks/results/gb10-proxy/, runs 1-4: H100, 48 SMs
   in a green context, cold L2, CUDA-graph replay p50; Triton 3.6 there, so these measure structure, not
   GB10's instructions), default MMA mode, served layout (int32 per-row scales read as block scales),
-  against cuBLAS's fp8 GEMM in the same context: T <= 16 dec_t16_d128_k4_w8 12.0-13.5 us (0.88-1.11x
-  cuBLAS; dec_t16_d64_k4_w4 14.3-15.6); T = 17..64 t64_d64_r2_s4 15.1-15.8 (0.98-1.24x;
-  dec_t32_d64_k4_w4 14.8-16.1 and dec_t32_d128_k4_w8 16.8-18.2); T = 65..256 the unsplit t64_d64_s4,
-  T = 128 21.4 (1.07x; t64_d64_r2_s4 28.3). With DISABLE_MMA_V3=1 (mma.sync on f16-upcast operands) the
+  against cuBLAS's fp8 GEMM in the same context: T <= 16 dec_t16_d128_k4_w8 12.1-13.5 us (0.87-1.08x
+  cuBLAS; dec_t16_d64_k4_w4 14.3-15.6, dec_t16_d128_k2_w8 13.0-13.6); on fp32 scales T <= 8
+  dec_t16_d128_k2_w8 11.7-12.4 (0.98-1.04x; dec_t16_d128_k4_w8 12.0-12.8 there); T = 17..64
+  t64_d64_r2_s3 14.6-15.3 (0.96-1.23x; 1-3 % faster than t64_d64_r2_s4, dec_t32_d64_k4_w4 14.7-16.1,
+  dec_t32_d128_k2_w8 15.5-17.1); T = 65..256 the unsplit t64_d64_s4, T = 128 21.4 (1.07x; t64_d64_r2_s4
+  28.3). With DISABLE_MMA_V3=1 (mma.sync on f16-upcast operands) the
   same plan is 1.2-2.5x cuBLAS: there the 4-warp split tiles t16_d64_r4_s4 / t32_d64_r4_s4 were fastest
-  (14.7-15.3 / 21.4-21.9 us) but lost 1-6 us in the default mode.
+  (14.4-15.3 / 21.4-21.9 us) but lost 1-6 us in the default mode.
 * T = 257..1023: the promoting tile loop (not measured on the proxy in this form: 8 warps since Triton
   3.8's sm_121a build of the 4-warp tile spilled).
 * T >= 1024: the block-scaled tile loop, promoted per K tile -- argued, not measured: the block-scaled
@@ -55,14 +57,15 @@ UNBOUNDED = 1 << 62
 
 FP8_EINSUM_PLAN_UE8M0: PlanTable = (
     (16, "dec_t16_d128_k4_w8"),
-    (64, "t64_d64_r2_s4"),
+    (64, "t64_d64_r2_s3"),
     (256, "t64_d64_s4"),
     (1023, "t64_d128_s4_w8_bc"),
     (UNBOUNDED, "mx_t128_d64_k128_w8_s4"),
 )
 FP8_EINSUM_PLAN_FP32: PlanTable = (
+    (8, "dec_t16_d128_k2_w8"),
     (16, "dec_t16_d128_k4_w8"),
-    (64, "t64_d64_r2_s4"),
+    (64, "t64_d64_r2_s3"),
     (256, "t64_d64_s4"),
     (1023, "t128_d64_s3_w8"),
     (UNBOUNDED, "mx_t128_d64_k128_w8_s4"),
