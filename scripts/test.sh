@@ -6,11 +6,12 @@
 # tier's version-dependent tests (marker per_version) on vLLM 0.34.0, in .venv-stack-0.34.0. The
 # gpu tier needs an NVIDIA GPU and is run by hand on an H100/H200 (see benchmarks/README.md).
 #
-# The main, docker and stack034 runs start together (much of each is one busy core — Triton
-# compiles, mypy, the interpreter, a server starting — or waiting on containers and health
-# timeouts); the stack run starts when the second of them ends. Each writes its own log and
-# temp folder; a run's log is printed whole when it ends, and every 5 minutes the last line of
-# each unfinished one.
+# Three runs go on side by side from the start (much of each is one busy core — Triton compiles,
+# mypy, the interpreter, a server starting — or waiting on containers and health timeouts): the
+# main run, the docker run, and the stack runs one after the other (stack034, then stack). The
+# last CI (80 minutes) started the 0.33 stack run only when the second of the others ended, and
+# it was the last to end. Each run writes its own log and temp folder; a run's log is printed
+# whole when it ends, and every 5 minutes the last line of each unfinished one.
 #
 # The soak tier (tests/vllm_real/test_canary_soak.py: the gateway over the real CPU vLLM under a
 # load generator, ~6 minutes) runs beside the others only with SPARKPAIR_SOAK=1: on a 2-core
@@ -91,19 +92,20 @@ if [[ $docker_tier == 1 ]]; then
   start docker "$py" -m pytest -m "docker and not gpu" --ignore=tests/stack --durations=10 -p no:cacheprovider
 fi
 # vLLM 0.34.0: the stack tier's version-dependent tests (marker per_version), in its own venv made
-# inside the run (hard links to .venv-stack plus its own pins: scripts/setup-stack.sh). It starts
-# with the first runs (its setup is mostly disk and its tests end while the main run is still in
-# the kernels-AOT tier); the 0.33 stack run starts when the second run ends.
+# inside the run (hard links to .venv-stack plus its own pins: scripts/setup-stack.sh); then, in
+# the same slot, the whole stack tier on vLLM 0.33.0 (.venv-stack). The 0.33 run starts whatever
+# became of the 0.34 one: each has its own log and exit status.
 stack034() {
   "$root/scripts/setup-stack.sh" --vllm 0.34.0 &&  # its failure names the package pip could not install
     "$root/.venv-stack-0.34.0/bin/python" -m pytest tests/stack -m "stack and per_version" "$@"
 }
-start stack034 stack034 --durations=10 -p no:cacheprovider
-finish
-if [[ $docker_tier == 1 ]]; then
-  finish
-fi
-start stack "$stack_py" -m pytest tests/stack -m stack --durations=10 -p no:cacheprovider
+stacks() {
+  start stack034 stack034 --durations=10 -p no:cacheprovider
+  wait $!
+  start stack "$stack_py" -m pytest tests/stack -m stack --durations=10 -p no:cacheprovider
+  wait $!
+}
+stacks &
 while [[ $(find "$logs" -name '*.shown' | wc -l) -lt $((3 + docker_tier + soak_tier)) ]]; do
   finish
 done
