@@ -18,13 +18,13 @@ from .apikey import redact
 from .gateway_settings import GatewaySettingsError
 
 if TYPE_CHECKING:
-    from .gateway import Gateway
+    from .gateway_view import GatewayView
 
 THREAD_ENDED = "the gateway's worker thread has ended: nothing judges (restart the container)"
 """``/livez``'s cause once the worker thread has ended."""
 
 
-def make_app(gw: Gateway) -> FastAPI:
+def make_app(gw: GatewayView) -> FastAPI:
     """The FastAPI app of the gateway ``gw``: the endpoints listed in :mod:`sparkpair_health.gateway`."""
     app = FastAPI(title="sparkpair health gateway", docs_url=None, redoc_url=None)
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .apikey import redact
 
 if TYPE_CHECKING:
-    from .gateway import Gateway
+    from .gateway_view import GatewayView
 
 COLOURS = {"ready": "#1a7f37", "fail": "#cf222e", "waiting": "#9a6700"}
 """Badge background colours (sRGB hex), chosen to be told apart in a screenshot: green, red,
@@ -52,7 +52,7 @@ def verdict_of(ready: bool, phase: str) -> tuple[str, str]:
     return "NOT READY", "fail"
 
 
-def _plan_text(gw: Gateway) -> str:
+def _plan_text(gw: GatewayView) -> str:
     path = gw.s.plan_path
     if path is None:
         return "no plan_path set (SPARKPAIR_PLAN_PATH): the kernel plan is not shown"
@@ -84,7 +84,7 @@ def _history_svg(history: list[dict[str, Any]], width: int = 600, height: int = 
     )
 
 
-def status_page(gw: Gateway) -> str:
+def status_page(gw: GatewayView) -> str:
     """The HTML of ``GET /status`` for gateway ``gw`` (see the module docstring)."""
     ready, body = gw.readiness()
     text, colour = verdict_of(ready, str(body.get("phase", "")))

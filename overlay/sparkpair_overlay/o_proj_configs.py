@@ -9,7 +9,7 @@ The rule (:func:`choose_config_ranges`), for one operand layout:
 
 * The probe times every candidate config of the kernel at each served token count T (the profile's
   CUDA-graph capture sizes and its prefill chunk points), each row checked against fp64
-  (``kernel_paths`` rows, :class:`sparkpair_overlay.probe_results.KernelPathRow`). Only rows taken on the
+  (``kernel_paths`` rows, :class:`sparkpair_overlay.kernel_path_row.KernelPathRow`). Only rows taken on the
   served layout count (#30's rule: a row names the weight and activation layout it was timed on, and
   a row on another layout says nothing about the served operands).
 * At each probed T, among the configs correct and timed there, :func:`sparkpair_overlay.decision.pick_stable`
@@ -37,7 +37,7 @@ from .serve_matrix import Recipe, act_layout
 
 if TYPE_CHECKING:
     from .jsonio import Fields
-    from .probe_results import KernelPathRow
+    from .kernel_path_row import KernelPathRow
 
 __all__ = [
     "KERNEL",

@@ -20,13 +20,13 @@ import torch
 import triton
 import yaml
 from sparkpair_overlay.jsonio import Fields
+from sparkpair_overlay.kernel_path_row import KernelPathRow
 from sparkpair_overlay.kernels import fp8_einsum as fe
 from sparkpair_overlay.o_proj_configs import choose_config_ranges
 from sparkpair_overlay.plan import ProbeResults, build_plan
 from sparkpair_overlay.probe import ServedTokens, run_probe, served_tokens
 from sparkpair_overlay.probe import kernels as kp
 from sparkpair_overlay.probe.kernel_paths import probe_kernel_paths
-from sparkpair_overlay.probe_results import KernelPathRow
 
 pytestmark = pytest.mark.gpu
 

@@ -27,7 +27,7 @@ from stacklib import deepgemm_transform_stand_in
 import triton
 from sparkpair_overlay.o_proj_configs import choose_config_ranges
 from sparkpair_overlay.probe.kernel_paths import probe_kernel_paths
-from sparkpair_overlay.probe_results import KernelPathRow
+from sparkpair_overlay.kernel_path_row import KernelPathRow
 from sparkpair_overlay.jsonio import Fields
 
 CONFIGS = ["dec_t16_d64_k4_w4", "t16_d64_r4_s4", "t64_d64_s4", "mxd_t16_d64_k512_w4", "mx_t64_d64_k128_w4_s4",

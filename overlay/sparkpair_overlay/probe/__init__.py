@@ -34,12 +34,12 @@ from typing import Any
 
 from ..decision import DECISION_MARGIN
 from ..jsonio import PlanError
+from ..kernel_path_row import KernelPathRow
 from ..o_proj_configs import ConfigPlan, choose_config_ranges, layout_key
 from ..plan import capability_family
 from ..probe_results import (
     PROBE_SCHEMA,
     CheckpointCheck,
-    KernelPathRow,
     OProjProbe,
     ProbeResults,
     RouterProbe,

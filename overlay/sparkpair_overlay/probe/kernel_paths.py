@@ -13,7 +13,7 @@ fp64 over the whole K (R = 4096: so the rows of the MMA-accumulated block-scaled
 GB10's MMA keeps fp32 over 4096 products, beside the promoted ones), timed as CUDA-graph replay, and
 recorded with the Triton version and the MMA instructions of the kernels it launched (read from their
 PTX, :func:`sparkpair_overlay.kernels.aot.mma_instructions`). The rows are the probe JSON's
-``kernel_paths`` (:class:`sparkpair_overlay.probe_results.KernelPathRow`); the choice among them is
+``kernel_paths`` (:class:`sparkpair_overlay.kernel_path_row.KernelPathRow`); the choice among them is
 :mod:`sparkpair_overlay.o_proj_configs`'s.
 
 The token counts come from the served profile (:func:`served_tokens`): every CUDA-graph capture size
@@ -195,7 +195,7 @@ def probe_kernel_paths(
         on_config: progress callback ``(config, T)``.
 
     Returns:
-        Dict rows as :class:`sparkpair_overlay.probe_results.KernelPathRow` writes them, plus ``source``
+        Dict rows as :class:`sparkpair_overlay.kernel_path_row.KernelPathRow` writes them, plus ``source``
         (``vllm`` | ``numerics``) and ``error`` (why not ok). A config that raises, leaves NaN/inf or misses
         the o_proj tolerance is ``ok: false`` and untimed.
 

@@ -42,8 +42,9 @@ def test_unreadable_plan_file_exits_2(tmp_path):
 
 
 def test_plan_shows_the_o_proj_config_per_token_range_and_where_it_came_from(tmp_path):
+    from sparkpair_overlay.kernel_path_row import KernelPathRow
     from sparkpair_overlay.kernels.fp8_einsum_plan import UNBOUNDED
-    from sparkpair_overlay.probe_results import KernelPathRow, ProbeResults
+    from sparkpair_overlay.probe_results import ProbeResults
 
     layout = "w3-ue8m0-row/a-ue8m0-tma"
     rows = tuple(KernelPathRow("fp8_einsum", "tile", c, t, 1, UNBOUNDED, layout, True, us)

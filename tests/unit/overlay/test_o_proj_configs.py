@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from sparkpair_overlay.decision import DECISION_MARGIN
+from sparkpair_overlay.kernel_path_row import KernelPathRow
 from sparkpair_overlay.kernels.fp8_einsum_plan import (
     FP8_EINSUM_PLAN_FP32,
     FP8_EINSUM_PLAN_UE8M0,
@@ -29,7 +30,6 @@ from sparkpair_overlay.o_proj_configs import (
 )
 from sparkpair_overlay.pair import differences, serve_identity
 from sparkpair_overlay.plan import KernelPlan, PlanError, ProbeResults, build_plan
-from sparkpair_overlay.probe_results import KernelPathRow
 from sparkpair_overlay.serve_matrix import Switches
 
 SERVED = "w3-ue8m0-row/a-ue8m0-tma"  # vLLM's defaults on GB10: DeepGEMM's linear, recipe (1,1,128)

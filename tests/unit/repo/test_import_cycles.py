@@ -1,10 +1,10 @@
 """No import cycle inside the three packages (``overlay/sparkpair_overlay``,
 ``healthchecks/sparkpair_health``, ``scripts/sparkpair_cli``).
 
-Every import between modules of one package counts, at module level and inside functions alike
-(a function-level import that reaches back is the same knot, only tied later), except those
-under ``if TYPE_CHECKING:``, which never run. Imports are read from the source with :mod:`ast`,
-so the test imports none of the packages and runs in well under a second.
+Every import between modules of one package counts, at module level, inside functions and under
+``if TYPE_CHECKING:`` alike (a function-level import that reaches back is the same knot, only tied
+later; a type-only one is the same knot for a reader and for mypy). Imports are read from the
+source with :mod:`ast`, so the test imports none of the packages and runs in well under a second.
 """
 
 from __future__ import annotations
@@ -25,22 +25,12 @@ def _module_name(pkg: Path, file: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(tree: ast.AST, me: str, is_pkg: bool) -> set[str]:
     """Absolute names this module imports (``from .x import y`` gives ``x`` and ``x.y``)."""
     out: set[str] = set()
     base = me.split(".") if is_pkg else me.split(".")[:-1]
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -122,9 +112,19 @@ def test_the_detector_finds_a_cycle_through_a_function_level_import(tmp_path: Pa
     (pkg / "__init__.py").write_text("")
     (pkg / "checks.py").write_text("from .checkpoint import inspect\n")
     (pkg / "checkpoint.py").write_text("def inspect():\n    from .checks import is_dsv4\n")
-    (pkg / "typed.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .checks import x\n"
+    graph = import_graph((pkg,))
+    assert find_cycle(graph) == ["pkg.checkpoint", "pkg.checks", "pkg.checkpoint"]
+
+
+def test_the_detector_finds_a_cycle_through_a_type_only_import(tmp_path: Path) -> None:
+    """A module typed against another that imports it back (issue 34's gateway knot) is a cycle."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "gateway.py").write_text("from .app import make_app\n")
+    (pkg / "app.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .gateway import Gateway\n"
     )
     graph = import_graph((pkg,))
-    assert graph["pkg.typed"] == set()
-    assert find_cycle(graph) == ["pkg.checkpoint", "pkg.checks", "pkg.checkpoint"]
+    assert graph["pkg.app"] == {"pkg.gateway"}
+    assert find_cycle(graph) == ["pkg.app", "pkg.gateway", "pkg.app"]
