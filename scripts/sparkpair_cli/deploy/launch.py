@@ -244,8 +244,11 @@ def wait_tcp(host: str, port: int, timeout_s: float, on_tick: Callable[[float], 
 def seed_triton_cache(shipped: Path, cache: Path) -> int:
     """Copy AOT kernels shipped in the image into the persistent Triton cache volume.
 
-    The volume outlives images; entries are content-addressed, so only missing ones are
-    copied. Returns the number of cache entries copied.
+    The volume outlives images and may be shared by several containers starting at once (a
+    simulated pair on one host; a container restarted mid-copy); entries are content-addressed,
+    so only missing ones are copied, each into a temporary name beside it and renamed into
+    place: an entry is whole or absent, and a second copier that loses the race drops its own.
+    Returns the number of cache entries this call placed.
     """
     if not shipped.is_dir() or shipped.resolve() == cache.resolve():
         return 0
@@ -255,11 +258,22 @@ def seed_triton_cache(shipped: Path, cache: Path) -> int:
         dst = cache / entry.name
         if dst.exists():
             continue
-        if entry.is_dir():
-            shutil.copytree(entry, dst)
-        else:
-            shutil.copy2(entry, dst)
-        n += 1
+        tmp = cache / f".{entry.name}.seeding-{os.getpid()}-{os.urandom(4).hex()}"
+        try:
+            if entry.is_dir():
+                shutil.copytree(entry, tmp)
+            else:
+                shutil.copy2(entry, tmp)
+            os.rename(tmp, dst)  # a directory: fails when another copier placed it first
+            n += 1
+        except OSError:
+            if not dst.exists():
+                raise
+        finally:
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            elif tmp.exists():
+                tmp.unlink()
     return n
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -152,6 +153,26 @@ def test_shipped_kernels_seed_the_cache_volume_once(tmp_path: Path) -> None:
     assert launch.seed_triton_cache(shipped, cache) == 1
     assert (cache / "abc" / "k.cubin").read_bytes() == b"\x7fELF"
     assert launch.seed_triton_cache(shipped, cache) == 0
+
+
+def test_a_seeder_losing_the_race_for_an_entry_keeps_the_winners_copy(tmp_path: Path, monkeypatch) -> None:
+    """Two containers sharing the cache volume seed it at once (the simulated pair on one host):
+    the entry another copier placed while this one was copying stays, whole, and this one's
+    temporary copy is dropped (the check-then-copy that preceded it raised FileExistsError)."""
+    shipped, cache = tmp_path / "aot", tmp_path / "cache"
+    (shipped / "abc").mkdir(parents=True)
+    (shipped / "abc" / "k.cubin").write_bytes(b"\x7fELF")
+    real = shutil.copytree
+
+    def racing(src, dst, **kw):  # noqa: ANN001, ANN003, ANN202 - shutil.copytree's signature
+        if not (cache / "abc").exists():
+            real(src, cache / "abc")  # the other container wins the race
+        return real(src, dst, **kw)
+
+    monkeypatch.setattr(launch.shutil, "copytree", racing)
+    assert launch.seed_triton_cache(shipped, cache) == 0
+    assert [p.name for p in cache.iterdir()] == ["abc"], "no temporary copy is left behind"
+    assert (cache / "abc" / "k.cubin").read_bytes() == b"\x7fELF"
 
 
 def test_worker_liveness_needs_the_process_and_a_connection_to_the_head() -> None:
