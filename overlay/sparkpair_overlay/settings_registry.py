@@ -371,7 +371,13 @@ SETTINGS: tuple[Setting, ...] = (
         "scripts/ensure-prometheus.sh: the Prometheus to fetch",
     ),
     _s("SPARKPAIR_SKIP_DOCKER", "bool", "", "tooling", "scripts/test.sh: skip the docker tier"),
-    _s("SPARKPAIR_SOAK", "bool", "", "tooling", "scripts/test.sh: also run the soak tier beside the others"),
+    _s(
+        "SPARKPAIR_SOAK",
+        "bool",
+        "1",
+        "tooling",
+        "scripts/test.sh: 0 skips the soak tier (run last, alone) outside CI",
+    ),
     _s("SPARKPAIR_STACK_VENV", "path", "", "tooling", "scripts/setup-stack.sh: the stack venv to build"),
     _s("SPARKPAIR_TRITON_REQ", "str", "", "tooling", "scripts/setup-stack.sh: the Triton requirement"),
     _s(
