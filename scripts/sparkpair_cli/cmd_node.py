@@ -363,7 +363,11 @@ def register(app: typer.Typer) -> None:
 
         cache = Path(os.environ.get("TRITON_CACHE_DIR", ""))
         if cache.parts:
-            n = launch.seed_triton_cache(AOT_TRITON_CACHE, cache)
+            try:
+                n = launch.seed_triton_cache(AOT_TRITON_CACHE, cache)
+            except launch.LaunchError as e:
+                err.print(f"node {env.SPARKPAIR_NODE_NAME}: {e}", highlight=False)
+                raise typer.Exit(EXIT_CONFIG) from None
             _say(env, f"Triton cache {cache}: {n} AOT entries copied from {AOT_TRITON_CACHE}")
 
         try:
