@@ -252,3 +252,19 @@ def test_a_version_the_registry_does_not_have_exits_2_naming_it(tmp_path, monkey
         "pip could not download vllm==0.34.999" in err and "wanted a release the package registry has" in err
     )
     assert not list(tmp_path.glob("*.whl"))
+
+
+def test_a_json_path_that_cannot_be_written_exits_2_before_any_download(tmp_path, monkeypatch, capsys):
+    """--json naming a folder, nothing, or a path under a file: refused before the wheels are fetched (it
+    was written last, after the stack tier, and raised a traceback that lost the findings)."""
+
+    def no_download(version: str, cache=None):  # noqa: ANN001, ANN202 - fetch_wheel's signature
+        raise AssertionError("fetched a wheel for a run that must stop first")
+
+    monkeypatch.setattr(cli, "fetch_wheel", no_download)
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    for bad, why in ((tmp_path, "is a folder"), ("", "empty"), (a_file / "x.json", "is a file, not a folder")):
+        assert cli.main(["0.34.0", "--no-stack", "--json", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert f"--json={str(bad)!r}" in err and why in err and "wanted" in err, err
