@@ -264,7 +264,8 @@ def test_a_json_path_that_cannot_be_written_exits_2_before_any_download(tmp_path
     monkeypatch.setattr(cli, "fetch_wheel", no_download)
     a_file = tmp_path / "f"
     a_file.write_text("x")
-    for bad, why in ((tmp_path, "is a folder"), ("", "empty"), (a_file / "x.json", "is a file, not a folder")):
+    cases = ((tmp_path, "is a folder"), ("", "empty"), (a_file / "x.json", "is a file, not a folder"))
+    for bad, why in cases:
         assert cli.main(["0.34.0", "--no-stack", "--json", str(bad)]) == 2
         err = capsys.readouterr().err
         assert f"--json={str(bad)!r}" in err and why in err and "wanted" in err, err
