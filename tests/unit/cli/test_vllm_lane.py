@@ -269,3 +269,25 @@ def test_a_json_path_that_cannot_be_written_exits_2_before_any_download(tmp_path
         assert cli.main(["0.34.0", "--no-stack", "--json", str(bad)]) == 2
         err = capsys.readouterr().err
         assert f"--json={str(bad)!r}" in err and why in err and "wanted" in err, err
+
+
+def test_a_cached_wheel_that_is_not_one_exits_2_naming_the_file_and_the_way_out(
+    tmp_path, monkeypatch, capsys
+):
+    """A truncated download, a stray folder or a zip without METADATA in the wheel cache raised a
+    zipfile traceback on every later run; it is named, with the way out (delete it)."""
+    import zipfile
+
+    monkeypatch.setattr(wheels, "WHEEL_CACHE", tmp_path)
+    whl = tmp_path / "vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    for make in (
+        lambda: whl.write_bytes(b""),
+        lambda: whl.write_bytes(b"PK\x03\x04 truncated"),
+        lambda: zipfile.ZipFile(whl, "w").close(),
+        lambda: whl.mkdir(),
+    ):
+        make()
+        assert cli.main(["0.34.0", "--base", "0.34.0", "--no-stack"]) == 2
+        err = capsys.readouterr().err
+        assert f"{whl} is not a readable wheel" in err and "delete the file and run again" in err, err
+        whl.rmdir() if whl.is_dir() else whl.unlink()
