@@ -291,3 +291,18 @@ def test_a_cached_wheel_that_is_not_one_exits_2_naming_the_file_and_the_way_out(
         err = capsys.readouterr().err
         assert f"{whl} is not a readable wheel" in err and "delete the file and run again" in err, err
         whl.rmdir() if whl.is_dir() else whl.unlink()
+
+
+def test_a_version_with_a_newline_is_refused_before_setup_runs(tmp_path: Path) -> None:
+    """grep matched the version line by line, so "0.34.0<newline>junk" passed the check and
+    scripts/setup.sh ran before Python refused it. The script runs from a copy whose setup.sh only
+    says that it ran."""
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "vllm-lane.sh"
+    script.write_text((Path(__file__).resolve().parents[3] / "scripts" / "vllm-lane.sh").read_text())
+    (tmp_path / "scripts" / "setup.sh").write_text("#!/bin/sh\necho SETUP-RAN >&2\nexit 1\n")
+    (tmp_path / "scripts" / "setup.sh").chmod(0o755)
+    for bad in ("0.34.0\njunk", "junk\n0.34.0"):
+        r = subprocess.run(["bash", str(script), bad], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "SETUP-RAN" not in r.stderr and "is not a release version" in r.stderr, r.stderr
