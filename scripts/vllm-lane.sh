@@ -22,7 +22,8 @@ case "${1:-}" in
   "") usage >&2; exit 2 ;;
 esac
 # The version is checked before anything is installed: a typo costs no setup.
-if ! LC_ALL=C grep -qE '^(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*)){2}$' <<<"$1"; then
+# grep reads line by line: a value with a newline would pass on any one good line of it.
+if [[ $1 == *$'\n'* ]] || ! LC_ALL=C grep -qE '^(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*)){2}$' <<<"$1"; then
   echo "vllm-lane: VERSION=${1@Q} is not a release version; wanted MAJOR.MINOR.PATCH in ASCII digits without leading zeros, e.g. 0.34.0" >&2
   exit 2
 fi

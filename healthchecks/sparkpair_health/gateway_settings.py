@@ -264,6 +264,15 @@ class GatewaySettings(BaseSettings):
 
         return load_profile(self.profile).is_dsv4
 
+    @field_validator("plan_path", mode="before")
+    @classmethod
+    def _plan_path_text(cls, v: Any) -> Any:
+        # As the overlay reads SPARKPAIR_PLAN_PATH (sparkpair_overlay.envs): surrounding blanks go,
+        # and a blank value names no file (not a file called " ").
+        if isinstance(v, str):
+            return v.strip() or None
+        return v
+
     @field_validator("plan_path")
     @classmethod
     def _plan_path(cls, v: Path | None) -> Path | None:

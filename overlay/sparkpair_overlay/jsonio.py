@@ -36,9 +36,13 @@ def read_json_file(path: Path | str, source: str) -> object:
     try:
         # O_NONBLOCK: a FIFO named by mistake does not block the open; only regular files are read.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        # Checked before fdopen, which refuses a folder with "Is a directory: <fd number>".
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise PlanError(
+                f"{source}: not a regular file (a folder, device, FIFO or socket); wanted a JSON file"
+            )
         with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise PlanError(f"{source}: not a regular file; wanted a JSON file")
             raw = f.read(MAX_JSON_BYTES + 1)
         if len(raw) > MAX_JSON_BYTES:
             raise PlanError(f"{source}: larger than {MAX_JSON_BYTES} bytes; wanted a plan or probe JSON file")

@@ -160,26 +160,26 @@ def _apply_probe(env: NodeEnv, profile, out_path: Path, base_env: dict[str, str]
     new_env, args, notes = base_env, list(profile.server.args), []
     if choice is not None:
         if choice.stop:
-            _say(env, f"[red]sparkpair probe: {choice.verdict}; not starting[/red]")
+            _say(env, f"[red]sparkpair probe: {escape(str(choice.verdict))}; not starting[/red]")
             raise typer.Exit(EXIT_PREFLIGHT)
         try:
             new_env, extra, notes = launch_switches(choice, profile.server.args, base_env)
         except ServePathError as e:
-            _say(env, f"[red]{e}; not starting[/red]")
+            _say(env, f"[red]{escape(str(e))}; not starting[/red]")
             raise typer.Exit(EXIT_PREFLIGHT) from None
         for c in choice.choices:
-            _say(env, f"serve path {c.path}: {c.candidate} via {c.switch.describe()} ({c.reason})")
+            _say(env, escape(f"serve path {c.path}: {c.candidate} via {c.switch.describe()} ({c.reason})"))
         for n in notes:
-            _say(env, f"[yellow]{n}[/yellow]")
+            _say(env, f"[yellow]{escape(n)}[/yellow]")
         args += extra
     if probe is not None:
         try:
             problem = launch_problem(new_env, args, probe, read.vllm_version)
         except EnvError as e:
-            _say(env, f"[red]{e}; not starting[/red]")
+            _say(env, f"[red]{escape(str(e))}; not starting[/red]")
             raise typer.Exit(EXIT_CONFIG) from None
         if problem is not None and (profile.is_dsv4 or "not a verified version" in problem):
-            _say(env, f"[red]{problem}; not starting[/red]")
+            _say(env, f"[red]{escape(problem)}; not starting[/red]")
             raise typer.Exit(EXIT_PREFLIGHT)
     if args != list(profile.server.args):
         server = profile.server.model_copy(update={"args": args})
@@ -217,6 +217,7 @@ def register(app: typer.Typer) -> None:
         values = ne.parse_env_file(env_file)
         problems = keys.unknown_key_problems(values, str(env_file))
         problems += keys.not_passed_problems(values, str(env_file))
+        problems += keys.overlay_value_problems(values, str(env_file))
         problems += keys.shell_override_problems(values, str(env_file), os.environ)
         try:
             launch.check_shape(env, profile)
@@ -363,7 +364,11 @@ def register(app: typer.Typer) -> None:
 
         cache = Path(os.environ.get("TRITON_CACHE_DIR", ""))
         if cache.parts:
-            n = launch.seed_triton_cache(AOT_TRITON_CACHE, cache)
+            try:
+                n = launch.seed_triton_cache(AOT_TRITON_CACHE, cache)
+            except launch.LaunchError as e:
+                err.print(f"node {env.SPARKPAIR_NODE_NAME}: {e}", highlight=False)
+                raise typer.Exit(EXIT_CONFIG) from None
             _say(env, f"Triton cache {cache}: {n} AOT entries copied from {AOT_TRITON_CACHE}")
 
         try:

@@ -249,10 +249,21 @@ def seed_triton_cache(shipped: Path, cache: Path) -> int:
     so only missing ones are copied, each into a temporary name beside it and renamed into
     place: an entry is whole or absent, and a second copier that loses the race drops its own.
     Returns the number of cache entries this call placed.
+
+    Raises:
+        LaunchError: the cache folder cannot be made or written, or a shipped entry cannot be
+            copied (a full or read-only volume, ``TRITON_CACHE_DIR`` naming a file); the message
+            names ``TRITON_CACHE_DIR``, the entry and the operating system's reason.
     """
     if not shipped.is_dir() or shipped.resolve() == cache.resolve():
         return 0
-    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LaunchError(
+            f"TRITON_CACHE_DIR={str(cache)!r}: cannot make the Triton cache folder "
+            f"({type(e).__name__}: {e}); wanted a writable folder (the node's Triton cache volume)"
+        ) from None
     n = 0
     for entry in sorted(shipped.iterdir()):
         dst = cache / entry.name
@@ -266,9 +277,13 @@ def seed_triton_cache(shipped: Path, cache: Path) -> int:
                 shutil.copy2(entry, tmp)
             os.rename(tmp, dst)  # a directory: fails when another copier placed it first
             n += 1
-        except OSError:
+        except OSError as e:
             if not dst.exists():
-                raise
+                raise LaunchError(
+                    f"TRITON_CACHE_DIR={str(cache)!r}: cannot place the shipped kernel {entry} there "
+                    f"({type(e).__name__}: {e}); wanted a writable folder with room for the image's "
+                    "AOT Triton kernels"
+                ) from None
         finally:
             if tmp.is_dir():
                 shutil.rmtree(tmp, ignore_errors=True)

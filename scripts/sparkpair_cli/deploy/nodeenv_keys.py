@@ -99,6 +99,24 @@ def unknown_key_problems(values: Mapping[str, str], source: str, case_sensitive:
     return out
 
 
+def overlay_value_problems(values: Mapping[str, str], source: str) -> list[str]:
+    """One line per overlay setting (``sparkpair_overlay.envs.REGISTRY``) of an env file whose value
+    the overlay refuses (``SPARKPAIR_ROUTER=bogus``): named now, not when every vLLM process of the
+    node stops on it. Old names are :func:`unknown_key_problems`' to name."""
+    from sparkpair_overlay.envs import REGISTRY, EnvError, read
+
+    name = values.get("SPARKPAIR_NODE_NAME")
+    who = f"node {name}: " if name else ""
+    mine = {k: v for k, v in values.items() if k in REGISTRY}
+    out = []
+    for k in sorted(mine):
+        try:
+            read(k, mine)
+        except EnvError as e:
+            out.append(f"{who}{e} (in {source})")
+    return out
+
+
 COMPOSE_INTERPOLATED_KEYS = frozenset({"SPARKPAIR_IMAGE", "SPARKPAIR_MODEL_CACHE", "SPARKPAIR_API_KEY_FILE"})
 """Keys compose.yaml interpolates into the services themselves (image, mounts, secret)."""
 

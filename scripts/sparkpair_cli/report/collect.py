@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .model import NO_CUDA, NodeFacts, Options
-from .nodes import NodeSource, RecordedNode
+from .nodes import READ_MAX_BYTES, NodeSource, RecordedNode
 
 PLAN_LINE = re.compile(r"sparkpair overlay plan: .*")
 
@@ -200,6 +200,12 @@ def collect_node(node: NodeSource, opts: Options, profile: Any = None) -> NodeFa
         text = node.read(path)
         if text is None:
             f.why[key] = f"no {key} file at {path} in {node.where()}"
+            continue
+        if len(text.encode("utf-8", errors="replace")) >= READ_MAX_BYTES:  # read cut it: not JSON
+            f.why[key] = (
+                f"{node.name}: could not read the {key} file {path}: {READ_MAX_BYTES} bytes or larger; "
+                f"wanted the {key} JSON (it is read up to {READ_MAX_BYTES} bytes)"
+            )
             continue
         try:
             value = json.loads(text)

@@ -8,7 +8,6 @@ import json
 import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from sparkpair_overlay import versions
 from sparkpair_overlay.targets import deepgemm_conditions, o_proj_owner
@@ -67,11 +66,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--no-stack", action="store_true", help="read the source only; make no venv, run no tests"
     )
-    ap.add_argument("--json", dest="json_out", type=Path, help="also write the findings to this JSON file")
+    ap.add_argument("--json", dest="json_out", help="also write the findings to this JSON file")
     args = ap.parse_args(argv)
     say = print
     try:
         parse_version(args.version)
+        if args.json_out is not None:  # checked now, not after a stack tier of an hour
+            from sparkpair_health.inputs import check_output_file
+
+            try:
+                args.json_out = check_output_file(args.json_out, "--json")
+            except ValueError as exc:
+                raise LaneError(str(exc)) from None
         base = args.base or base_release(args.version)
         parse_version(base)
         say(f"sparkpair lane: vLLM {args.version} against {base}")
@@ -132,6 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"[{'same' if passed else 'ACTION'}] stack tier: {summary}")
         findings.append(ReportLine("stack tier", "same" if passed else "ACTION", summary))
     if args.json_out is not None:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps([f.__dict__ for f in findings], indent=2) + "\n")
     actions = [f for f in findings if f.status == "ACTION"]
     fixes = [f for f in findings if f.status == "UPSTREAM FIX"]

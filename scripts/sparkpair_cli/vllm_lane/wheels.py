@@ -20,13 +20,14 @@ def fetch_wheel(version: str, cache: Path | None = None) -> Path:
     :data:`WHEEL_CACHE`; ``pip download --no-deps``, whose HTTP cache also keeps it).
 
     Raises:
-        LaneError: pip could not download it (the message carries pip's last lines).
+        LaneError: pip could not download it (the message carries pip's last lines), or the wheel
+            is not one (:func:`check_wheel`).
     """
     cache = cache or WHEEL_CACHE
     cache.mkdir(parents=True, exist_ok=True)
     have = sorted(cache.glob(f"vllm-{version}-*.whl"))
     if have:
-        return have[-1]
+        return check_wheel(have[-1])
     proc = subprocess.run(
         [
             sys.executable,
@@ -49,7 +50,28 @@ def fetch_wheel(version: str, cache: Path | None = None) -> Path:
             f"pip could not download vllm=={version} (rc {proc.returncode}); wanted a release the "
             f"package registry has:\n{tail}"
         )
-    return have[-1]
+    return check_wheel(have[-1])
+
+
+def check_wheel(wheel: Path) -> Path:
+    """``wheel`` when it is a readable wheel: a zip archive with a UTF-8 ``*.dist-info/METADATA``.
+
+    Raises:
+        LaneError: naming the file, what is wrong and the way out (delete it; the next run downloads
+            it again): a truncated or foreign file in the cache would otherwise stop every run.
+    """
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            meta = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+            if not meta:
+                raise ValueError("no *.dist-info/METADATA in it")
+            zf.read(meta[0]).decode("utf-8")
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:  # UnicodeDecodeError is a ValueError
+        raise LaneError(
+            f"{wheel} is not a readable wheel ({type(exc).__name__}: {exc}); wanted the vLLM release's "
+            "wheel: delete the file and run again to download it"
+        ) from None
+    return wheel
 
 
 def wheel_reader(wheel: Path) -> Reader:

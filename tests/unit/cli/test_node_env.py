@@ -396,3 +396,12 @@ def test_node_validate_reads_sparkpair_node_env_and_refuses_two_files(tmp_path: 
         and str(good) in text
         and "other.env" in text
     )
+
+
+def test_node_validate_names_an_overlay_value_the_overlay_would_refuse(tmp_path: Path) -> None:
+    # Said "valid" before: the value stopped every vLLM process of the node at start instead.
+    code, text = _validate(_good(tmp_path, "SPARKPAIR_ROUTER=bogus\nSPARKPAIR_O_PROJ_RECIPE=1,2,3\n"), {})
+    assert code == 2, text
+    assert "node spark-a: SPARKPAIR_ROUTER='bogus' is not valid; wanted one of auto, triton, upstream" in text
+    assert "SPARKPAIR_O_PROJ_RECIPE='1,2,3' is not valid; wanted auto, 1,1,128 or 1,128,128" in text
+    assert _validate(_good(tmp_path, "SPARKPAIR_ROUTER=triton\n"), {})[0] == 0

@@ -175,6 +175,25 @@ def test_a_seeder_losing_the_race_for_an_entry_keeps_the_winners_copy(tmp_path: 
     assert (cache / "abc" / "k.cubin").read_bytes() == b"\x7fELF"
 
 
+def test_a_cache_folder_that_cannot_take_the_shipped_kernels_is_named_not_a_traceback(tmp_path: Path) -> None:
+    """TRITON_CACHE_DIR naming a file, or a shipped entry that cannot be copied (here a dangling
+    link; on a node, a full or read-only volume): LaunchError naming the setting and the entry, which
+    ``node run`` prints before exiting 2 (an OSError used to escape as a traceback)."""
+    shipped = tmp_path / "aot"
+    (shipped / "abc").mkdir(parents=True)
+    (shipped / "abc" / "k.cubin").write_bytes(b"\x7fELF")
+    a_file = tmp_path / "cache-file"
+    a_file.write_text("x")
+    want = rf"TRITON_CACHE_DIR='{a_file}': cannot make .*wanted a writable"
+    with pytest.raises(launch.LaunchError, match=want):
+        launch.seed_triton_cache(shipped, a_file)
+    (shipped / "zzz").symlink_to(tmp_path / "gone")
+    cache = tmp_path / "cache"
+    with pytest.raises(launch.LaunchError, match=rf"cannot place the shipped kernel {shipped / 'zzz'} there"):
+        launch.seed_triton_cache(shipped, cache)
+    assert sorted(p.name for p in cache.iterdir()) == ["abc"], "no temporary copy is left behind"
+
+
 def test_worker_liveness_needs_the_process_and_a_connection_to_the_head() -> None:
     """Real process and real sockets on loopback, read from this machine's /proc."""
     srv = socket.socket()

@@ -113,3 +113,14 @@ def test_a_probe_file_without_a_capability_starts_vllm_with_the_profiles_args(tm
     env, profile = _run(tmp_path, p)
     assert env["SPARKPAIR_PROBE_RESULTS"] == str(p)
     assert list(profile.server.args) == list(load_profile("deepseek-v4-flash").server.args)
+
+
+def test_a_probe_value_that_reads_as_console_markup_is_shown_as_written(tmp_path, capsys):
+    # The probe file's text reaches the message verbatim: "[/red]" once raised rich's MarkupError
+    # (a traceback instead of the stop) and "[bold]" vanished from the value seen.
+    for vllm in ("0.35[/red]", "[bold]0.35"):
+        with pytest.raises(typer.Exit) as e:
+            _run(tmp_path, _probe_file(tmp_path, vllm=vllm))
+        assert e.value.exit_code == cmd_node.EXIT_PREFLIGHT
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"vLLM {vllm} is not a verified version" in err and "not starting" in err

@@ -14,7 +14,7 @@ from sparkpair_cli.main import app
 from sparkpair_cli.report.gather import build_report
 from sparkpair_cli.report.html import read_report_data, render
 from sparkpair_cli.report.model import Options
-from sparkpair_cli.report.nodes import RecordedNode
+from sparkpair_cli.report.nodes import READ_MAX_BYTES, RecordedNode
 from typer.testing import CliRunner
 
 TESTS = Path(__file__).resolve().parents[2]
@@ -87,6 +87,13 @@ def test_short_secrets_and_short_private_hosts_leave_keys_and_timestamps_alone(
         ("probe", {"serve_choice": "triton"}, "'serve_choice' is a string; wanted an object"),
         ("probe", {"kernel_paths": {"a": 1}}, "'kernel_paths' is an object; wanted a list"),
         ("plan", ["x"], "could not read the plan file"),
+        # valid JSON cut at the read limit once read as "not JSON (Unterminated string ...)"
+        pytest.param(
+            "probe",
+            '{"pad": "' + "x" * READ_MAX_BYTES + '"}',
+            f"{READ_MAX_BYTES} bytes or larger",
+            id="huge-probe",
+        ),
     ],
 )
 def test_a_node_file_of_the_wrong_shape_is_named_and_the_page_is_still_written(

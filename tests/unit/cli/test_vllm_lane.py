@@ -252,3 +252,57 @@ def test_a_version_the_registry_does_not_have_exits_2_naming_it(tmp_path, monkey
         "pip could not download vllm==0.34.999" in err and "wanted a release the package registry has" in err
     )
     assert not list(tmp_path.glob("*.whl"))
+
+
+def test_a_json_path_that_cannot_be_written_exits_2_before_any_download(tmp_path, monkeypatch, capsys):
+    """--json naming a folder, nothing, or a path under a file: refused before the wheels are fetched (it
+    was written last, after the stack tier, and raised a traceback that lost the findings)."""
+
+    def no_download(version: str, cache=None):  # noqa: ANN001, ANN202 - fetch_wheel's signature
+        raise AssertionError("fetched a wheel for a run that must stop first")
+
+    monkeypatch.setattr(cli, "fetch_wheel", no_download)
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    cases = ((tmp_path, "is a folder"), ("", "empty"), (a_file / "x.json", "is a file, not a folder"))
+    for bad, why in cases:
+        assert cli.main(["0.34.0", "--no-stack", "--json", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert f"--json={str(bad)!r}" in err and why in err and "wanted" in err, err
+
+
+def test_a_cached_wheel_that_is_not_one_exits_2_naming_the_file_and_the_way_out(
+    tmp_path, monkeypatch, capsys
+):
+    """A truncated download, a stray folder or a zip without METADATA in the wheel cache raised a
+    zipfile traceback on every later run; it is named, with the way out (delete it)."""
+    import zipfile
+
+    monkeypatch.setattr(wheels, "WHEEL_CACHE", tmp_path)
+    whl = tmp_path / "vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    for make in (
+        lambda: whl.write_bytes(b""),
+        lambda: whl.write_bytes(b"PK\x03\x04 truncated"),
+        lambda: zipfile.ZipFile(whl, "w").close(),
+        lambda: whl.mkdir(),
+    ):
+        make()
+        assert cli.main(["0.34.0", "--base", "0.34.0", "--no-stack"]) == 2
+        err = capsys.readouterr().err
+        assert f"{whl} is not a readable wheel" in err and "delete the file and run again" in err, err
+        whl.rmdir() if whl.is_dir() else whl.unlink()
+
+
+def test_a_version_with_a_newline_is_refused_before_setup_runs(tmp_path: Path) -> None:
+    """grep matched the version line by line, so "0.34.0<newline>junk" passed the check and
+    scripts/setup.sh ran before Python refused it. The script runs from a copy whose setup.sh only
+    says that it ran."""
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "vllm-lane.sh"
+    script.write_text((Path(__file__).resolve().parents[3] / "scripts" / "vllm-lane.sh").read_text())
+    (tmp_path / "scripts" / "setup.sh").write_text("#!/bin/sh\necho SETUP-RAN >&2\nexit 1\n")
+    (tmp_path / "scripts" / "setup.sh").chmod(0o755)
+    for bad in ("0.34.0\njunk", "junk\n0.34.0"):
+        r = subprocess.run(["bash", str(script), bad], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "SETUP-RAN" not in r.stderr and "is not a release version" in r.stderr, r.stderr

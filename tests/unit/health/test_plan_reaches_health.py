@@ -62,6 +62,10 @@ def test_the_plan_path_setting_comes_from_sparkpair_plan_path(tmp_path: Path) ->
     p = tmp_path / "kernel-plan.json"
     assert settings("http://127.0.0.1:9", p).plan_path == p
     assert settings("http://127.0.0.1:9", None).plan_path is None
+    # read as the overlay reads the same variable: blanks stripped, a blank value names no file
+    # (the gateway took " " as a file called " " and "  /x" as a relative path)
+    assert settings("http://127.0.0.1:9", Path(f"  {p}  ")).plan_path == p
+    assert settings("http://127.0.0.1:9", Path(" ")).plan_path is None
 
 
 @pytest.mark.parametrize("name", ["SPARKPAIR_PLAN_FILE", "sparkpair_plan_file"])

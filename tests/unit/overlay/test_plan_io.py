@@ -208,6 +208,7 @@ def test_a_plan_file_that_is_a_device_a_fifo_huge_or_deeply_nested_is_named_not_
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
     for path, why in (
+        (tmp_path, "not a regular file"),  # a folder: once "IsADirectoryError: ... Is a directory: 3"
         ("/dev/zero", "not a regular file"),
         (fifo, "not a regular file"),
         (huge, f"larger than {MAX_JSON_BYTES} bytes"),
