@@ -178,14 +178,22 @@ def test_a_late_baseline_on_a_busy_engine_is_sent_again_and_a_still_one_fails() 
 def test_a_failed_baseline_is_sent_again_and_the_pair_turns_ready_once_it_passes() -> None:
     """One failed baseline (injected: the real server cannot be made to fail exactly that tick)
     keeps /readyz 503 naming it, and the next canary interval sends the baseline again."""
+    import threading
+
     with FaultServer() as srv:
         gw = Gateway(gw_settings(srv.base_url))
         real = gw.record_reference
         calls: list[str] = []
+        seen_injected = threading.Event()
 
         def first_fails() -> str:
             calls.append("baseline")
-            return "the reference canary failed: injected" if len(calls) == 1 else real()
+            if len(calls) == 1:
+                return "the reference canary failed: injected"
+            # The resend waits (bounded) until the test has read the 503 naming the failure: on a
+            # loaded machine the window between the two baselines can be shorter than one poll.
+            seen_injected.wait(timeout=60)
+            return real()
 
         gw.record_reference = first_fails  # type: ignore[method-assign]
         with Served(gw.app) as g:
@@ -193,13 +201,20 @@ def test_a_failed_baseline_is_sent_again_and_the_pair_turns_ready_once_it_passes
             try:
                 seen: set[str] = set()
                 t_end = time.monotonic() + 120
-                while httpx.get(g.base_url + "/readyz", timeout=5).status_code != 200:
-                    seen.add(httpx.get(g.base_url + "/readyz", timeout=5).json().get("cause", ""))
+                while True:
+                    r = httpx.get(g.base_url + "/readyz", timeout=5)
+                    if r.status_code == 200:
+                        break
+                    cause = r.json().get("cause", "")
+                    seen.add(cause)
+                    if cause == "the reference canary failed: injected":
+                        seen_injected.set()
                     assert time.monotonic() < t_end, (calls, seen)
                     time.sleep(0.05)
                 assert len(calls) >= 2 and not gw.baseline_failed, calls
                 assert "the reference canary failed: injected" in seen, seen
             finally:
+                seen_injected.set()
                 gw.stop()
 
 
