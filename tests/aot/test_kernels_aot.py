@@ -177,8 +177,7 @@ def test_gate_rejects_config_over_gb10_shared_memory(tmp_path) -> None:
     msg = r121.problem()
     assert "fp8_einsum/t256_d256_s4_oversized" in msg and "sm_121a" in msg and str(r121.shared) in msg
     assert "101376" in msg
-    r90 = aot.compile_variant(v, "sm_90a", str(tmp_path))  # no GB10 limit on Hopper
-    assert r90.limit is None
+    assert aot.shared_memory_limit("sm_90a") is None  # no GB10 limit on Hopper
 
 
 def test_gate_reports_compile_errors(tmp_path) -> None:
@@ -195,7 +194,12 @@ def test_cli_fails_non_zero_naming_the_config(tmp_path, monkeypatch) -> None:
     from sparkpair_cli import cmd_kernels
     from typer.testing import CliRunner
 
-    small = aot.router_variants()[:1] + [_oversized_fp8_variant()]
+    # A config that fails to compile (fails at once; the shared-memory rejection is the test above's).
+    base = aot.router_variants()[0]
+    broken = aot.AotVariant(
+        base.kernel, base.config, base.variant, base.fn, base.args, {**base.kwargs, "BLOCK_K": 48}
+    )
+    small = aot.router_variants()[1:2] + [broken]
     monkeypatch.setattr(aot, "all_variants", lambda: small)
     app = typer.Typer()
 
@@ -207,7 +211,7 @@ def test_cli_fails_non_zero_naming_the_config(tmp_path, monkeypatch) -> None:
     cache = tmp_path / "tcache"
     res = CliRunner().invoke(app, ["kernels", "build", "--arch", "sm_121a,sm_90a", "--cache-dir", str(cache)])
     assert res.exit_code == 1, res.output
-    assert "t256_d256_s4_oversized" in res.output and "sm_121a" in res.output
+    assert base.config.name in res.output and "does not compile for sm_121a" in res.output, res.output
     assert small[0].config.name in res.output, "the table keeps whole config names when piped"
     assert any(cache.rglob("*.cubin")), "the cache directory holds the compiled kernels"
     monkeypatch.setattr(aot, "all_variants", lambda: small[:1])

@@ -202,7 +202,7 @@ INTERPRET_SCRIPT = textwrap.dedent(
 
     from sparkpair_overlay.kernels import router_gemm as rg
     g = torch.Generator().manual_seed(0)
-    for m in (1, 3, 17):
+    for m in (1, 17):  # one row; more rows than a 16-row tile, not a power of two
         x = torch.randn(m, 320, generator=g).bfloat16()
         for wd in (torch.bfloat16, torch.float32):
             w = (torch.randn(48, 320, generator=g) * 0.05).to(wd)
@@ -212,7 +212,8 @@ INTERPRET_SCRIPT = textwrap.dedent(
                 out = rg.router_gemm_with_config(x, w, c, planes=planes)
                 err = float((out.double() - ref).abs().max() / ref.abs().max())
                 assert err < 1e-6, (m, c.name, err)
-                assert torch.equal(out, rg.router_gemm_with_config(x, w, c, planes=planes)), "deterministic"
+                if m == 17:  # run-to-run identical (once per config: the interpreter is slow)
+                    assert torch.equal(out, rg.router_gemm_with_config(x, w, c, planes=planes)), "deterministic"
             for p in ((planes, None) if planes is not None else (None,)):  # the public dispatch
                 err = float((rg.router_gemm(x, w, p).double() - ref).abs().max() / ref.abs().max())
                 assert err < 1e-6, (m, "router_gemm", p is None, err)
