@@ -28,10 +28,13 @@ The contract (docs/health-verdict.md, "The canary"), in one place:
 - **The outcome** is a :class:`CanaryResult`: ``ok``, ``kind`` (:data:`CANARY_KINDS`),
   ``cause`` (which request, and why), the latency, and the answers.
 - **Busy is not wedged**: a tick reads the engine's own counters
-  (:mod:`sparkpair_health.engine_load`) as it starts and again when an answer is late; a late
-  answer on an engine with a request running whose step or token counters moved meanwhile is
-  ``busy`` (reported, not a 503); one whose counters stood still, or a server that exports none,
-  is a ``timeout``. The gateway asks the peers first: a paused or frozen peer is never busy.
+  (:mod:`sparkpair_health.engine_load`) beside its requests (:class:`CounterWatch`): once as it
+  starts, then over and over once an answer is slow, so a ``/metrics`` that answers late under
+  load still lands within the tick. A late answer on an engine with a request running whose step
+  or token counters moved between the tick's first and latest reading (the last tick's when this
+  one got only one) is ``busy`` (reported, not a 503); one whose counters stood still, or a
+  server that gave no reading, is a ``timeout``. The gateway asks the peers first: a paused or
+  frozen peer is never busy.
 - **The bound**: ``/readyz`` follows the last successful tick, which is at most
   ``canary_interval_s + canary_timeout_s`` old on a healthy pair
   (:attr:`~sparkpair_health.gateway_settings.GatewaySettings.stale_after_s`); a backend gone
@@ -45,9 +48,11 @@ concern. Runs in the slim client.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -85,16 +90,86 @@ engine's counters stood still (or it exports none); the engine's dead error; the
 the key refused; a defect of the gateway."""
 
 PROGRESS_READ_S = 2.0
-"""Longest a read of the engine's counters (``GET /metrics``) may take, seconds; at most a
-third of ``canary_timeout_s``. The tick's requests get ``canary_timeout_s`` less this, so a tick that
-must also read the counters after a slow answer still ends within ``canary_timeout_s`` (the
-staleness bound of ``/readyz`` is unchanged)."""
+"""Seconds of ``canary_timeout_s`` kept after the tick's requests' deadline for a counter read
+still in flight to land (at most a third of ``canary_timeout_s``): the requests get
+``canary_timeout_s`` less this, so a tick still ends within ``canary_timeout_s`` (the staleness
+bound of ``/readyz`` is unchanged)."""
+
+WATCH_EVERY_S = 1.0
+"""Seconds between the starts of two counter reads of one tick once its answer is slow (each
+read may take until the tick's end); one ``GET /metrics`` a second at most, only while an
+answer is late."""
 
 
 def progress_read_s(settings: GatewaySettings) -> float:
-    """Seconds kept for the counter read after a slow answer (:data:`PROGRESS_READ_S`, capped at
-    a third of ``canary_timeout_s``)."""
+    """Seconds kept after the requests' deadline for a counter read in flight
+    (:data:`PROGRESS_READ_S`, capped at a third of ``canary_timeout_s``)."""
     return min(PROGRESS_READ_S, settings.canary_timeout_s / 3)
+
+
+class CounterWatch:
+    """The engine's counters read beside one tick's requests, in a thread of its own.
+
+    One read as the tick starts; once the tick has run ``slow_after_s``, one every
+    :data:`WATCH_EVERY_S` until :meth:`stop` or ``deadline`` (``time.monotonic()`` seconds),
+    each read allowed until ``deadline``. Under load the API server may answer ``/metrics``
+    seconds late: a read that lands while the requests wait still counts, where one read after
+    the answer was late would have to fit the few seconds left.
+
+    Args:
+        read: ``timeout_s -> EngineLoad | None`` (:meth:`CanaryMixin.engine_load`); an exception
+            counts as no reading.
+        deadline: when the last read must have answered, ``time.monotonic()`` seconds.
+        slow_after_s: seconds after the start from which the reads repeat.
+
+    Attributes:
+        first, latest: the first and the newest reading that answered (``None`` before one did).
+        tried, answered: reads started and reads that gave a reading.
+    """
+
+    def __init__(
+        self, read: Callable[[float], EngineLoad | None], deadline: float, slow_after_s: float
+    ) -> None:
+        self._read = read
+        self._deadline = deadline
+        self._t0 = time.monotonic()
+        self._slow_after_s = slow_after_s
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.first: EngineLoad | None = None
+        self.latest: EngineLoad | None = None
+        self.tried = 0
+        self.answered = 0
+        self._thread = threading.Thread(target=self._run, name="sparkpair-canary-counters", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            left = self._deadline - started
+            if left <= 0:
+                return
+            self.tried += 1
+            try:
+                got = self._read(left)
+            except Exception:  # noqa: BLE001 - no reading this time, the tick judges the rest
+                got = None
+            if got is not None:
+                with self._lock:
+                    self.answered += 1
+                    self.first = self.first or got
+                    self.latest = got
+            next_at = max(self._t0 + self._slow_after_s, started + WATCH_EVERY_S)
+            self._stop.wait(max(next_at - time.monotonic(), 0.0))
+
+    def stop(self, wait_s: float = 0.0) -> tuple[EngineLoad | None, EngineLoad | None]:
+        """Stop reading; wait up to ``wait_s`` for a read in flight to land. Returns
+        ``(first, latest)``."""
+        self._stop.set()
+        if wait_s > 0:
+            self._thread.join(wait_s)
+        with self._lock:
+            return self.first, self.latest
 
 
 NONCE_PREFIX = "sparkpair-canary-"
@@ -268,8 +343,7 @@ class CanaryMixin:
         )
 
     def _canary_client(self) -> HealthClient:
-        """The canary's one HTTP client, made on first use (the first tick's counter read or
-        request, whichever comes first)."""
+        """The canary's one HTTP client (its requests and its counter reads), made by the first tick."""
         if self._client is None:
             self._client = HealthClient(self.s.base_url, self.key, request_timeout_s=self.s.canary_timeout_s)
         return self._client
@@ -363,14 +437,8 @@ class CanaryMixin:
 
         t0 = time.monotonic()
         end = t0 + self.s.canary_timeout_s - progress_read_s(self.s)
-        before = self.engine_load(progress_read_s(self.s))
-        if before is None:
-            # /metrics did not answer in time (a loaded API server): the last reading stands in.
-            # The counters only grow, so a move since that older reading is still progress; the
-            # busy window stays bounded by canary_busy_max_s.
-            before = self.last_engine_load
-        else:
-            self.last_engine_load = before
+        self._canary_client()  # made here, not raced for by the counter thread (httpx's is thread-safe)
+        watch = CounterWatch(self.engine_load, t0 + self.s.canary_timeout_s, (end - t0) / 2)
         answers: list[DecodeAnswer] = []
         pairs: list[tuple[DecodeAnswer, str]] = []
         mode = CANARY_MODES[0]
@@ -396,10 +464,15 @@ class CanaryMixin:
                     break
         except RequestTimeout as e:
             waited = time.monotonic() - t0
-            after = self.engine_load(progress_read_s(self.s))
-            if after is not None:
-                self.last_engine_load = after
+            # A read in flight may land until the tick's end (progress_read_s).
+            first, after = watch.stop(t0 + self.s.canary_timeout_s - time.monotonic())
+            # With one reading this tick, the last tick's stands in as before: the counters only
+            # grow, so a move since it is still progress; the busy window stays bounded by
+            # canary_busy_max_s.
+            before = first if first is not None and first is not after else self.last_engine_load
             busy, why = judge_slow(before, after, time.monotonic() - t0)
+            if after is None:
+                why += f" (/metrics gave {watch.answered} of {watch.tried} reads this tick)"
             kind = "busy" if busy else "timeout"
             cause = (
                 f"{'slow but busy' if busy else 'no whole answer'} within canary_timeout_s="
@@ -415,6 +488,9 @@ class CanaryMixin:
             )
         except Exception as e:  # noqa: BLE001 - no input may end the canary thread
             kind, cause = "defect", f"canary defect: {type(e).__name__}: {e}"
+        latest = watch.stop()[1]
+        if latest is not None:
+            self.last_engine_load = latest
         if baseline and not cause:
             self.freshness.learn(pairs)
         return CanaryResult(not cause, kind, self._red(cause), time.monotonic() - t0, answers)

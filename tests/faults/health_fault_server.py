@@ -190,6 +190,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, {"version": "fault-server"})
         elif self.path == "/metrics":
             o = self.server.owner
+            time.sleep(o.metrics_delay_s)  # an API server starved under load answers late
             c = o.spec if o.spec_k else {}
             lines = [
                 f"# TYPE vllm:spec_decode_{k} counter\nvllm:spec_decode_{k}_total {v}" for k, v in c.items()
@@ -473,6 +474,8 @@ class FaultServer:
         noise: batch noise (:class:`fake_logprobs.BatchNoise`): with ``flip``, an answer served
             while another is in flight takes, every other time, the runner-up of a near-tie at its
             middle token; with ``garbage``, a token outside the top 5 there.
+        metrics_delay_s: seconds ``/metrics`` waits before it reads the counters and answers
+            (an API server starved under load); mutable while running.
     """
 
     def __init__(
@@ -490,8 +493,10 @@ class FaultServer:
         thinking_defaults: dict[str, Any] | None = None,
         noise: str | None = None,
         engine_metrics: bool = False,
+        metrics_delay_s: float = 0.0,
     ) -> None:
         self.faults = set(faults or ())
+        self.metrics_delay_s = metrics_delay_s
         self.noise = BatchNoise(noise)
         """Batch noise on chat answers (``fake_logprobs``): ``None``, ``flip`` or ``garbage``."""
         self.thinking_defaults = thinking_defaults

@@ -236,3 +236,27 @@ def test_a_counter_read_that_times_out_at_the_ticks_start_falls_back_to_the_last
         res = gw.canary_once()
         assert res.kind == "timeout" and "exports no engine counters" in res.cause, res.cause
         srv.chat_mode = "ok"
+
+
+def test_counter_reads_that_answer_late_still_land_within_the_tick() -> None:
+    """Under load the API server answered /metrics seconds late, past the few seconds a read
+    after the late answer has left (the soak's stale verdicts: "no engine counters"). The tick
+    reads the counters beside its requests, so a read that answers late still lands: a late
+    answer on an engine whose counters move is busy, one whose counters stand still a timeout
+    naming them, and with no read landing at all the cause says how many were tried."""
+    with FaultServer(engine_metrics=True, hang_s=30.0, metrics_delay_s=2.5) as srv:
+        gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=6.0))  # reads after the answer: 2 s
+        srv.chat_mode = "slow"
+        res = gw.canary_once()
+        assert res.kind == "busy" and "vllm:iteration_tokens_total_count +" in res.cause, res.cause
+        assert res.latency_s <= gw.s.canary_timeout_s + 0.5, res.latency_s
+        srv.chat_mode = "hang"
+        res = gw.canary_once()
+        assert res.kind == "timeout" and "counters stood still" in res.cause, res.cause
+        srv.metrics_delay_s = 30.0  # no read lands within the tick
+        gw.last_engine_load = None
+        res = gw.canary_once()
+        assert res.kind == "timeout" and "exports no engine counters" in res.cause, res.cause
+        assert "/metrics gave 0 of " in res.cause, res.cause
+        assert res.latency_s <= gw.s.canary_timeout_s + 0.5, res.latency_s
+        srv.chat_mode = "ok"
