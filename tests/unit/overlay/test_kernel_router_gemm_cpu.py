@@ -213,7 +213,8 @@ INTERPRET_SCRIPT = textwrap.dedent(
                 err = float((out.double() - ref).abs().max() / ref.abs().max())
                 assert err < 1e-6, (m, c.name, err)
                 if m == 17:  # run-to-run identical (once per config: the interpreter is slow)
-                    assert torch.equal(out, rg.router_gemm_with_config(x, w, c, planes=planes)), "deterministic"
+                    again = rg.router_gemm_with_config(x, w, c, planes=planes)
+                    assert torch.equal(out, again), "deterministic"
             for p in ((planes, None) if planes is not None else (None,)):  # the public dispatch
                 err = float((rg.router_gemm(x, w, p).double() - ref).abs().max() / ref.abs().max())
                 assert err < 1e-6, (m, "router_gemm", p is None, err)
