@@ -85,12 +85,19 @@ def parse_engine_load(text: str) -> EngineLoad | None:
     return None if got is None else EngineLoad(**got)
 
 
-def judge_slow(before: EngineLoad | None, after: EngineLoad | None, waited_s: float) -> tuple[bool, str]:
+def judge_slow(
+    before: EngineLoad | None, after: EngineLoad | None, waited_s: float, peak_running: float = 0.0
+) -> tuple[bool, str]:
     """(busy, why) for an answer that did not come within the canary's deadline.
 
-    Busy: requests running at the end and at least one progress counter moved since ``before``
-    (taken as the tick started, ``waited_s`` earlier). Anything else is not busy: no signal
-    (``None``: the server exports none), no request running, or counters standing still.
+    Busy: requests running (at ``after``, or ``peak_running``: the most any reading between the
+    two saw) and at least one progress counter moved since ``before`` (taken as the tick started,
+    ``waited_s`` earlier). Anything else is not busy: no signal (``None``: the server exports
+    none), no request running at any reading, or counters standing still.
+
+    ``peak_running`` matters when the batch the canary queued behind ends just before the last
+    reading while the canary's own request has not reached the engine yet (an API server starved
+    under load): the engine worked through the tick, and holds nothing at that instant.
     """
     if before is None or after is None:
         return (
@@ -98,9 +105,12 @@ def judge_slow(before: EngineLoad | None, after: EngineLoad | None, waited_s: fl
             "the server exports no engine counters (vllm:num_requests_running, ...) to tell busy from wedged",
         )
     moved = after.moved_since(before)
-    if after.running > 0 and moved:
+    if max(after.running, peak_running) > 0 and moved:
+        running = f"{after.running:g} request(s) running"
+        if peak_running > after.running:
+            running += f" (up to {peak_running:g} during the wait)"
         return True, (
-            f"the engine is busy, not wedged: {after.running:g} request(s) running, "
+            f"the engine is busy, not wedged: {running}, "
             f"{after.waiting:g} waiting, and in {waited_s:.1f} s {', '.join(moved)}"
         )
     if not moved:

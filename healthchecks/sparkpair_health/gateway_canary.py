@@ -95,6 +95,13 @@ still in flight to land (at most a third of ``canary_timeout_s``): the requests 
 ``canary_timeout_s`` less this, so a tick still ends within ``canary_timeout_s`` (the staleness
 bound of ``/readyz`` is unchanged)."""
 
+TICK_MARGIN_S = 1.0
+"""Seconds of ``canary_timeout_s`` (at most a tenth of it) a tick leaves unused: the last counter
+read must land that long before the deadline, so the tick's own bookkeeping after it (judging,
+the peers' look, recording) still fits the staleness bound ``canary_interval_s +
+canary_timeout_s`` on a loaded host (the soak saw a busy tick end 9.9 s into a 10 s deadline and
+one poll read the verdict stale)."""
+
 WATCH_EVERY_S = 1.0
 """Seconds between the starts of two counter reads of one tick once its answer is slow (each
 read may take until the tick's end); one ``GET /metrics`` a second at most, only while an
@@ -124,6 +131,7 @@ class CounterWatch:
 
     Attributes:
         first, latest: the first and the newest reading that answered (``None`` before one did).
+        peak_running: the most requests running that any reading saw.
         tried, answered: reads started and reads that gave a reading.
     """
 
@@ -138,6 +146,7 @@ class CounterWatch:
         self._lock = threading.Lock()
         self.first: EngineLoad | None = None
         self.latest: EngineLoad | None = None
+        self.peak_running = 0.0
         self.tried = 0
         self.answered = 0
         self._thread = threading.Thread(target=self._run, name="sparkpair-canary-counters", daemon=True)
@@ -159,6 +168,7 @@ class CounterWatch:
                     self.answered += 1
                     self.first = self.first or got
                     self.latest = got
+                    self.peak_running = max(self.peak_running, got.running)
             next_at = max(self._t0 + self._slow_after_s, started + WATCH_EVERY_S)
             self._stop.wait(max(next_at - time.monotonic(), 0.0))
 
@@ -438,7 +448,8 @@ class CanaryMixin:
         t0 = time.monotonic()
         end = t0 + self.s.canary_timeout_s - progress_read_s(self.s)
         self._canary_client()  # made here, not raced for by the counter thread (httpx's is thread-safe)
-        watch = CounterWatch(self.engine_load, t0 + self.s.canary_timeout_s, (end - t0) / 2)
+        last_read = t0 + self.s.canary_timeout_s - min(TICK_MARGIN_S, self.s.canary_timeout_s / 10)
+        watch = CounterWatch(self.engine_load, last_read, (end - t0) / 2)
         answers: list[DecodeAnswer] = []
         pairs: list[tuple[DecodeAnswer, str]] = []
         mode = CANARY_MODES[0]
@@ -464,13 +475,13 @@ class CanaryMixin:
                     break
         except RequestTimeout as e:
             waited = time.monotonic() - t0
-            # A read in flight may land until the tick's end (progress_read_s).
-            first, after = watch.stop(t0 + self.s.canary_timeout_s - time.monotonic())
+            # A read in flight may land until the last read's deadline.
+            first, after = watch.stop(last_read - time.monotonic())
             # With one reading this tick, the last tick's stands in as before: the counters only
             # grow, so a move since it is still progress; the busy window stays bounded by
             # canary_busy_max_s.
             before = first if first is not None and first is not after else self.last_engine_load
-            busy, why = judge_slow(before, after, time.monotonic() - t0)
+            busy, why = judge_slow(before, after, time.monotonic() - t0, watch.peak_running)
             if after is None:
                 why += f" (/metrics gave {watch.answered} of {watch.tried} reads this tick)"
             kind = "busy" if busy else "timeout"

@@ -40,6 +40,11 @@ def test_the_judgement_of_a_slow_answer_reads_the_engines_own_counters() -> None
     assert not busy and "stood still for 8.0 s" in why
     assert judge_slow(None, load(12), 8.0)[0] is False, "no counters: a slow answer stays a timeout"
     assert judge_slow(load(10, running=0), load(12, running=0), 8.0)[0] is False
+    # The batch ahead ended just before the last reading, the canary's request not in the engine
+    # yet (a starved API server): the engine worked through the wait.
+    busy, why = judge_slow(load(10, running=0), load(12, running=0), 8.0, peak_running=4)
+    assert busy and "up to 4 during the wait" in why, why
+    assert judge_slow(load(10, running=0), load(10, running=0), 8.0, peak_running=4)[0] is False
     assert parse_engine_load("vllm:num_requests_running 1\n") is None, "a series missing: no signal"
     with FaultServer(engine_metrics=True) as srv:
         text = httpx.get(srv.base_url + "/metrics").text
