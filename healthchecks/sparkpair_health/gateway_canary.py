@@ -481,7 +481,10 @@ class CanaryMixin:
             # grow, so a move since it is still progress; the busy window stays bounded by
             # canary_busy_max_s.
             before = first if first is not None and first is not after else self.last_engine_load
-            busy, why = judge_slow(before, after, time.monotonic() - t0, watch.peak_running)
+            # An answer this tick got (the non-streamed one, before the stream ran out of time)
+            # ran in the engine: a request ran during the wait even if no reading caught it.
+            ran = max(watch.peak_running, 1.0 if any(a.ok for a in answers) else 0.0)
+            busy, why = judge_slow(before, after, time.monotonic() - t0, ran)
             if after is None:
                 why += f" (/metrics gave {watch.answered} of {watch.tried} reads this tick)"
             kind = "busy" if busy else "timeout"

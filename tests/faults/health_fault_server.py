@@ -287,6 +287,8 @@ class _Handler(BaseHTTPRequestHandler):
         if "wedge" in self.faults and o.chat_count > o.die_after:
             time.sleep(o.hang_s)  # a wedged engine: /health still 200, requests never answered (B08)
         stream = bool(body.get("stream"))
+        if o.chat_delay_s:
+            time.sleep(o.chat_delay_s)  # a right answer, late (an engine that works, slowly)
         if o.replay and stream in o.cached:
             if stream:
                 self._sse(o.cached[stream])
@@ -476,6 +478,8 @@ class FaultServer:
             middle token; with ``garbage``, a token outside the top 5 there.
         metrics_delay_s: seconds ``/metrics`` waits before it reads the counters and answers
             (an API server starved under load); mutable while running.
+        chat_delay_s: seconds every chat answer (streamed or not) waits before it is sent
+            (then sent as usual); mutable while running.
     """
 
     def __init__(
@@ -494,9 +498,11 @@ class FaultServer:
         noise: str | None = None,
         engine_metrics: bool = False,
         metrics_delay_s: float = 0.0,
+        chat_delay_s: float = 0.0,
     ) -> None:
         self.faults = set(faults or ())
         self.metrics_delay_s = metrics_delay_s
+        self.chat_delay_s = chat_delay_s
         self.noise = BatchNoise(noise)
         """Batch noise on chat answers (``fake_logprobs``): ``None``, ``flip`` or ``garbage``."""
         self.thinking_defaults = thinking_defaults

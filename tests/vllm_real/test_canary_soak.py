@@ -1,7 +1,7 @@
 """The soak: the gateway in front of the real vLLM CPU server under a concurrent load generator
 keeps ``/readyz`` at 200 throughout, and reports ``busy`` where its canary was slow on a working
-engine (the ``soak`` tier: ``scripts/test.sh`` runs it beside the other runs; about
-:data:`SOAK_S` of load plus a server start, ~6 minutes in all: 5 min 44 s measured).
+engine (the ``soak`` tier: ``SPARKPAIR_SOAK=1 bash scripts/test.sh`` runs it last and alone; about
+:data:`SOAK_S` of load plus a server start, 4-6 minutes in all).
 
 The server serves the ``tiny-ngram`` profile (``--max-num-seqs 4``, n-gram speculation); the load
 is the bench client (``sparkpair bench``: vLLM's own ``bench serve``) at that concurrency with
@@ -107,7 +107,9 @@ def test_a_real_server_under_load_keeps_readyz_200_and_reports_busy(  # type: ig
             t0 = time.monotonic()
             while time.monotonic() - t0 < SOAK_S:
                 assert bench.poll() is None, (tmp_path / "bench.log").read_text()[-2000:]
-                r = httpx.get(g.base_url + "/readyz", timeout=5)
+                # A generous read timeout: on 2 shared cores the test process itself (the gateway's
+                # threads, this poller) can be starved for seconds; an answer that comes is judged.
+                r = httpx.get(g.base_url + "/readyz", timeout=15)
                 codes.append((time.monotonic() - t0, r.status_code, r.text[:300]))
                 now = parse_engine_load(httpx.get(server.base_url + "/metrics", timeout=10).text)
                 if now is not None:

@@ -265,3 +265,23 @@ def test_counter_reads_that_answer_late_still_land_within_the_tick() -> None:
         assert "/metrics gave 0 of " in res.cause, res.cause
         assert res.latency_s <= gw.s.canary_timeout_s + 0.5, res.latency_s
         srv.chat_mode = "ok"
+
+
+def test_a_tick_whose_first_answer_came_counts_it_as_a_request_that_ran() -> None:
+    """The soak on a starved host: the non-streamed canary answered right but late, the stream
+    had no time left, and no counter reading caught a request running (the batch ahead ended
+    between readings). The answer itself ran in the engine: with the counters moving that is
+    busy, not "no request running"; with no answer it stays a timeout."""
+    import itertools
+
+    steps = itertools.count(10)
+    with FaultServer(engine_metrics=True, chat_delay_s=3.9) as srv:
+        gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=6.0))  # requests get 4 s
+        gw.engine_load = lambda timeout_s: load(next(steps), running=0)  # type: ignore[method-assign]
+        res = gw.canary_once(baseline=True)  # the late answer is the reference, then judged right
+        assert len(res.answers) == 1 and res.answers[0].ok, res
+        assert res.kind == "busy" and "0 request(s) running (up to 1 during the wait)" in res.cause, res.cause
+        srv.chat_delay_s = 30.0  # no answer at all: nothing shows a request ran
+        res = gw.canary_once(baseline=True)
+        assert res.kind == "timeout" and "no request running" in res.cause, res.cause
+        srv.chat_delay_s = 0.0
