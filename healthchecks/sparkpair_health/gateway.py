@@ -36,7 +36,7 @@ and the command exits non-zero (2), so compose's ``restart: on-failure`` applies
 
 Configuration: :class:`GatewaySettings`, from the environment (``SPARKPAIR_<FIELD>``, see
 :meth:`GatewaySettings.from_env`) and the same fields as ``sparkpair gateway`` options.
-Everything the gateway prints, serves or writes passes :func:`sparkpair_health.apikey.redact`.
+Everything the gateway prints, serves or writes passes :func:`sparkpair_serving.apikey.redact`.
 Runs in the slim client: imports neither vLLM nor torch.
 """
 
@@ -50,8 +50,8 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
+from sparkpair_serving.apikey import redact
 
-from .apikey import redact
 from .client import HealthClient
 from .decode_answer import DecodeAnswer
 from .engine_load import EngineLoad

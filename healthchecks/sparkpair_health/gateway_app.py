@@ -13,8 +13,8 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from sparkpair_serving.apikey import redact
 
-from .apikey import redact
 from .gateway_settings import GatewaySettingsError
 
 if TYPE_CHECKING:

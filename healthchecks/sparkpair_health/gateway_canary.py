@@ -51,7 +51,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .apikey import redact
+from sparkpair_serving.apikey import redact
+
 from .checks.compare import LOGPROB_FIELDS, compare_greedy
 from .client import ENGINE_DEAD_MARKERS, HealthClient
 from .decode_answer import DecodeAnswer
@@ -228,7 +229,7 @@ class CanaryMixin:
 
     def _profile(self) -> Any:
         if self._prof is None:
-            from .profile import load_profile
+            from sparkpair_serving.profile import load_profile
 
             self._prof = load_profile(self.s.profile)
         return self._prof

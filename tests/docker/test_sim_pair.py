@@ -394,7 +394,7 @@ def test_the_owners_report_of_the_pair_has_every_section_and_nothing_planted(
     print(f"sparkpair report took {took:.0f} s: {r.stdout.strip()}")
     assert took < 300, f"the report took {took:.0f} s; its bounds say node-timeout + time-limit + a minute"
     page = out.read_text()
-    from sparkpair_health.apikey import spellings
+    from sparkpair_serving.apikey import spellings
 
     assert not [s for x in (PLANTED_KEY, PLANTED_SYNC) for s in spellings(x) if len(s) >= 8 and s in page]
     assert HEAD_IP not in page
