@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from sparkpair_serving.apikey import redact
 
 if TYPE_CHECKING:
-    from .gateway_view import GatewayView
+    from .view import GatewayView
 
 COLOURS = {"ready": "#1a7f37", "fail": "#cf222e", "waiting": "#9a6700"}
 """Badge background colours (sRGB hex), chosen to be told apart in a screenshot: green, red,

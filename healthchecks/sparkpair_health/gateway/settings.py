@@ -28,8 +28,8 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, Setting
 from sparkpair_serving.apikey import api_key_source, resolve_api_key
 from sparkpair_serving.inputs import check_base_url, check_output_file, check_plan_file
 
-from .peers import DEFAULT_HEAD_LOG, Peer, PeerSettings, check_unique_peers, peers_from_text
-from .stability import StabilitySettings
+from ..peers import DEFAULT_HEAD_LOG, Peer, PeerSettings, check_unique_peers, peers_from_text
+from ..stability import StabilitySettings
 
 ENV_PREFIX = "SPARKPAIR_"
 
@@ -291,8 +291,8 @@ class GatewaySettings(BaseSettings):
     @field_validator("only")
     @classmethod
     def _only(cls, v: list[str] | None) -> list[str] | None:
-        from .checks import CHECKS
-        from .checks.speculation import SPEC_FIRST, SPEC_LAST
+        from ..checks import CHECKS
+        from ..checks.speculation import SPEC_FIRST, SPEC_LAST
 
         known = [c.id for c in [*SPEC_FIRST, *CHECKS, *SPEC_LAST]]
         bad = [x for x in v or [] if x not in known]

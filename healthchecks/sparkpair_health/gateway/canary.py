@@ -53,11 +53,11 @@ from typing import Any, Literal
 
 from sparkpair_serving.apikey import redact
 
-from .checks.compare import LOGPROB_FIELDS, compare_greedy
-from .client import ENGINE_DEAD_MARKERS, HealthClient
-from .decode_answer import DecodeAnswer
-from .engine_load import EngineLoad, judge_slow, parse_engine_load
-from .gateway_settings import GatewaySettings
+from ..checks.compare import LOGPROB_FIELDS, compare_greedy
+from ..client import ENGINE_DEAD_MARKERS, HealthClient
+from ..decode_answer import DecodeAnswer
+from ..engine_load import EngineLoad, judge_slow, parse_engine_load
+from .settings import GatewaySettings
 
 CANARY_HISTORY = 50
 """Canary results the gateway keeps for the status page (the newest last); one an interval,
@@ -249,7 +249,7 @@ class CanaryMixin:
         return self.s.canary_prompt, self.s.canary_max_tokens, None, None
 
     def _probe(self, mode: str, request_id: str, timeout_s: float) -> DecodeAnswer:
-        from .suite import decode_probe
+        from ..suite import decode_probe
 
         client = self._canary_client()
         if self._suite_settings is None:  # the profile loaded once, not on every canary
@@ -359,8 +359,8 @@ class CanaryMixin:
         ``baseline`` (:meth:`record_reference`), a random-weight model's non-streamed answer
         becomes the reference before it is judged.
         """
-        from .client import RequestTimeout, SuiteError
-        from .suite import NotReady
+        from ..client import RequestTimeout, SuiteError
+        from ..suite import NotReady
 
         t0 = time.monotonic()
         end = t0 + self.s.canary_timeout_s - progress_read_s(self.s)
