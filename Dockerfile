@@ -83,13 +83,13 @@ COPY overlay/ overlay/
 COPY healthchecks/ healthchecks/
 COPY scripts/ scripts/
 
-# Editable install: setuptools' finder maps sparkpair_overlay, sparkpair_health and
-# sparkpair_cli to /opt/sparkpair/src/{overlay,healthchecks,scripts}, so compose's read-only
+# Editable install: setuptools' finder maps sparkpair_overlay, sparkpair_serving, sparkpair_health
+# and sparkpair_cli to /opt/sparkpair/src/{overlay,healthchecks,scripts}, so compose's read-only
 # bind mount of ./overlay over that path takes effect on restart without a rebuild. The
 # plugin entry point (vllm.general_plugins) is registered. No Ray: vLLM's multi-node `mp`
 # executor is the only one (vLLM no longer depends on Ray).
 RUN python3 -m pip install --no-deps -e . \
- && python3 -c "import vllm, sparkpair_overlay, sparkpair_health, sparkpair_cli.main; print('sparkpair: vLLM', vllm.__version__)" \
+ && python3 -c "import vllm, sparkpair_overlay, sparkpair_serving, sparkpair_health, sparkpair_cli.main; print('sparkpair: vLLM', vllm.__version__)" \
  && python3 -c "import sparkpair_overlay as m; assert m.__file__.startswith('/opt/sparkpair/src/overlay/'), m.__file__"
 
 # The base's vLLM must be a release the overlay is verified to patch (its record says how far, and

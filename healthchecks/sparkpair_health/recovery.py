@@ -44,7 +44,7 @@ def _say(line: str) -> None:
 
 DEAD_CAUSES = ("engine died", "server went away")
 """Prefixes/fragments of the gateway canary's causes that mean the engine is gone
-(:meth:`sparkpair_health.gateway_canary.CanaryMixin.canary_once` writes them)."""
+(:meth:`sparkpair_health.gateway.canary.CanaryMixin.canary_once` writes them)."""
 
 
 def vllm_progress(metrics_text: str) -> tuple[float, float] | None:

@@ -39,8 +39,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sparkpair_serving.inputs import check_node_name
 
-from .inputs import check_node_name
 from .logscan import CATALOGUE, Pattern, ScanResult, scan_text
 from .node_access import CommandRunner, docker_client, ended_cleanly, read_kernel_log, runner_for
 

@@ -25,8 +25,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 from rich.console import Console
+from sparkpair_serving.apikey import redact
+from sparkpair_serving.inputs import check_base_url, check_output_file, check_plan_file
+from sparkpair_serving.profile import Profile, load_profile
+from sparkpair_serving.waiting import PollTimeout, poll_until
 
-from .apikey import redact
 from .checks import CHECKS, SWEEP_CHECKS, CheckContext, CheckSpec, Fail, Passed, Skip
 from .client import (
     Deadline,
@@ -38,10 +41,7 @@ from .client import (
     engine_dead_in,
 )
 from .decode_answer import DecodeAnswer, judge_decode, judge_stream
-from .inputs import check_base_url, check_output_file, check_plan_file
-from .profile import Profile, load_profile
 from .report import CheckResult, ReadyInfo, Report
-from .waiting import PollTimeout, poll_until
 
 ProgressFn = Callable[[str, str], None]
 """``on_progress(event, detail)``; events: ``ready-wait``, ``ready``, ``check-start``,
@@ -94,7 +94,7 @@ class SuiteSettings(BaseModel):
         profile: a profile name (``configs/profiles/<name>.yaml``), a path, or a loaded :class:`Profile`.
         served_model_name: the model name to request; default: the profile's.
         api_key: sent as a bearer token when the server runs with an API key.
-        api_key_source: where the key came from (see :func:`sparkpair_health.apikey.api_key_source`);
+        api_key_source: where the key came from (see :func:`sparkpair_serving.apikey.api_key_source`);
             named when the server refuses it (HTTP 401/403), never the key.
         timeouts: see :class:`Timeouts`.
         report_json: where :func:`run_suite` writes the JSON report (``None``: not written).
@@ -148,7 +148,7 @@ class SuiteSettings(BaseModel):
         """The :class:`Profile` (loaded when given by name or path).
 
         Raises:
-            sparkpair_health.profile.ProfileError: the profile cannot be loaded.
+            sparkpair_serving.profile.ProfileError: the profile cannot be loaded.
         """
         return self.profile if isinstance(self.profile, Profile) else load_profile(self.profile)
 
@@ -410,7 +410,7 @@ def run_suite(
         checks; it does not raise.
 
     Raises:
-        sparkpair_health.profile.ProfileError: the profile cannot be loaded.
+        sparkpair_serving.profile.ProfileError: the profile cannot be loaded.
     """
     if console is not None:
         from .render import live_progress, render_report
@@ -515,7 +515,7 @@ def run_suite(
 
 
 def redact_report(report: Report, key: SecretStr | None) -> Report:
-    """``report`` with :func:`~sparkpair_health.apikey.redact` applied to every string in it.
+    """``report`` with :func:`~sparkpair_serving.apikey.redact` applied to every string in it.
 
     Everything printed or written from a report (the table, JSON, JUnit XML, the gateway's
     ``/report`` and ``/readyz``) comes from the redacted copy.

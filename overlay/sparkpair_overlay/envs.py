@@ -158,7 +158,7 @@ REGISTRY: Mapping[str, EnvVar] = {v.name: v for v in _VARS}
 #: ``SPARKPAIR_PROBE_PLAN``: "plan" means the kernel plan only; the probe writes probe results.
 #: ``SPARKPAIR_PLAN_FILE``: the health container's name for the kernel plan file; the file has one
 #: name everywhere (vLLM's containers write it, the gateway reads it).
-#: ``sparkpair_health.gateway_settings`` and ``node validate`` refuse these names too.
+#: ``sparkpair_health.gateway.settings`` and ``node validate`` refuse these names too.
 RENAMED: Mapping[str, str] = {
     "SPARKPAIR_PROBE_PLAN": "SPARKPAIR_PROBE_RESULTS",
     "SPARKPAIR_PLAN_FILE": "SPARKPAIR_PLAN_PATH",

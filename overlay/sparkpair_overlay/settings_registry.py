@@ -6,7 +6,7 @@ import nothing from the other two packages, while ``sparkpair_health`` and ``spa
 import the overlay's torch-free modules: the overlay's side is the one place all three can read it.
 The schemas that parse these settings stay where they run (:data:`sparkpair_overlay.envs.REGISTRY`
 in vLLM's processes, ``sparkpair_cli.deploy.nodeenv.NodeEnv`` for the node env file,
-``sparkpair_health.gateway_settings.GatewaySettings`` for the gateway) and
+``sparkpair_health.gateway.settings.GatewaySettings`` for the gateway) and
 ``tests/unit/repo/test_settings_registry.py`` checks each against this table: the same names, the
 same defaults. The same test fails on any ``SPARKPAIR_*`` name in the code, compose file, Dockerfile
 or scripts that the table lacks, and on a ``docs/reference/settings.md`` that is not what

@@ -125,7 +125,7 @@ def bench(
 
     profile_data = None
     if profile is not None:
-        from sparkpair_health.profile import ProfileError, load_profile
+        from sparkpair_serving.profile import ProfileError, load_profile
 
         try:
             profile_data = load_profile(profile).model_dump(mode="json")

@@ -17,7 +17,7 @@ from types import FrameType
 import typer
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from sparkpair_health.profile import ProfileError, load_profile
+from sparkpair_serving.profile import ProfileError, load_profile
 
 from .server import ServerStartError, VllmServer
 
@@ -64,8 +64,8 @@ def run_demo(
     import math
 
     from sparkpair_health.checks import check_list
-    from sparkpair_health.inputs import check_output_dir
     from sparkpair_health.suite import SuiteSettings, run_suite
+    from sparkpair_serving.inputs import check_output_dir
 
     if not (
         isinstance(ready_timeout_s, (int, float)) and math.isfinite(ready_timeout_s) and ready_timeout_s > 0

@@ -56,9 +56,9 @@ def register(app: typer.Typer) -> None:
         check_settings: bool = typer.Option(False, "--check-settings", help="print the settings and exit"),
     ) -> None:
         """Gate traffic on a real verdict: readiness, the suite, then a periodic canary completion."""
-        from sparkpair_health.apikey import ApiKeyError
         from sparkpair_health.gateway import GatewayGaveUp, GatewaySettings, GatewaySettingsError, serve
-        from sparkpair_health.profile import ProfileError, require_profile
+        from sparkpair_serving.apikey import ApiKeyError
+        from sparkpair_serving.profile import ProfileError, require_profile
 
         given = dict(locals())
         try:  # no default: the pair's gateway must not judge it with the tiny model's checks

@@ -67,10 +67,7 @@ def register(app: typer.Typer) -> None:
         api_key: str = typer.Option(None, hidden=True, help="refused: put the key in a file"),
     ) -> None:
         """Wait for a real decode, run the functional health suite, print the verdict table."""
-        from sparkpair_health.apikey import ApiKeyError, api_key_source, resolve_api_key
         from sparkpair_health.checks import check_list
-        from sparkpair_health.inputs import format_validation_error
-        from sparkpair_health.profile import ProfileError, require_profile
         from sparkpair_health.report import ReportWriteError
         from sparkpair_health.suite import (
             SuiteSettings,
@@ -78,6 +75,9 @@ def register(app: typer.Typer) -> None:
             run_suite,
             suite_exit_code,
         )
+        from sparkpair_serving.apikey import ApiKeyError, api_key_source, resolve_api_key
+        from sparkpair_serving.inputs import format_validation_error
+        from sparkpair_serving.profile import ProfileError, require_profile
 
         console = Console()
         try:

@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
                 t.add_row(p.id, sev, p.bug, p.meaning, p.fix)
             console.print(t)
             raise typer.Exit(0)
-        from sparkpair_health.inputs import check_output_file, open_regular_file
+        from sparkpair_serving.inputs import check_output_file, open_regular_file
 
         if not files:
             console.print(

@@ -38,7 +38,7 @@ def _folder_bytes(folder: Path) -> int:
 def _from_profile(name: str, repo_id: str | None, revision: str | None) -> tuple[str, str]:
     """``(repo, revision)`` of a profile's ``server.model`` and ``--revision``; exit 2 naming both
     when REPO_ID or --revision is also given and differs (one source for the pin)."""
-    from sparkpair_health.profile import ProfileError, arg_value, load_profile
+    from sparkpair_serving.profile import ProfileError, arg_value, load_profile
 
     try:
         p = load_profile(name)
@@ -174,7 +174,7 @@ def register(app: typer.Typer) -> None:
         """Accept one `model send` that proves the sync token, and unpack it into INTO. A peer
         without the token is refused, naming its address, before anything is written, and the
         receiver keeps listening until --timeout-s. Exit 2 on bad options, 1 on a failed copy."""
-        from sparkpair_health.inputs import check_output_dir
+        from sparkpair_serving.inputs import check_output_dir
 
         from .cluster import transfer
 

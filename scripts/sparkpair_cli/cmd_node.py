@@ -53,10 +53,10 @@ def api_key_env(env: NodeEnv) -> dict[str, str]:
     never on the command line.
 
     Raises:
-        sparkpair_health.apikey.ApiKeyError: the key file is unreadable, empty, binary or
+        sparkpair_serving.apikey.ApiKeyError: the key file is unreadable, empty, binary or
             holds more than one line (the message names the setting and path, never content).
     """
-    from sparkpair_health.apikey import resolve_api_key
+    from sparkpair_serving.apikey import resolve_api_key
 
     key = resolve_api_key(env=env.api_key_source())
     return {"VLLM_API_KEY": key.get_secret_value()} if key is not None else {}
@@ -93,7 +93,7 @@ def _load_env(env_file: Path | None) -> NodeEnv:
 
 
 def _load_profile(env: NodeEnv):  # type: ignore[no-untyped-def]
-    from sparkpair_health.profile import ProfileError, load_profile
+    from sparkpair_serving.profile import ProfileError, load_profile
 
     try:
         return load_profile(env.SPARKPAIR_PROFILE)
@@ -225,7 +225,7 @@ def register(app: typer.Typer) -> None:
         except launch.LaunchError as e:
             problems.append(str(e))
         if host_paths and env.role == "head":
-            from sparkpair_health.apikey import ApiKeyError
+            from sparkpair_serving.apikey import ApiKeyError
 
             if why := bind_problem(env):
                 problems.append(why)
@@ -302,7 +302,7 @@ def register(app: typer.Typer) -> None:
 
         secret_env: dict[str, str] = {}
         if r == "head":
-            from sparkpair_health.apikey import ApiKeyError
+            from sparkpair_serving.apikey import ApiKeyError
 
             why = bind_problem(env)
             if why:

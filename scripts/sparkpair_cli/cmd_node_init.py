@@ -55,7 +55,7 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
 
 def _example() -> str | None:
     """configs/node.env.example of this checkout (the template the file is written from)."""
-    from sparkpair_health.profile import CONFIGS_DIR
+    from sparkpair_serving.profile import CONFIGS_DIR
 
     p = CONFIGS_DIR / "node.env.example"
     return p.read_text() if p.is_file() else None

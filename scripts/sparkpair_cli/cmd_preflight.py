@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
             pf.print_report(results, err)
             failed |= any(r.status == "fail" for r in results)
         if local and not compare:
-            from sparkpair_health.profile import ProfileError, load_profile
+            from sparkpair_serving.profile import ProfileError, load_profile
 
             # in the node's container compose gave the settings as the environment; anywhere else
             # (the host, or a container of another kind) they are in the env file

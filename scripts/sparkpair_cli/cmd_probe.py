@@ -159,8 +159,8 @@ def profile_tokens(profile: str) -> Any:
         ValueError: the profile does not load, or its arguments give no capture sizes (the message says
             which).
     """
-    from sparkpair_health.profile import ProfileError, load_profile
     from sparkpair_overlay.probe import served_tokens
+    from sparkpair_serving.profile import ProfileError, load_profile
 
     try:
         prof = load_profile(profile)

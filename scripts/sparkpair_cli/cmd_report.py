@@ -89,7 +89,7 @@ def check_input_file(path: Path, option: str) -> str | None:
     """Why ``path`` cannot be read as ``option``'s file (not a regular file, unreadable, over
     the bound of each: ``--compare`` :data:`.report.html.MAX_REPORT_BYTES`, ``--nccl-log``
     :data:`.report.node_sections.NCCL_LOG_MAX_BYTES`), or ``None``."""
-    from sparkpair_health.inputs import read_small_file
+    from sparkpair_serving.inputs import read_small_file
 
     from .report.html import MAX_REPORT_BYTES
     from .report.node_sections import NCCL_LOG_MAX_BYTES
@@ -107,7 +107,7 @@ def check_out(out: Path | None) -> str | None:
     """Why ``--out`` cannot be written, or ``None``: a folder (``.`` and ``''`` among them), a
     path under a file, or an existing file that is not a sparkpair report (an earlier report is
     overwritten; any other file is kept)."""
-    from sparkpair_health.inputs import check_output_file, read_small_file
+    from sparkpair_serving.inputs import check_output_file, read_small_file
 
     from .report.html import DATA_ID, MAX_REPORT_BYTES
 
@@ -202,7 +202,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         from pydantic import SecretStr
-        from sparkpair_health.apikey import ApiKeyError, resolve_api_key
+        from sparkpair_serving.apikey import ApiKeyError, resolve_api_key
 
         from .report.api_sections import stability_watch
         from .report.gather import build_report
@@ -284,7 +284,7 @@ def register(app: typer.Typer) -> None:
         names = [n.name for n in nodes]
         if len(set(names)) != len(names):
             raise bad(f"nodes {names}: a name is given twice; wanted one entry per node")
-        from sparkpair_health.apikey import host_pattern
+        from sparkpair_serving.apikey import host_pattern
 
         for n in names:
             hit = next((h for h in private_host or [] if host_pattern(h).search(n)), None)
@@ -295,7 +295,7 @@ def register(app: typer.Typer) -> None:
                 )
         loaded_profile = None
         if profile:
-            from sparkpair_health.profile import ProfileError, load_profile
+            from sparkpair_serving.profile import ProfileError, load_profile
 
             try:
                 loaded_profile = load_profile(profile)

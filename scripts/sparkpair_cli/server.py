@@ -21,8 +21,8 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
-from sparkpair_health.profile import Profile
-from sparkpair_health.waiting import PollTimeout, poll_until
+from sparkpair_serving.profile import Profile
+from sparkpair_serving.waiting import PollTimeout, poll_until
 
 
 class ServerStartError(RuntimeError):

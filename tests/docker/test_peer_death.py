@@ -17,7 +17,7 @@ First the worker is paused (``docker pause``: its container stays "running", ``S
 and then frozen (every process of it stopped with SIGSTOP, as a hung box is): each time
 ``/readyz`` answers 503 naming the worker and its state (``paused``, ``frozen``) within one
 canary interval plus the canary's deadline plus 5 s of polling slack
-(:func:`sparkpair_health.gateway_canary.verdict_bound_s`), and after ``docker unpause`` /
+(:func:`sparkpair_health.gateway.canary.verdict_bound_s`), and after ``docker unpause`` /
 SIGCONT it is 200 again within the same bound, with neither container restarted.
 
 Then the kill. Bars: ``/readyz`` answers 503 within one canary interval (plus the canary's
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 from dockerlib import sh
-from sparkpair_health.gateway_canary import POLL_SLACK_S  # one docker exec poll of /readyz and scheduling
+from sparkpair_health.gateway.canary import POLL_SLACK_S  # one docker exec poll of /readyz and scheduling
 from test_sim_pair import WORKER_IP, Sim, sim_factory, wait_for  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]

@@ -336,7 +336,7 @@ def prom(pair: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_prometheus_scrapes_the_pair_and_the_status_page_shows_it_ready(
     pair: Sim, prom: str, tmp_path: Path
 ) -> None:
-    from sparkpair_health.gateway_status import COLOURS
+    from sparkpair_health.gateway.status import COLOURS
 
     n = wait_for(
         lambda: obslib.value(prom, "sparkpair_canary_latency_seconds_count"),
@@ -394,7 +394,7 @@ def test_the_owners_report_of_the_pair_has_every_section_and_nothing_planted(
     print(f"sparkpair report took {took:.0f} s: {r.stdout.strip()}")
     assert took < 300, f"the report took {took:.0f} s; its bounds say node-timeout + time-limit + a minute"
     page = out.read_text()
-    from sparkpair_health.apikey import spellings
+    from sparkpair_serving.apikey import spellings
 
     assert not [s for x in (PLANTED_KEY, PLANTED_SYNC) for s in spellings(x) if len(s) >= 8 and s in page]
     assert HEAD_IP not in page
@@ -448,7 +448,7 @@ def recovery_lines(sim: Sim) -> list[str]:
 def test_a_frozen_then_a_killed_engine_is_restarted_and_a_third_wedge_leaves_the_pair_down(
     pair: Sim, prom: str, tmp_path: Path
 ) -> None:
-    from sparkpair_health.gateway_status import COLOURS
+    from sparkpair_health.gateway.status import COLOURS
 
     sim = pair
     wait_for(lambda: readyz()["status"] == 200, 120, "/readyz 200 before the first wedge", sim)

@@ -169,7 +169,7 @@ PREFLIGHT = """
     from pathlib import Path
     from sparkpair_cli.deploy.nodeenv import load_node_env_file
     from sparkpair_cli.preflight import checks as pf
-    from sparkpair_health.profile import load_profile
+    from sparkpair_serving.profile import load_profile
     env = load_node_env_file(Path("tests/fixtures/hosts/spark-head-good/node.env"))
     rep = pf.run_local(env, load_profile("{profile}"), only=["deepgemm"])
     r = rep.results[0]

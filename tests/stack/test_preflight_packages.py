@@ -32,7 +32,7 @@ from sparkpair_cli.deploy.nodeenv import load_node_env_file  # noqa: E402
 from sparkpair_cli.preflight import checks as pf  # noqa: E402
 from sparkpair_cli.preflight import toolchain  # noqa: E402
 from sparkpair_cli.preflight.result import Result  # noqa: E402
-from sparkpair_health.profile import load_profile  # noqa: E402
+from sparkpair_serving.profile import load_profile  # noqa: E402
 
 HOSTS = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 BUNDLED = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"

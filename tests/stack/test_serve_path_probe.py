@@ -429,7 +429,7 @@ def _node_env():
 def test_the_node_stops_on_the_verdict_and_passes_a_choice_to_vllm(tmp_path: Path) -> None:
     import typer
     from sparkpair_cli import cmd_node
-    from sparkpair_health.profile import load_profile
+    from sparkpair_serving.profile import load_profile
 
     profile = load_profile("deepseek-v4-flash")
     _probe(tmp_path, _stop_paths())

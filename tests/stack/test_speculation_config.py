@@ -11,7 +11,7 @@ import pytest
 import stacklib
 from pydantic import ValidationError
 from sparkpair_health.checks.speculation import parse_spec_counters
-from sparkpair_health.profile import load_profile
+from sparkpair_serving.profile import load_profile
 
 pytestmark = [pytest.mark.stack, pytest.mark.per_version]
 
@@ -19,7 +19,7 @@ PARSE = r"""
 import json, sys
 from sparkpair_cli.deploy import launch
 from sparkpair_cli.deploy.nodeenv import load_node_env, parse_env_file
-from sparkpair_health.profile import load_profile
+from sparkpair_serving.profile import load_profile
 # No GPU here: vLLM's platform has no device type, and the parser's config defaults need one.
 from vllm.platforms import current_platform
 type(current_platform).device_type = "cpu"
@@ -139,7 +139,7 @@ def _capture_sizes(compilation_config: str, max_size: int) -> tuple[list[int], i
 
 
 def test_vllm_033_captures_the_full_verify_step_only_with_the_listed_sizes() -> None:
-    from sparkpair_health.profile import arg_value
+    from sparkpair_serving.profile import arg_value
 
     server = load_profile("deepseek-v4-flash").server
     comp = arg_value(server.args, "--compilation-config")

@@ -118,11 +118,11 @@ def test_every_client_marker_is_in_the_table():
 
 def test_the_gateway_matches_the_clients_markers_only():
     """The canary's engine-dead check uses client.ENGINE_DEAD_MARKERS (checked above), no list of its own."""
-    text = Path(logscan.__file__).with_name("gateway_canary.py").read_text()
+    text = (Path(logscan.__file__).parent / "gateway" / "canary.py").read_text()
     assert len(re.findall(r"any\(m in \w+ for m in ENGINE_DEAD_MARKERS\)", text)) == 1, (
-        "gateway_canary.py: the canary's engine-dead check no longer uses client.ENGINE_DEAD_MARKERS")
+        "gateway/canary.py: the canary's engine-dead check no longer uses client.ENGINE_DEAD_MARKERS")
     assert not re.search(r"\"EngineDeadError\"", text), (
-        "gateway_canary.py lists engine-dead markers of its own"
+        "gateway/canary.py lists engine-dead markers of its own"
     )
 
 

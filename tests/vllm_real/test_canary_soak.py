@@ -45,7 +45,7 @@ def test_a_real_server_under_load_keeps_readyz_200_and_reports_busy(  # type: ig
     from sparkpair_cli.server import VllmServer
     from sparkpair_health.engine_load import parse_engine_load
     from sparkpair_health.gateway import Gateway, GatewaySettings
-    from sparkpair_health.profile import load_profile
+    from sparkpair_serving.profile import load_profile
 
     profile = load_profile("tiny-ngram")
     seqs = profile.server.max_num_seqs()

@@ -12,9 +12,9 @@ import pytest
 from sparkpair_health.checks import CHECKS, MODEL_CHECKS, SWEEP_CHECKS, CheckContext
 from sparkpair_health.checks.long_context import probe_lengths
 from sparkpair_health.client import HealthClient
-from sparkpair_health.profile import Profile
 from sparkpair_health.report import CheckResult
 from sparkpair_health.suite import run_check
+from sparkpair_serving.profile import Profile
 
 pytestmark = [pytest.mark.vllm_real, pytest.mark.slow]
 

@@ -151,7 +151,7 @@ def test_every_dashboard_expression_parses_and_names_a_series_the_real_servers_e
     text = Path(spec_metrics.__file__).read_text()
     for name in ("vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_draft_tokens"):
         assert f'"{name}"' in text, f"{name} is not in {spec_metrics.__file__}"
-    from sparkpair_health.gateway_metrics import GatewayMetrics
+    from sparkpair_health.gateway.metrics import GatewayMetrics
 
     assert GatewayMetrics().container_restarts._name == "sparkpair_container_restart_count"
 
@@ -170,7 +170,7 @@ def test_the_dashboard_check_fails_on_a_typo_and_on_an_unknown_series(prometheus
 def test_the_status_page_screenshot_shows_the_green_ready_verdict(
     ready_gateway: tuple[Any, str], tmp_path: Path
 ) -> None:
-    from sparkpair_health.gateway_status import COLOURS
+    from sparkpair_health.gateway.status import COLOURS
 
     gw, url = ready_gateway
     wait("a canary in the history", lambda: len(gw.canary_history) >= 2, 30)
@@ -189,7 +189,7 @@ def test_the_status_page_screenshot_shows_red_not_ready_naming_the_failing_check
     vllm_server: Any, tmp_path: Path
 ) -> None:
     from sparkpair_health.gateway import Gateway, GatewaySettings
-    from sparkpair_health.gateway_status import COLOURS
+    from sparkpair_health.gateway.status import COLOURS
 
     gw = Gateway(
         GatewaySettings(

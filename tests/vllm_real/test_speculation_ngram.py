@@ -20,8 +20,8 @@ import httpx
 import pytest
 from sparkpair_health.checks import CHECKS
 from sparkpair_health.checks.speculation import SPEC_COUNTERS, SPEC_FIRST, SPEC_LAST, parse_spec_counters
-from sparkpair_health.profile import load_profile
 from sparkpair_health.suite import SuiteSettings, run_suite
+from sparkpair_serving.profile import load_profile
 
 pytestmark = [pytest.mark.vllm_real, pytest.mark.slow]
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from sparkpair_serving.profile import Profile
 
 from ..client import Deadline, HealthClient, ServerGone, engine_dead_in
-from ..profile import Profile
 from ..sse import OpenAIStream
 
 JSON = dict[str, Any]

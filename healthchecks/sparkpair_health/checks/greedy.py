@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sparkpair_serving.profile import ExpectedAnswer
+
 from ..client import Deadline
-from ..profile import ExpectedAnswer
 from .base import (
     JSON,
     NO_THINKING,

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from ..profile import Profile
+from sparkpair_serving.profile import Profile
+
 from .api import check_chat, check_models, check_stream, check_stream_no_usage
 from .base import CheckSpec
 from .greedy import check_determinism, check_greedy_sanity, check_semantic, check_stream_equality

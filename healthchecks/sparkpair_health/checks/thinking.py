@@ -14,8 +14,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from sparkpair_serving.profile import Profile
+
 from ..client import Deadline
-from ..profile import Profile
 from .base import (
     JSON,
     CheckContext,

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from sparkpair_health.inputs import load_yaml
-from sparkpair_health.profile import CONFIGS_DIR
+from sparkpair_serving.inputs import load_yaml
+from sparkpair_serving.profile import CONFIGS_DIR
 
 WORKLOADS_DIR = CONFIGS_DIR / "bench"
 """``configs/bench`` of a source checkout or of the installed copy (:data:`CONFIGS_DIR`)."""

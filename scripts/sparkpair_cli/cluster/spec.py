@@ -153,7 +153,7 @@ def _resolve(cluster_file: Path, p: Path) -> Path:
 
 
 def _read_yaml(path: Path) -> Any:
-    from sparkpair_health.inputs import load_yaml, read_small_file
+    from sparkpair_serving.inputs import load_yaml, read_small_file
 
     try:
         data = read_small_file(path, CLUSTER_FILE_MAX_BYTES)

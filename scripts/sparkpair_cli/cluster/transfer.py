@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkpair_health.inputs import read_small_file
+from sparkpair_serving.inputs import read_small_file
 
 from .manifest import CHUNK, MANIFEST_NAME, SKIP_DIRS, files_of
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from sparkpair_health.profile import Profile, arg_value
-from sparkpair_health.waiting import PollTimeout, poll_until
+from sparkpair_serving.profile import Profile, arg_value
+from sparkpair_serving.waiting import PollTimeout, poll_until
 
 from .nodeenv import NodeEnv
 

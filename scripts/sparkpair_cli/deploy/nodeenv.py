@@ -25,8 +25,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from sparkpair_health.inputs import read_small_file
 from sparkpair_health.peers import peers_from_text
+from sparkpair_serving.inputs import read_small_file
 
 from ..preflight.ids import CHECK_IDS
 from .nodeenv_values import (
@@ -336,7 +336,7 @@ class NodeEnv(BaseModel):
         }
 
     def api_key_source(self) -> dict[str, str]:
-        """The two API-key settings, as :func:`sparkpair_health.apikey.resolve_api_key` reads
+        """The two API-key settings, as :func:`sparkpair_serving.apikey.resolve_api_key` reads
         them (contract: the key from a file or the env, never argv)."""
         return {
             "SPARKPAIR_API_KEY": self.SPARKPAIR_API_KEY.get_secret_value(),

@@ -52,7 +52,7 @@ def container_keys() -> frozenset[str]:
     and health: the node's (:class:`NodeEnv`), the overlay's (``sparkpair_overlay.envs.REGISTRY``),
     the gateway's (its settings' fields) and :data:`CONTAINER_ONLY_KEYS`. A key of an env file
     outside this set never reaches a container."""
-    from sparkpair_health.gateway_settings import GatewaySettings
+    from sparkpair_health.gateway.settings import GatewaySettings
     from sparkpair_overlay.envs import REGISTRY
 
     gateway = {"SPARKPAIR_" + f.upper() for f in GatewaySettings.model_fields}
@@ -63,7 +63,7 @@ def known_keys() -> frozenset[str]:
     """Every ``SPARKPAIR_*`` key a node env file may hold: the node's (:class:`NodeEnv`), the
     overlay's (``sparkpair_overlay.envs.REGISTRY``), the gateway's (its settings' fields) and
     compose's (:data:`COMPOSE_ONLY_KEYS`)."""
-    from sparkpair_health.gateway_settings import GatewaySettings
+    from sparkpair_health.gateway.settings import GatewaySettings
     from sparkpair_overlay.envs import REGISTRY
 
     gateway = {"SPARKPAIR_" + f.upper() for f in GatewaySettings.model_fields}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 # SPARKPAIR_NODE_NAME's pattern: one definition, shared with the gateway's peers and stability nodes.
-from sparkpair_health.inputs import NODE_NAME_RE as NODE_NAME_RE
+from sparkpair_serving.inputs import NODE_NAME_RE as NODE_NAME_RE
 
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 """Linux interface names: at most 15 bytes (IFNAMSIZ - 1)."""

@@ -212,7 +212,7 @@ def profile_checkpoint(model_override: str | None, profile: Any) -> tuple[str, s
     ``--revision``."""
     if model_override:
         return model_override, None
-    from sparkpair_health.profile import arg_value
+    from sparkpair_serving.profile import arg_value
 
     return profile.server.model, arg_value(profile.server.args, "--revision")
 

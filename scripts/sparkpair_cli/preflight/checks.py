@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from sparkpair_health.inputs import read_small_file
+from sparkpair_serving.inputs import read_small_file
 
 from ..deploy.nodeenv import NodeEnv
 from .checkpoint import check_checkpoint
@@ -61,7 +61,7 @@ def in_image_note(env: NodeEnv, env_file: Path | None, only: list[str] | None) -
     """What a preflight run on the host says about :data:`IMAGE_GROUPS`, and the exact command that
     runs those groups inside the image on this node (``docker compose ... run`` of this node's
     service, from the checkout, with this env file)."""
-    from sparkpair_health.profile import CONFIGS_DIR
+    from sparkpair_serving.profile import CONFIGS_DIR
 
     from ..deploy.compose_cli import ComposeUnavailable, find_compose
 

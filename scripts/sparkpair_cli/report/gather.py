@@ -9,7 +9,7 @@ named, with what it was doing). The nodes are read by :mod:`.collect`; the secti
 :mod:`.node_sections` (from what the nodes gave) and :mod:`.api_sections` (from the pair's API and
 this run).
 
-Everything assembled here passes :func:`sparkpair_health.apikey.redact` (the health package's one
+Everything assembled here passes :func:`sparkpair_serving.apikey.redact` (the one
 redaction) once, in :func:`finish`, with the API key, every secret found in the nodes'
 environments (the model-sync token among them), the owner's private hosts and the run's folder.
 """
@@ -78,7 +78,7 @@ def build_report(
 
     Returns:
         ``{"schema", "meta", "sections": [ {id, title, state, why, data}, ... ]}``, every
-        string through :func:`sparkpair_health.apikey.redact`.
+        string through :func:`sparkpair_serving.apikey.redact`.
     """
     t0 = time.monotonic()
     progress(f"reading {len(nodes)} nodes (at most {opts.node_timeout_s:g} s each)")
@@ -198,11 +198,11 @@ def summary(sections: dict[str, Section], facts: list[NodeFacts], opts: Options)
 def finish(report: dict[str, Any], opts: Options, secrets: Sequence[tuple[str, SecretStr]]) -> dict[str, Any]:
     """The report with every string redacted (see the module docstring).
 
-    A secret too short to be searched for in free text (:func:`sparkpair_health.apikey.searchable`)
+    A secret too short to be searched for in free text (:func:`sparkpair_serving.apikey.searchable`)
     is removed only where a whole value is it; each such secret is named (never shown) in
     ``meta.warnings`` and in the summary, so the owner knows a log line or an answer may still
     hold it."""
-    from sparkpair_health.apikey import MIN_RUN, Private, redact, searchable
+    from sparkpair_serving.apikey import MIN_RUN, Private, redact, searchable
 
     named = [*secrets, *opts.extra_tokens]
     if opts.api_key is not None:

@@ -62,7 +62,7 @@ def read_report_data(path: Path, option: str = "--compare") -> dict[str, Any]:
             (no embedded data, not JSON, no ``sparkpair-report/`` schema, ``sections`` not a list of
             objects each with an ``id``).
     """
-    from sparkpair_health.inputs import read_small_file
+    from sparkpair_serving.inputs import read_small_file
 
     try:
         text = read_small_file(path, MAX_REPORT_BYTES).decode("utf-8", errors="replace")

@@ -150,7 +150,7 @@ def section_nccl(nodes: list[NodeFacts], opts: Options) -> Section:
     s = Section("nccl", dict(SECTIONS)["nccl"])
     logs: list[tuple[str, str]] = []
     if opts.nccl_log is not None:
-        from sparkpair_health.inputs import read_small_file
+        from sparkpair_serving.inputs import read_small_file
 
         try:
             raw = read_small_file(opts.nccl_log, NCCL_LOG_MAX_BYTES)

@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parse_version(args.version)
         if args.json_out is not None:  # checked now, not after a stack tier of an hour
-            from sparkpair_health.inputs import check_output_file
+            from sparkpair_serving.inputs import check_output_file
 
             try:
                 args.json_out = check_output_file(args.json_out, "--json")

@@ -240,7 +240,7 @@ def test_node_env_file_that_is_not_a_small_regular_file_is_refused(tmp_path: Pat
 
 @pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "huge"])
 def test_api_key_file_that_is_not_a_small_regular_file_is_refused(tmp_path: Path, kind: str) -> None:
-    from sparkpair_health.apikey import ApiKeyError, resolve_api_key
+    from sparkpair_serving.apikey import ApiKeyError, resolve_api_key
 
     if kind == "fifo":
         path = tmp_path / "key"

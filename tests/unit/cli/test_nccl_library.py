@@ -18,7 +18,7 @@ import pytest
 from sparkpair_cli.deploy.nodeenv import load_node_env_file
 from sparkpair_cli.preflight import checks as pf
 from sparkpair_cli.preflight import nccl
-from sparkpair_health.profile import load_profile
+from sparkpair_serving.profile import load_profile
 
 HOSTS = Path(__file__).resolve().parents[2] / "fixtures" / "hosts"
 

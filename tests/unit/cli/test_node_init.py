@@ -124,7 +124,7 @@ def test_the_pair_written_on_each_node_is_one_cluster(tmp_path: Path) -> None:
     assert {str(n.env.SPARKPAIR_FABRIC_CIDR) for n in c.nodes} == {"192.168.177.0/24"}
     # the preflight, on each node's tree with the file node init wrote, passes its fabric checks
     from sparkpair_cli.preflight import checks as pf
-    from sparkpair_health.profile import load_profile
+    from sparkpair_serving.profile import load_profile
 
     for tree, f in (("spark-head-good", a), ("spark-worker-good", b)):
         rep = pf.run_local(load_node_env_file(f), load_profile("deepseek-v4-flash"), root=HOSTS / tree,

@@ -15,7 +15,7 @@ import typer
 from sparkpair_cli import cmd_node
 from sparkpair_cli.deploy import launch, liveness
 from sparkpair_cli.deploy.nodeenv import load_node_env, parse_env_file
-from sparkpair_health.profile import load_profile
+from sparkpair_serving.profile import load_profile
 from typer.testing import CliRunner
 
 REPO = Path(__file__).resolve().parents[3]

@@ -11,8 +11,8 @@ import pytest
 import typer
 from sparkpair_cli import cmd_node
 from sparkpair_cli.deploy.nodeenv import load_node_env_file
-from sparkpair_health.profile import load_profile
 from sparkpair_overlay.serve_matrix import Switches
+from sparkpair_serving.profile import load_profile
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures/hosts/spark-head-good/node.env"
 

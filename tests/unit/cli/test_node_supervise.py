@@ -145,7 +145,7 @@ def test_the_key_reaches_vllm_in_its_environment_never_in_argv(
 
 
 def test_api_key_env_reads_the_file_and_never_shows_it(tmp_path: Path) -> None:
-    from sparkpair_health.apikey import ApiKeyError
+    from sparkpair_serving.apikey import ApiKeyError
 
     f = tmp_path / "api-key"
     f.write_text("  sk-file-key-91 \n")

@@ -12,7 +12,7 @@ from sparkpair_cli.deploy.nodeenv import load_node_env_file
 from sparkpair_cli.main import app
 from sparkpair_cli.preflight import checks as pf
 from sparkpair_cli.preflight.result import Result
-from sparkpair_health.profile import load_profile
+from sparkpair_serving.profile import load_profile
 from typer.testing import CliRunner
 
 HOSTS = Path(__file__).resolve().parents[2] / "fixtures" / "hosts"

@@ -15,7 +15,7 @@ from sparkpair_cli.deploy.nodeenv import load_node_env_file
 from sparkpair_cli.preflight import toolchain
 from sparkpair_cli.preflight.host import Host
 from sparkpair_cli.preflight.result import Ctx, Result
-from sparkpair_health.profile import load_profile
+from sparkpair_serving.profile import load_profile
 
 triton = pytest.importorskip("triton")
 HOSTS = Path(__file__).resolve().parents[2] / "fixtures" / "hosts"

@@ -9,7 +9,7 @@ from sparkpair_cli.deploy.nodeenv import load_node_env_file
 from sparkpair_cli.preflight import checks as pf
 from sparkpair_cli.preflight.fabric import resolve_gid_index
 from sparkpair_cli.preflight.result import Result
-from sparkpair_health.profile import load_profile
+from sparkpair_serving.profile import load_profile
 
 HOSTS = Path(__file__).resolve().parents[2] / "fixtures" / "hosts"
 

@@ -17,7 +17,7 @@ from sparkpair_cli.report.gather import build_report
 from sparkpair_cli.report.html import ReportFileError, read_report_data, render
 from sparkpair_cli.report.model import NO_CUDA, SECTIONS, Options
 from sparkpair_cli.report.nodes import RecordedNode
-from sparkpair_health.profile import load_profile
+from sparkpair_serving.profile import load_profile
 from typer.testing import CliRunner
 
 TESTS = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """Nothing secret survives into ``sparkpair report``: an API key, the model-sync token, private
 hostnames and this machine's paths planted in every source the report reads -- the node env files,
 the container logs, the probe and plan files, the API's and the gateway's answers -- appear nowhere
-in the page, in any spelling the health package's redaction knows (:func:`sparkpair_health.apikey.spellings`).
+in the page, in any spelling the shared redaction knows (:func:`sparkpair_serving.apikey.spellings`).
 
 The API and the gateway here are a small HTTP server on 127.0.0.1 that answers with the planted
 values: a real vLLM never echoes a sync token or a hostname on demand, and that is the leak this
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from sparkpair_cli.main import app
 from sparkpair_cli.report.html import read_report_data
-from sparkpair_health.apikey import spellings
+from sparkpair_serving.apikey import spellings
 from typer.testing import CliRunner
 
 TESTS = Path(__file__).resolve().parents[2]

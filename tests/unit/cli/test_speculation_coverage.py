@@ -3,10 +3,10 @@ patched kernels: up to max_num_seqs x (k + 1) for verify and draft steps (docs/r
 
 from __future__ import annotations
 
-from sparkpair_health.profile import load_profile
 from sparkpair_overlay.kernels import fp8_einsum, router_gemm
 from sparkpair_overlay.probe import kernels as probe_kernels
 from sparkpair_overlay.probe import serve_paths
+from sparkpair_serving.profile import load_profile
 
 REV = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
 """The 0731 commit configs/profiles/deepseek-v4-flash.yaml pins (--revision)."""

@@ -7,7 +7,7 @@ import time
 
 import pytest
 from sparkpair_cli.deploy.launch import wait_tcp
-from sparkpair_health.waiting import PollTimeout, poll_until
+from sparkpair_serving.waiting import PollTimeout, poll_until
 
 
 def test_poll_until_returns_the_first_answer_and_the_seconds_waited() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from sparkpair_cli.main import app
-from sparkpair_health.apikey import ApiKeyError, resolve_api_key
 from sparkpair_health.gateway import GatewaySettings, GatewaySettingsError
+from sparkpair_serving.apikey import ApiKeyError, resolve_api_key
 from typer.testing import CliRunner
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from sparkpair_cli.main import app
-from sparkpair_health.profile import ProfileError, load_profile
 from sparkpair_health.report import Report, ReportWriteError
 from sparkpair_health.suite import SuiteSettings, _load_plan
+from sparkpair_serving.profile import ProfileError, load_profile
 from typer.testing import CliRunner
 
 CLOSED = "http://127.0.0.1:1"
@@ -136,7 +136,7 @@ def test_infinite_timeout_and_empty_model_name_are_refused(args: list[str], frag
 
 def test_a_profile_with_yaml_aliases_is_refused_before_it_expands(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A few hundred bytes of nested aliases would expand to billions of nodes."""
-    from sparkpair_health.profile import ProfileError, load_profile
+    from sparkpair_serving.profile import ProfileError, load_profile
 
     bomb = tmp_path / "bomb.yaml"
     rows = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
@@ -189,7 +189,7 @@ def test_a_profile_that_is_not_a_regular_file_says_so(tmp_path: Path, kind: str)
 
 def test_a_profile_over_the_size_cap_is_refused_unread(tmp_path: Path) -> None:
     """A 50 MB profile kept the YAML parser busy for over a minute."""
-    from sparkpair_health.profile import PROFILE_LIMIT_BYTES
+    from sparkpair_serving.profile import PROFILE_LIMIT_BYTES
 
     big = tmp_path / "big.yaml"
     big.write_bytes(b"name: " + b"x" * PROFILE_LIMIT_BYTES + b"\n")

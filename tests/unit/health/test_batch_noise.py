@@ -26,8 +26,8 @@ import pytest
 from sparkpair_health.checks import CHECKS, MODEL_CHECKS, CheckContext, check_list
 from sparkpair_health.client import HealthClient
 from sparkpair_health.gateway import Gateway
-from sparkpair_health.profile import Profile, SpeculationSpec, load_profile
 from sparkpair_health.suite import SuiteSettings, Timeouts, run_check, run_suite
+from sparkpair_serving.profile import Profile, SpeculationSpec, load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
 from dsv4_fault_server import FaultState, serve  # noqa: E402

@@ -30,9 +30,9 @@ from sparkpair_health.checks.long_context import fit_prompt, probe_lengths
 from sparkpair_health.checks.soak import soak_plan
 from sparkpair_health.checks.thinking import THINKING_AXES, UNSET
 from sparkpair_health.client import HealthClient, SuiteError
-from sparkpair_health.profile import Profile, ProfileError, load_profile
 from sparkpair_health.report import CheckResult
 from sparkpair_health.suite import run_check
+from sparkpair_serving.profile import Profile, ProfileError, load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
 from dsv4_fault_server import FaultState, serve  # noqa: E402
@@ -246,7 +246,7 @@ def test_api_key_is_sent_and_never_written_to_results() -> None:
 
 def test_redact_removes_a_key_the_server_echoed() -> None:
     from pydantic import SecretStr
-    from sparkpair_health.apikey import redact
+    from sparkpair_serving.apikey import redact
 
     k = SecretStr("abc123xyz")
     assert redact({"m": ["Bearer abc123xyz failed"]}, k) == {"m": ["Bearer <redacted-api-key> failed"]}

@@ -26,7 +26,7 @@ def _dsv4_profile() -> str:
     import tempfile
 
     import yaml
-    from sparkpair_health.profile import PROFILES_DIR
+    from sparkpair_serving.profile import PROFILES_DIR
 
     d = yaml.safe_load((PROFILES_DIR / "deepseek-v4-flash.yaml").read_text())
     d["server"].pop("speculation", None)

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 from sparkpair_health.engine_load import EngineLoad, judge_slow, parse_engine_load
 from sparkpair_health.gateway import Gateway
-from sparkpair_health.gateway_canary import verdict_bound_s
+from sparkpair_health.gateway.canary import verdict_bound_s
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -7,7 +7,8 @@ import sys
 
 CODE = """
 import sys
-from sparkpair_health import apikey, checks, gateway, profile, stability
+from sparkpair_health import checks, gateway, stability
+from sparkpair_serving import apikey, profile
 import sparkpair_cli.cmd_gateway
 checks.check_list(profile.load_profile('deepseek-v4-flash'))
 gateway.Gateway(gateway.GatewaySettings(stability={"nodes": [{"name": "head"}]}))

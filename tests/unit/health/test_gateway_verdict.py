@@ -31,7 +31,7 @@ from sparkpair_health.gateway import (
     GatewaySettings,
     default_ready_timeout_s,
 )
-from sparkpair_health.gateway_canary import POLL_SLACK_S, Freshness, verdict_bound_s
+from sparkpair_health.gateway.canary import POLL_SLACK_S, Freshness, verdict_bound_s
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
 from dsv4_fault_server import Served  # noqa: E402

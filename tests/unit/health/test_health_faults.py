@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from sparkpair_health.profile import ExpectedAnswer, load_profile
 from sparkpair_health.suite import NotReady, SuiteSettings, Timeouts, run_suite, suite_exit_code, wait_ready
 from sparkpair_overlay.plan import build_plan
+from sparkpair_serving.profile import ExpectedAnswer, load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
 from health_fault_server import FaultServer  # noqa: E402
@@ -228,7 +228,7 @@ def test_a_server_dripping_bytes_is_cut_at_the_overall_deadline_by_both_clients(
     # One byte per second: httpx's per-read timeout (2 s) never fires; the deadline must.
     from sparkpair_health.checks import CheckContext, post_chat
     from sparkpair_health.client import Deadline, HealthClient, RequestTimeout
-    from sparkpair_health.profile import load_profile
+    from sparkpair_serving.profile import load_profile
 
     body = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
     with FaultServer(hang_s=30, drip_s=1.0) as srv:

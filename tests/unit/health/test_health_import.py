@@ -14,7 +14,10 @@ MODULES = [
     "sparkpair_health.report",
     "sparkpair_health.render",
     "sparkpair_health.client",
-    "sparkpair_health.profile",
+    "sparkpair_serving.profile",
+    "sparkpair_serving.inputs",
+    "sparkpair_serving.apikey",
+    "sparkpair_serving.waiting",
     "sparkpair_cli.cmd_health",
     "sparkpair_cli.cmd_logscan",
 ]

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from sparkpair_cli.deploy import launch
 from sparkpair_cli.deploy.nodeenv import load_node_env, parse_env_file
-from sparkpair_health.profile import ProfileError, load_profile
+from sparkpair_serving.profile import ProfileError, load_profile
 
 REPO = Path(__file__).resolve().parents[3]
 ENV = load_node_env(parse_env_file(REPO / "configs" / "node.env.example"))
@@ -111,7 +111,7 @@ def test_a_profile_contradicting_its_speculation_is_refused_naming_the_value(
     ids=["extra-overrides-k", "method-with-spaces", "k-is-a-bool"],
 )
 def test_a_speculation_block_that_would_render_something_else_is_refused(spec: dict, fragment: str) -> None:
-    from sparkpair_health.profile import SpeculationSpec
+    from sparkpair_serving.profile import SpeculationSpec
 
     with pytest.raises(ValueError, match=re.escape(fragment)):
         SpeculationSpec.model_validate(spec)

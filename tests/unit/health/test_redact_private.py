@@ -1,6 +1,7 @@
-"""The one redaction (:func:`sparkpair_health.apikey.redact`) with :class:`~sparkpair_health.apikey.Private`:
-other tokens removed in every spelling as the key is, private hosts in any case, absolute paths
-outside the run; the image's and the system's own paths and the API's routes kept."""
+"""The one redaction (:func:`sparkpair_serving.apikey.redact`) with
+:class:`~sparkpair_serving.apikey.Private`: other tokens removed in every spelling as the key is,
+private hosts in any case, absolute paths outside the run; the image's and the system's own paths
+and the API's routes kept."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import base64
 import json
 
 from pydantic import SecretStr
-from sparkpair_health.apikey import (
+from sparkpair_serving.apikey import (
     OUTSIDE_PATH,
     PRIVATE_HOST,
     REDACTED,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sparkpair_health.checks import check_list
 from sparkpair_health.checks.speculation import SPEC_COUNTERS, parse_spec_counters
-from sparkpair_health.profile import Profile, SpeculationSpec, load_profile
 from sparkpair_health.suite import SuiteSettings, Timeouts, run_suite
+from sparkpair_serving.profile import Profile, SpeculationSpec, load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
 from health_fault_server import FaultServer  # noqa: E402

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sparkpair_health.profile import load_profile
 from sparkpair_overlay.kernels.fp8_einsum_plan import UNBOUNDED
 from sparkpair_overlay.plan import ProbeResults, build_plan
 from sparkpair_overlay.probe import ServedTokens, run_probe, served_tokens
 from sparkpair_overlay.serve_matrix import Switches, act_layout
+from sparkpair_serving.profile import load_profile
 
 
 @pytest.fixture(autouse=True)

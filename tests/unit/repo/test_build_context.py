@@ -40,7 +40,8 @@ def test_the_context_still_holds_what_the_image_is_built_from(checkout: tuple[Pa
     sent = context_files(root)
     for need in ("pyproject.toml", "README.md", "Dockerfile", "overlay/PATCHES.md",
                  "configs/profiles/deepseek-v4-flash.yaml", "configs/bench/quick.yaml",
-                 "scripts/sparkpair_cli/main.py", "healthchecks/sparkpair_health/gateway.py",
+                 "scripts/sparkpair_cli/main.py", "healthchecks/sparkpair_health/gateway/core.py",
+                 "healthchecks/sparkpair_serving/profile.py",
                  "overlay/sparkpair_overlay/__init__.py"):  # fmt: skip
         assert need in sent, need
     # only the shipped examples' folder neighbours: no example, key stand-in or env file of configs/

@@ -1,5 +1,5 @@
-"""No import cycle inside the three packages (``overlay/sparkpair_overlay``,
-``healthchecks/sparkpair_health``, ``scripts/sparkpair_cli``).
+"""No import cycle inside or between the packages (``overlay/sparkpair_overlay``,
+``healthchecks/sparkpair_serving``, ``healthchecks/sparkpair_health``, ``scripts/sparkpair_cli``).
 
 Every import between modules of one package counts, at module level, inside functions and under
 ``if TYPE_CHECKING:`` alike (a function-level import that reaches back is the same knot, only tied
@@ -15,6 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 PACKAGES = (
     REPO / "overlay" / "sparkpair_overlay",
+    REPO / "healthchecks" / "sparkpair_serving",
     REPO / "healthchecks" / "sparkpair_health",
     REPO / "scripts" / "sparkpair_cli",
 )
@@ -96,7 +97,7 @@ framework): while that module exists its edge back to ``checks`` is left out. On
 gone this entry matches nothing."""
 
 
-def test_the_three_packages_have_no_import_cycle() -> None:
+def test_the_packages_have_no_import_cycle() -> None:
     graph = import_graph(PACKAGES)
     for mod, back in PENDING.items():
         graph.get(mod, set()).discard(back)
@@ -104,6 +105,20 @@ def test_the_three_packages_have_no_import_cycle() -> None:
     assert "sparkpair_cli.preflight.checkpoint" in graph["sparkpair_cli.preflight.checks"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_serving_contract_imports_neither_the_health_package_nor_the_cli() -> None:
+    """``sparkpair_serving`` is what both sides share: it stands below them, never reaches up."""
+    graph = import_graph(PACKAGES)
+    assert "sparkpair_serving.profile" in graph, sorted(graph)[:5]
+    up = {
+        f"{mod} -> {t}"
+        for mod, targets in graph.items()
+        if mod.startswith("sparkpair_serving")
+        for t in targets
+        if not t.startswith("sparkpair_serving")
+    }
+    assert up == set()
 
 
 def test_the_detector_finds_a_cycle_through_a_function_level_import(tmp_path: Path) -> None:

@@ -78,13 +78,13 @@ def test_the_node_env_schema_is_the_registrys_node_rows() -> None:
 
 
 def test_the_gateway_schema_is_the_registrys_gateway_rows() -> None:
-    from sparkpair_health.gateway_settings import ENV_PREFIX, GatewaySettings
+    from sparkpair_health.gateway.settings import ENV_PREFIX, GatewaySettings
 
     rows = {s.name: s for s in sr.read_by("gateway")}
     fields = {ENV_PREFIX + f.upper(): f for f in GatewaySettings.model_fields}
     assert set(fields) <= set(rows)
     # A gateway row that is not a field is read by the settings module itself (a default's source).
-    source = (ROOT / "healthchecks" / "sparkpair_health" / "gateway_settings.py").read_text()
+    source = (ROOT / "healthchecks" / "sparkpair_health" / "gateway" / "settings.py").read_text()
     assert all(name in source for name in set(rows) - set(fields)), sorted(set(rows) - set(fields))
     for name, f in fields.items():
         field = GatewaySettings.model_fields[f]

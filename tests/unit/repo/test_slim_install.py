@@ -60,7 +60,7 @@ def test_the_installed_package_finds_every_shipped_profile_and_workload_outside_
     slim_venv: Path,
 ) -> None:
     code = (
-        "from sparkpair_health.profile import PROFILES_DIR, load_profile;"
+        "from sparkpair_serving.profile import PROFILES_DIR, load_profile;"
         "from sparkpair_cli.bench.workload import WORKLOADS_DIR;"
         "names = sorted(p.stem for p in PROFILES_DIR.glob('*.yaml'));"
         "[load_profile(n) for n in names];"

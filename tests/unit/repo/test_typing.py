@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[3]
 #: Package folders that must pass ``mypy --strict``.
 STRICT_PACKAGES = [
     "overlay/sparkpair_overlay",
+    "healthchecks/sparkpair_serving",
     "healthchecks/sparkpair_health",
 ]
 

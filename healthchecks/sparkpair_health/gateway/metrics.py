@@ -10,8 +10,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import SecretStr
-
-from .apikey import redact
+from sparkpair_serving.apikey import redact
 
 
 class GatewayMetrics:
@@ -19,7 +18,7 @@ class GatewayMetrics:
 
     Args:
         key: the server's API key: every label value that is not the gateway's own word passes
-            :func:`~sparkpair_health.apikey.redact` with it.
+            :func:`~sparkpair_serving.apikey.redact` with it.
     """
 
     STATUSES = ("pass", "fail", "skip", "error")

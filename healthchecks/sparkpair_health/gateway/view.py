@@ -1,5 +1,5 @@
-"""What the gateway's HTTP app (:mod:`sparkpair_health.gateway_app`) and its status page
-(:mod:`sparkpair_health.gateway_status`) read of a running gateway
+"""What the gateway's HTTP app (:mod:`sparkpair_health.gateway.app`) and its status page
+(:mod:`sparkpair_health.gateway.status`) read of a running gateway
 (:class:`sparkpair_health.gateway.Gateway` satisfies it). They are typed against this protocol
 rather than the class, so neither imports the module that imports them."""
 
@@ -11,9 +11,9 @@ from typing import Any, Protocol
 
 from pydantic import SecretStr
 
-from .gateway_metrics import GatewayMetrics
-from .gateway_settings import GatewaySettings
-from .peers import PeerDown
+from ..peers import PeerDown
+from .metrics import GatewayMetrics
+from .settings import GatewaySettings
 
 __all__ = ["GatewayView"]
 
@@ -25,7 +25,7 @@ class GatewayView(Protocol):
         s: the gateway's settings; key: the resolved API key (``None``: none set), redacted from
             every page; metrics: its Prometheus metrics; phase: where the worker is
             (``starting`` .. ``ready``); report_json: the last suite report, JSON text; canary_history:
-            the last canary results (:data:`sparkpair_health.gateway_canary.CANARY_HISTORY`);
+            the last canary results (:data:`sparkpair_health.gateway.canary.CANARY_HISTORY`);
             peer_down: the peer's death, when seen; gave_up: why the worker stopped, when it did.
         _lock: guards ``report_json``, ``canary_history`` and ``peer_down`` (the worker thread writes
             them while the endpoints read).

@@ -5,8 +5,8 @@ Docker/compose secret, one line, surrounding whitespace stripped) or from the en
 (``SPARKPAIR_API_KEY``), never from the command line (argv is visible to every user of the
 machine in ``ps``). It is never parsed (no JSON, no YAML) and never printed: it is held as a
 :class:`pydantic.SecretStr` (``repr``/``str``/``model_dump_json`` print ``**********``), and
-:func:`redact` -- the one redaction of the health package -- removes it from everything the
-suite and the gateway print or write (a server or proxy may echo the ``Authorization``
+:func:`redact` -- the one redaction, shared by the health package and the CLI -- removes it from
+everything the suite and the gateway print or write (a server or proxy may echo the ``Authorization``
 header in an error body, or a model may repeat it token by token in a streamed answer).
 Messages about the key name its *source* (:func:`api_key_source`).
 

@@ -14,7 +14,7 @@ What it shows, top to bottom:
 - wedge recovery (when on): restarts done in the window and the last action.
 
 The page refreshes itself every ``canary_interval_s`` (``<meta http-equiv=refresh>``).
-Everything shown passes :func:`sparkpair_health.apikey.redact`. Runs in the slim client.
+Everything shown passes :func:`sparkpair_serving.apikey.redact`. Runs in the slim client.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import time
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from .apikey import redact
+from sparkpair_serving.apikey import redact
 
 if TYPE_CHECKING:
-    from .gateway_view import GatewayView
+    from .view import GatewayView
 
 COLOURS = {"ready": "#1a7f37", "fail": "#cf222e", "waiting": "#9a6700"}
 """Badge background colours (sRGB hex), chosen to be told apart in a screenshot: green, red,

@@ -56,12 +56,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .apikey import redact
-from .checks.compare import LOGPROB_FIELDS, compare_greedy
-from .client import ENGINE_DEAD_MARKERS, HealthClient
-from .decode_answer import DecodeAnswer
-from .engine_load import EngineLoad, judge_slow, parse_engine_load
-from .gateway_settings import GatewaySettings
+from sparkpair_serving.apikey import redact
+
+from ..checks.compare import LOGPROB_FIELDS, compare_greedy
+from ..client import ENGINE_DEAD_MARKERS, HealthClient
+from ..decode_answer import DecodeAnswer
+from ..engine_load import EngineLoad, judge_slow, parse_engine_load
+from .settings import GatewaySettings
 
 CANARY_HISTORY = 50
 """Canary results the gateway keeps for the status page (the newest last); one an interval,
@@ -313,7 +314,7 @@ class CanaryMixin:
 
     def _profile(self) -> Any:
         if self._prof is None:
-            from .profile import load_profile
+            from sparkpair_serving.profile import load_profile
 
             self._prof = load_profile(self.s.profile)
         return self._prof
@@ -333,7 +334,7 @@ class CanaryMixin:
         return self.s.canary_prompt, self.s.canary_max_tokens, None, None
 
     def _probe(self, mode: str, request_id: str, timeout_s: float) -> DecodeAnswer:
-        from .suite import decode_probe
+        from ..suite import decode_probe
 
         client = self._canary_client()
         if self._suite_settings is None:  # the profile loaded once, not on every canary
@@ -442,8 +443,8 @@ class CanaryMixin:
         ``baseline`` (:meth:`record_reference`), a random-weight model's non-streamed answer
         becomes the reference before it is judged.
         """
-        from .client import RequestTimeout, SuiteError
-        from .suite import NotReady
+        from ..client import RequestTimeout, SuiteError
+        from ..suite import NotReady
 
         t0 = time.monotonic()
         end = t0 + self.s.canary_timeout_s - progress_read_s(self.s)

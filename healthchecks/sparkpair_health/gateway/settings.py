@@ -25,11 +25,11 @@ from pydantic import (
     field_validator,
 )
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
+from sparkpair_serving.apikey import api_key_source, resolve_api_key
+from sparkpair_serving.inputs import check_base_url, check_output_file, check_plan_file
 
-from .apikey import api_key_source, resolve_api_key
-from .inputs import check_base_url, check_output_file, check_plan_file
-from .peers import DEFAULT_HEAD_LOG, Peer, PeerSettings, check_unique_peers, peers_from_text
-from .stability import StabilitySettings
+from ..peers import DEFAULT_HEAD_LOG, Peer, PeerSettings, check_unique_peers, peers_from_text
+from ..stability import StabilitySettings
 
 ENV_PREFIX = "SPARKPAIR_"
 
@@ -116,7 +116,7 @@ class GatewaySettings(BaseSettings):
         peers / head_log / peer_probe_port: how a peer that is down is named (:mod:`sparkpair_health.peers`).
         dsv4_checks: whether the suite adds the DeepSeek-V4 model checks (``dsv4.*``). Unset
             (``None``, what the node's health service leaves it): the profile decides, the one place
-            that says what is served (:attr:`~sparkpair_health.profile.Profile.is_dsv4`). ``False``
+            that says what is served (:attr:`~sparkpair_serving.profile.Profile.is_dsv4`). ``False``
             skips them (a quick bring-up); ``True`` adds them on a profile that is not DeepSeek-V4
             (the tests run them on the tiny model). :meth:`runs_model_checks` applies this.
         dsv4: removed (refused when given): the model-check settings are the profile's ``checks.dsv4``.
@@ -260,7 +260,7 @@ class GatewaySettings(BaseSettings):
         the profile serves DeepSeek-V4."""
         if self.dsv4_checks is not None:
             return self.dsv4_checks
-        from .profile import load_profile
+        from sparkpair_serving.profile import load_profile
 
         return load_profile(self.profile).is_dsv4
 
@@ -283,7 +283,7 @@ class GatewaySettings(BaseSettings):
     def _profile(cls, v: str) -> str:
         # Loaded now, not when the suite first runs: a bad profile must stop the gateway at
         # start (exit 3), not leave it answering 503 "suite defect" forever.
-        from .profile import load_profile
+        from sparkpair_serving.profile import load_profile
 
         load_profile(v)
         return v
@@ -291,8 +291,8 @@ class GatewaySettings(BaseSettings):
     @field_validator("only")
     @classmethod
     def _only(cls, v: list[str] | None) -> list[str] | None:
-        from .checks import CHECKS
-        from .checks.speculation import SPEC_FIRST, SPEC_LAST
+        from ..checks import CHECKS
+        from ..checks.speculation import SPEC_FIRST, SPEC_LAST
 
         known = [c.id for c in [*SPEC_FIRST, *CHECKS, *SPEC_LAST]]
         bad = [x for x in v or [] if x not in known]
@@ -304,7 +304,7 @@ class GatewaySettings(BaseSettings):
     @classmethod
     def _dsv4(cls, v: dict[str, Any]) -> dict[str, Any]:
         # Removed: the DeepSeek-V4 check settings are profile fields (checks.dsv4) now.
-        from .profile import removed_dsv4_setting
+        from sparkpair_serving.profile import removed_dsv4_setting
 
         if v:
             raise ValueError("; ".join(removed_dsv4_setting(k, "SPARKPAIR_DSV4 / --dsv4") for k in v))
@@ -334,7 +334,7 @@ class GatewaySettings(BaseSettings):
         env = os.environ if env is None else env
         data: dict[str, Any] = dict(_EnvSource(cls, env)())
         source = {name: ENV_PREFIX + name.upper() for name in data}
-        from .profile import removed_dsv4_env
+        from sparkpair_serving.profile import removed_dsv4_env
 
         if stale := removed_dsv4_env(env):  # model-check settings are profile fields now
             raise GatewaySettingsError(stale)

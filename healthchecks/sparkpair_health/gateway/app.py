@@ -13,12 +13,12 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from sparkpair_serving.apikey import redact
 
-from .apikey import redact
-from .gateway_settings import GatewaySettingsError
+from .settings import GatewaySettingsError
 
 if TYPE_CHECKING:
-    from .gateway_view import GatewayView
+    from .view import GatewayView
 
 THREAD_ENDED = "the gateway's worker thread has ended: nothing judges (restart the container)"
 """``/livez``'s cause once the worker thread has ended."""
@@ -58,7 +58,7 @@ def make_app(gw: GatewayView) -> FastAPI:
 
     @app.get("/status")
     def status() -> HTMLResponse:
-        from .gateway_status import status_page
+        from .status import status_page
 
         return HTMLResponse(status_page(gw))
 

@@ -12,12 +12,12 @@ Endpoints:
 - ``GET /report``: the latest suite report (JSON, as ``Report.to_json``) plus ``peer_down``
   while a peer is named down (dead, paused, frozen, ...); 503 before the first.
 - ``GET /metrics``: Prometheus text, every name prefixed ``sparkpair_``
-  (:mod:`sparkpair_health.gateway_metrics`).
+  (:mod:`sparkpair_health.gateway.metrics`).
 - ``GET /status``: an HTML page for people: verdict, failing check with evidence, kernel
-  plan, canary history (:mod:`sparkpair_health.gateway_status`).
+  plan, canary history (:mod:`sparkpair_health.gateway.status`).
 
-Modules: settings (:mod:`~sparkpair_health.gateway_settings`), metrics, canary
-(:mod:`~sparkpair_health.gateway_canary`), HTTP app (:mod:`~sparkpair_health.gateway_app`),
+Modules: settings (:mod:`~sparkpair_health.gateway.settings`), metrics, canary
+(:mod:`~sparkpair_health.gateway.canary`), HTTP app (:mod:`~sparkpair_health.gateway.app`),
 status page; this one holds the state and the worker thread.
 
 Background (one daemon thread): wait for readiness -> run the suite (health v1 checks plus
@@ -25,7 +25,7 @@ the DeepSeek-V4 checks: :func:`sparkpair_health.checks.check_list`) -> the basel
 tick (the reference answer) -> a canary tick every ``canary_interval_s`` seconds: the
 readiness gate's decode probe sent non-streamed and streamed, each with a nonce, each answer
 judged decoded, fresh and right; a slow answer judged busy or wedged from the engine's own
-counters (the contract: :mod:`sparkpair_health.gateway_canary`).
+counters (the contract: :mod:`sparkpair_health.gateway.canary`).
 Every exception in the suite or a canary is a verdict (503 naming it), never the end of the
 thread. A peer node that dies, freezes or restarts is named, with its state, from the
 evidence :mod:`sparkpair_health.peers` reads. With ``recovery`` on, each canary tick is also
@@ -36,7 +36,7 @@ and the command exits non-zero (2), so compose's ``restart: on-failure`` applies
 
 Configuration: :class:`GatewaySettings`, from the environment (``SPARKPAIR_<FIELD>``, see
 :meth:`GatewaySettings.from_env`) and the same fields as ``sparkpair gateway`` options.
-Everything the gateway prints, serves or writes passes :func:`sparkpair_health.apikey.redact`.
+Everything the gateway prints, serves or writes passes :func:`sparkpair_serving.apikey.redact`.
 Runs in the slim client: imports neither vLLM nor torch.
 """
 
@@ -50,15 +50,18 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
+from sparkpair_serving.apikey import redact
 
-from .apikey import redact
-from .client import HealthClient
-from .decode_answer import DecodeAnswer
-from .engine_load import EngineLoad
-from .gateway_app import THREAD_ENDED, listen_socket
-from .gateway_canary import CANARY_HISTORY, CanaryMixin, Freshness
-from .gateway_metrics import GatewayMetrics
-from .gateway_settings import (
+from ..client import HealthClient
+from ..decode_answer import DecodeAnswer
+from ..engine_load import EngineLoad
+from ..peers import PeerDown, PeerWatch
+from ..recovery import Recovery, RestartBudget, TokenProgress, restart_pair
+from ..stability import StabilityMonitor
+from .app import THREAD_ENDED, listen_socket
+from .canary import CANARY_HISTORY, CanaryMixin, Freshness
+from .metrics import GatewayMetrics
+from .settings import (
     ENV_PREFIX,
     HEAD_START_PERIOD_S,
     JOIN_TIMEOUT_DEFAULT_S,
@@ -68,9 +71,6 @@ from .gateway_settings import (
     GatewaySettingsError,
     default_ready_timeout_s,
 )
-from .peers import PeerDown, PeerWatch
-from .recovery import Recovery, RestartBudget, TokenProgress, restart_pair
-from .stability import StabilityMonitor
 
 __all__ = [
     "ENV_PREFIX",
@@ -224,7 +224,7 @@ class Gateway(CanaryMixin):
 
     def suite_settings(self) -> Any:
         """Health v1's ``SuiteSettings`` for this gateway."""
-        from .suite import SuiteSettings, Timeouts
+        from ..suite import SuiteSettings, Timeouts
 
         return SuiteSettings(
             base_url=self.s.base_url,
@@ -246,14 +246,14 @@ class Gateway(CanaryMixin):
     def run_suite(self, on_progress: Callable[[str, str], None]) -> Any:
         """Health v1's ``run_suite`` with its checks plus the DeepSeek-V4 ones where
         :meth:`GatewaySettings.runs_model_checks`."""
-        from .checks import check_list
-        from .suite import run_suite
+        from ..checks import check_list
+        from ..suite import run_suite
 
         settings = self.suite_settings()
         model_checks = self.s.runs_model_checks()
         checks = check_list(settings.resolved_profile(), only=self.s.only, model_checks=model_checks)
         if self.monitor is not None:
-            from .stability import stability_check_spec
+            from ..stability import stability_check_spec
 
             checks.append(stability_check_spec(self.monitor))
         return run_suite(settings.model_copy(update={"only": None}), on_progress, checks=checks)
@@ -493,7 +493,7 @@ class Gateway(CanaryMixin):
             self._client.close()
 
     def _make_app(self) -> FastAPI:
-        from .gateway_app import make_app
+        from .app import make_app
 
         return make_app(self)
 
