@@ -37,7 +37,7 @@ The contract (docs/health-verdict.md, "The canary"), in one place:
   frozen peer is never busy.
 - **The bound**: ``/readyz`` follows the last successful tick, which is at most
   ``canary_interval_s + canary_timeout_s`` old on a healthy pair
-  (:attr:`~sparkpair_health.gateway_settings.GatewaySettings.stale_after_s`); a backend gone
+  (:attr:`~sparkpair_health.gateway.settings.GatewaySettings.stale_after_s`); a backend gone
   bad in any way turns ``/readyz`` 503 within that plus :data:`POLL_SLACK_S`
   (:func:`verdict_bound_s`).
 
