@@ -2,8 +2,8 @@
 # Set up (scripts/setup.sh, scripts/setup-stack.sh, scripts/ensure-chromium.sh,
 # scripts/ensure-prometheus.sh), start a Docker engine (scripts/ensure-docker.sh) and run every
 # CPU test tier: unit, vLLM-real and kernels-AOT in .venv (vLLM 0.32 CPU build), the docker tier
-# in .venv, the stack tier in .venv-stack (vLLM 0.33.0 wheel), and the stack034 run: the stack
-# tier's version-dependent tests (marker per_version) on vLLM 0.34.0, in .venv-stack-0.34.0. The
+# in .venv, the stack tier in .venv-stack (vLLM 0.33.0 wheel), and the stack034 run: the whole
+# stack tier on vLLM 0.34.0, in .venv-stack-0.34.0. The
 # gpu tier needs an NVIDIA GPU and is run by hand on an H100/H200 (see benchmarks/README.md).
 #
 # Three runs go on side by side from the start (much of each is one busy core — Triton compiles,
@@ -86,13 +86,14 @@ start main "$py" -m pytest -m "not gpu and not docker and not soak" --ignore=tes
 if [[ $docker_tier == 1 ]]; then
   start docker "$py" -m pytest -m "docker and not gpu" --ignore=tests/stack --durations=10 -p no:cacheprovider
 fi
-# vLLM 0.34.0: the stack tier's version-dependent tests (marker per_version), in its own venv made
+# vLLM 0.34.0: the whole stack tier (the tests marked per_version drive each release's own code;
+# the rest hold on both because they ask the same of each), in its own venv made
 # inside the run (hard links to .venv-stack plus its own pins: scripts/setup-stack.sh); then, in
 # the same slot, the whole stack tier on vLLM 0.33.0 (.venv-stack). The 0.33 run starts whatever
 # became of the 0.34 one: each has its own log and exit status.
 stack034() {
   "$root/scripts/setup-stack.sh" --vllm 0.34.0 &&  # its failure names the package pip could not install
-    "$root/.venv-stack-0.34.0/bin/python" -m pytest tests/stack -m "stack and per_version" "$@"
+    "$root/.venv-stack-0.34.0/bin/python" -m pytest tests/stack -m stack "$@"
 }
 stacks() {
   start stack034 stack034 --durations=10 -p no:cacheprovider
