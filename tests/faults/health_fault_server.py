@@ -80,6 +80,7 @@ not a fault)."""
 STREAM_MODES = (
     "ok",
     "empty",  # 200 text/event-stream carrying only `data: [DONE]`: a stream that ends without content
+    "drip",  # the right stream, each event drip_s after the one before (a slow stream)
 )
 """Streamed chat behaviours (``FaultServer.stream_mode``)."""
 
@@ -134,6 +135,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         key = self.server.owner.api_key
         for p in payloads:
+            if self.server.owner.stream_mode == "drip":
+                time.sleep(self.server.owner.drip_s)  # each event late, none past a read timeout
             if "echo_key" in self.faults and key:
                 p = escape_key(p, key)
             self.wfile.write(f"data: {p}\n\n".encode())

@@ -59,7 +59,7 @@ from typing import Any, Literal
 from sparkpair_serving.apikey import redact
 
 from ..checks.compare import LOGPROB_FIELDS, compare_greedy
-from ..client import ENGINE_DEAD_MARKERS, HealthClient
+from ..client import ENGINE_DEAD_MARKERS, HealthClient, RequestTimeout, within
 from ..decode_answer import DecodeAnswer
 from ..engine_load import EngineLoad, judge_slow, parse_engine_load
 from .settings import GatewaySettings
@@ -343,14 +343,21 @@ class CanaryMixin:
         # compared with a reference (a model without knowledge): the tokens with their logprobs,
         # so a near-tie parting is not taken for a wrong answer (checks.compare)
         extra = LOGPROB_FIELDS if contains is None else {}
-        return decode_probe(
-            client,
-            self._suite_settings,
-            prompt=prompt,
-            max_tokens=max_tokens,
-            timeout_s=timeout_s,
-            fields={"request_id": request_id, "user": request_id, **extra},
-            stream=mode == "stream",
+        settings = self._suite_settings
+        # Held to timeout_s whole: a stream checks its deadline only as each event comes, so one
+        # whose events keep coming would end the tick after its deadline.
+        return within(
+            timeout_s,
+            lambda: decode_probe(
+                client,
+                settings,
+                prompt=prompt,
+                max_tokens=max_tokens,
+                timeout_s=timeout_s,
+                fields={"request_id": request_id, "user": request_id, **extra},
+                stream=mode == "stream",
+            ),
+            lambda: RequestTimeout(f"no whole answer within {timeout_s:.1f} s (the tick's deadline)"),
         )
 
     def _canary_client(self) -> HealthClient:
@@ -443,7 +450,7 @@ class CanaryMixin:
         ``baseline`` (:meth:`record_reference`), a random-weight model's non-streamed answer
         becomes the reference before it is judged.
         """
-        from ..client import RequestTimeout, SuiteError
+        from ..client import SuiteError
         from ..suite import NotReady
 
         t0 = time.monotonic()

@@ -285,3 +285,16 @@ def test_a_tick_whose_first_answer_came_counts_it_as_a_request_that_ran() -> Non
         res = gw.canary_once(baseline=True)
         assert res.kind == "timeout" and "no request running" in res.cause, res.cause
         srv.chat_delay_s = 0.0
+
+
+def test_a_stream_that_keeps_coming_cannot_hold_the_tick_past_its_deadline() -> None:
+    """A streamed answer whose events each come within the read timeout but whose whole runs past
+    the tick's deadline is cut at the deadline (the soak: a tick ended 10.7 s into a 10 s deadline,
+    the stream's last event read after it, and one poll read the verdict stale)."""
+    with FaultServer(engine_metrics=True, drip_s=3.0) as srv:
+        gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=6.0))  # requests get 4 s
+        srv.stream_mode = "drip"
+        res = gw.canary_once(baseline=True)
+        assert res.kind in ("busy", "timeout") and "streamed canary" in res.cause, res.cause
+        assert res.latency_s < gw.s.canary_timeout_s - 1.0, (res.latency_s, res.cause)
+        srv.stream_mode = "ok"
