@@ -40,6 +40,10 @@ from test_gateway_verdict import gw_settings  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_dsv4_checks import fault_profile  # noqa: E402
 
+# Every test drives the fault server under concurrent load for seconds (the whole suite, or the
+# gateway's canary ticks against its staleness bound).
+pytestmark = pytest.mark.slow
+
 COMPARING = ["determinism", "stream", "thinking_modes", "spec_batch_greedy"]
 """The protocol checks that compare two greedy generations on the tiny profile."""
 

@@ -176,6 +176,7 @@ def test_a_dead_engine_is_an_engine_died_error_that_stops_the_suite() -> None:
     assert "engine died" in res.message and "HTTP 500" in res.message, res.message
 
 
+@pytest.mark.slow
 def test_soak_wedge_names_how_many_requests_went_well() -> None:
     res = run({"wedge_after"}, "dsv4.soak", wedge_after=2, soak_requests=5)
     assert res.status == "fail"
@@ -224,6 +225,7 @@ def test_unreachable_server_is_a_suite_error_not_a_model_failure() -> None:
     assert res.message.startswith("suite error") and "ConnectError" in res.message
 
 
+@pytest.mark.slow
 def test_check_timeout_is_enforced_as_a_suite_error() -> None:
     res = run({"wedge_after"}, "dsv4.greedy_sanity", wedge_after=0, wedge_s=5.0, request_s=30, timeout_s=1.0)
     assert res.status == "error" and res.message.startswith("timeout:") and "within 1.0 s" in res.message

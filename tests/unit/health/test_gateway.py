@@ -73,6 +73,7 @@ def readyz(url: str) -> httpx.Response:
     return httpx.get(url + "/readyz", timeout=5)
 
 
+@pytest.mark.slow
 def test_ready_after_passing_suite_then_503_naming_the_dead_engine_within_one_canary_interval() -> None:
     st = FaultState(served_model_name="deepseek-v4-flash")
     with serve(st) as fault:
@@ -116,6 +117,7 @@ def test_ready_after_passing_suite_then_503_naming_the_dead_engine_within_one_ca
                 gw.stop()
 
 
+@pytest.mark.slow
 def test_readyz_names_the_failing_check_when_the_suite_fails() -> None:
     st = FaultState(served_model_name="deepseek-v4-flash", faults={"garbage"})
     with serve(st) as fault:
@@ -134,6 +136,7 @@ def test_readyz_names_the_failing_check_when_the_suite_fails() -> None:
             gw.stop()
 
 
+@pytest.mark.slow
 def test_unreachable_server_is_not_ready_with_the_readiness_cause_and_the_gateway_gives_up() -> None:
     gw = Gateway(gw_settings("http://127.0.0.1:9", ready_timeout_s=1.5)).start()
     try:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from sparkpair_health.engine_load import EngineLoad, judge_slow, parse_engine_load
 from sparkpair_health.gateway import Gateway
 from sparkpair_health.gateway.canary import verdict_bound_s
@@ -61,6 +62,7 @@ def poll_all(url: str, seconds: float) -> list[httpx.Response]:
     return out
 
 
+@pytest.mark.slow
 def test_a_slow_canary_on_a_working_engine_is_busy_and_readyz_stays_200() -> None:
     with FaultServer(engine_metrics=True, hang_s=10.0) as srv:
         gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=4.0))
@@ -85,6 +87,7 @@ def test_a_slow_canary_on_a_working_engine_is_busy_and_readyz_stays_200() -> Non
                 gw.stop()
 
 
+@pytest.mark.slow
 def test_a_slow_canary_while_the_counters_stand_still_is_503_within_the_bound() -> None:
     with FaultServer(engine_metrics=True, hang_s=30.0) as srv:
         gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=4.0))
@@ -105,6 +108,7 @@ def test_a_slow_canary_while_the_counters_stand_still_is_503_within_the_bound() 
                 gw.stop()
 
 
+@pytest.mark.slow
 def test_busy_for_longer_than_canary_busy_max_s_is_a_failure() -> None:
     with FaultServer(engine_metrics=True, hang_s=30.0) as srv:
         gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=4.0, canary_busy_max_s=3.0))
@@ -125,6 +129,7 @@ def test_busy_for_longer_than_canary_busy_max_s_is_a_failure() -> None:
                 gw.stop()
 
 
+@pytest.mark.slow
 def test_a_peer_that_is_down_is_never_busy() -> None:
     port, held = silent_port()
     try:
@@ -156,6 +161,7 @@ def test_a_peer_that_is_down_is_never_busy() -> None:
             s.close()
 
 
+@pytest.mark.slow
 def test_a_late_baseline_on_a_busy_engine_is_sent_again_and_a_still_one_fails() -> None:
     """The baseline tick (right after the suite) follows the same rule as every tick: late on an
     engine whose counters move, it is sent again (up to ``canary_busy_max_s``); late while they
@@ -180,6 +186,7 @@ def test_a_late_baseline_on_a_busy_engine_is_sent_again_and_a_still_one_fails() 
         srv.chat_mode = "ok"
 
 
+@pytest.mark.slow
 def test_a_failed_baseline_is_sent_again_and_the_pair_turns_ready_once_it_passes() -> None:
     """One failed baseline (injected: the real server cannot be made to fail exactly that tick)
     keeps /readyz 503 naming it, and the next canary interval sends the baseline again."""
@@ -223,6 +230,7 @@ def test_a_failed_baseline_is_sent_again_and_the_pair_turns_ready_once_it_passes
                 gw.stop()
 
 
+@pytest.mark.slow
 def test_a_counter_read_that_times_out_at_the_ticks_start_falls_back_to_the_last_reading() -> None:
     """Under load the API server may not answer /metrics within the tick's read budget: the last
     reading stands in as ``before`` (the counters only grow), so a late answer on an engine whose
@@ -243,6 +251,7 @@ def test_a_counter_read_that_times_out_at_the_ticks_start_falls_back_to_the_last
         srv.chat_mode = "ok"
 
 
+@pytest.mark.slow
 def test_counter_reads_that_answer_late_still_land_within_the_tick() -> None:
     """Under load the API server answered /metrics seconds late, past the few seconds a read
     after the late answer has left (the soak's stale verdicts: "no engine counters"). The tick
@@ -267,6 +276,7 @@ def test_counter_reads_that_answer_late_still_land_within_the_tick() -> None:
         srv.chat_mode = "ok"
 
 
+@pytest.mark.slow
 def test_a_tick_whose_first_answer_came_counts_it_as_a_request_that_ran() -> None:
     """The soak on a starved host: the non-streamed canary answered right but late, the stream
     had no time left, and no counter reading caught a request running (the batch ahead ended

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from sparkpair_health.gateway import Gateway, GatewaySettings
 from sparkpair_health.peers import PeerSettings, PeerWatch, parse_peers
 
@@ -98,6 +99,7 @@ def test_the_tcp_probe_tells_a_live_host_from_a_gone_one() -> None:
             s.close()
 
 
+@pytest.mark.slow
 def test_readyz_and_report_name_the_dead_peer_within_one_canary_interval(tmp_path: Path) -> None:
     log = tmp_path / "head.log"
     log.write_text("".join(LINES[:SERVING]))

@@ -174,6 +174,7 @@ def wait_for(what: str, fn: Any, timeout_s: float) -> Any:
     pytest.fail(f"{what}: not within {timeout_s} s")
 
 
+@pytest.mark.slow
 def test_the_gateway_restarts_a_frozen_pair_returns_to_ready_then_stays_down_after_n() -> None:
     with FaultServer(hang_s=3.0) as srv:
         gw = Gateway(

@@ -116,6 +116,7 @@ def honest(r: httpx.Response) -> httpx.Response:
     return r
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine_metrics", [False, True], ids=["no-engine-counters", "engine-counters"])
 def test_malformed_answers_drips_and_a_vanishing_backend_never_leave_readyz_200_beyond_the_bound(
     engine_metrics: bool,
@@ -151,6 +152,7 @@ def test_malformed_answers_drips_and_a_vanishing_backend_never_leave_readyz_200_
                 gw.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "fault, fragment, kind",
     [
@@ -209,6 +211,7 @@ def test_freshness_refuses_a_repeated_id_one_not_naming_the_request_and_an_older
     assert "no created" in f.problem(a.model_copy(update={"id": "new", "created": None}), "new")
 
 
+@pytest.mark.slow
 def test_readyz_never_says_ready_while_it_answers_503() -> None:
     now = [0.0]
     with FaultServer() as srv:
@@ -234,6 +237,7 @@ def test_readyz_never_says_ready_while_it_answers_503() -> None:
                 gw.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mode, fragment",
     [
@@ -285,6 +289,7 @@ def test_a_trained_models_canary_wants_the_expected_answer_and_a_natural_finish(
     )
 
 
+@pytest.mark.slow
 def test_an_exception_in_the_canary_is_a_verdict_and_the_thread_goes_on() -> None:
     class Broken(Gateway):
         calls = 0

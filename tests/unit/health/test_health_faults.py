@@ -94,6 +94,7 @@ def test_semantic_and_thinking_checks_fail_when_the_profile_enables_them(tmp_pat
     assert th.status == "fail" and "thinking off: the message still carries reasoning" in th.message
 
 
+@pytest.mark.slow
 def test_http_200_health_with_500_completions_is_never_ready() -> None:
     # DESIGN.md: a server whose engine failed every request still answered /health and /v1/models.
     with FaultServer({"chat_500"}) as srv:
@@ -104,6 +105,7 @@ def test_http_200_health_with_500_completions_is_never_ready() -> None:
     assert not report.checks and not report.passed and suite_exit_code(report) == 2
 
 
+@pytest.mark.slow
 def test_a_server_that_is_not_listening_is_reported_as_not_ready_not_as_a_model_failure() -> None:
     with FaultServer() as srv:
         url = srv.base_url  # the port is closed once the server stops
@@ -125,6 +127,7 @@ def test_an_engine_that_dies_mid_suite_aborts_the_run_with_engine_died() -> None
     assert took < 20
 
 
+@pytest.mark.slow
 def test_a_stream_that_stalls_is_a_timeout_error_not_a_hang() -> None:
     with FaultServer({"long_hang"}, hang_s=10) as srv:
         t0 = time.monotonic()
@@ -156,6 +159,7 @@ def test_the_overlay_plan_is_in_the_report_when_given_and_an_unreadable_plan_fai
     assert "does not exist" in absent.check("overlay_plan").message
 
 
+@pytest.mark.slow
 def test_a_wedged_engine_that_still_answers_health_stops_the_run_instead_of_crawling() -> None:
     with FaultServer({"wedge"}, die_after=3, hang_s=8) as srv:
         t0 = time.monotonic()
@@ -177,6 +181,7 @@ def thinking_profile() -> object:
     return p
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("faults", "fragment"),
     [
@@ -213,6 +218,7 @@ def test_a_leak_only_when_thinking_is_unspecified_fails_only_thinking_modes(
     )
 
 
+@pytest.mark.slow
 def test_every_thinking_mode_passes_on_a_correct_server_and_on_the_tiny_profile() -> None:
     seen = []
     for prof, defaults in ((thinking_profile(), {"thinking": False}), ("tiny-demo", None)):
@@ -224,6 +230,7 @@ def test_every_thinking_mode_passes_on_a_correct_server_and_on_the_tiny_profile(
     assert seen == ["22 thinking modes (10 thinking)", "3 thinking modes (0 thinking)"]
 
 
+@pytest.mark.slow
 def test_a_server_dripping_bytes_is_cut_at_the_overall_deadline_by_both_clients() -> None:
     # One byte per second: httpx's per-read timeout (2 s) never fires; the deadline must.
     from sparkpair_health.checks import CheckContext, post_chat

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
 from health_fault_server import FaultServer  # noqa: E402
@@ -65,6 +66,7 @@ def assert_no_key(where: str, text: str) -> None:
         assert s not in text, f"{where} holds the key ({s!r}): ...{text[max(0, text.find(s) - 200) :][:400]}"
 
 
+@pytest.mark.slow
 def test_the_health_command_never_prints_or_writes_the_key(tmp_path: Path) -> None:
     with FaultServer(api_key=KEY, faults={"echo_auth"}) as srv:
         r = cli(
@@ -87,6 +89,7 @@ def test_the_health_command_never_prints_or_writes_the_key(tmp_path: Path) -> No
     assert_no_key("junit", (tmp_path / "j.xml").read_text())
 
 
+@pytest.mark.slow
 def test_an_echoed_key_in_failures_and_the_not_ready_cause_is_redacted(tmp_path: Path) -> None:
     with FaultServer(api_key=KEY, faults={"echo_auth", "chat_500"}) as srv:
         r = cli(
@@ -138,6 +141,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_no_endpoint_file_or_stream_of_the_gateway_holds_the_key(tmp_path: Path) -> None:
     port = free_port()
     env = {
@@ -180,6 +184,7 @@ def test_no_endpoint_file_or_stream_of_the_gateway_holds_the_key(tmp_path: Path)
         assert_no_key(where, text)
 
 
+@pytest.mark.slow
 def test_the_gateway_exits_2_at_once_on_a_refused_key_and_names_the_source(tmp_path: Path) -> None:
     kf = key_file(tmp_path)
     with FaultServer(api_key="the-right-key", faults={"echo_auth"}) as srv:
@@ -201,6 +206,7 @@ def test_the_gateway_exits_2_at_once_on_a_refused_key_and_names_the_source(tmp_p
     assert_no_key("stderr", r.stderr + r.stdout)
 
 
+@pytest.mark.slow
 def test_the_gateway_exits_2_when_the_server_is_never_ready(tmp_path: Path) -> None:
     r = cli(
         "gateway",
@@ -283,6 +289,7 @@ def test_a_key_split_across_stream_chunks_is_removed_where_the_stream_is_joined(
         assert_no_leak(where, t)
 
 
+@pytest.mark.slow
 def test_health_prints_and_writes_no_piece_of_a_key_echoed_in_every_way(tmp_path: Path) -> None:
     with FaultServer(api_key=LONG_KEY, faults={"echo_key"}) as srv:
         r = cli(
@@ -311,6 +318,7 @@ def test_health_prints_and_writes_no_piece_of_a_key_echoed_in_every_way(tmp_path
         assert_no_leak(where, text)
 
 
+@pytest.mark.slow
 def test_no_output_of_the_gateway_holds_a_piece_of_a_key_echoed_in_every_way(tmp_path: Path) -> None:
     port = free_port()
     env = {

@@ -37,6 +37,7 @@ def run(url: str, profile: Profile):  # type: ignore[no-untyped-def]
     return run_suite(s, checks=check_list(profile))
 
 
+@pytest.mark.slow
 def test_a_speculating_server_passes_and_the_report_names_the_measured_acceptance_rate() -> None:
     with FaultServer(spec_k=3, acceptance=0.7) as srv:
         report = run(srv.base_url, spec_profile())
@@ -51,6 +52,7 @@ def test_a_speculating_server_passes_and_the_report_names_the_measured_acceptanc
     ), acc.message
 
 
+@pytest.mark.slow
 def test_acceptance_below_the_floor_fails_naming_the_rate_and_the_floor() -> None:
     with FaultServer(spec_k=3, acceptance=0.2) as srv:
         report = run(srv.base_url, spec_profile(floor=0.5))
@@ -60,6 +62,7 @@ def test_acceptance_below_the_floor_fails_naming_the_rate_and_the_floor() -> Non
     assert "below the floor 0.500 (the profile's checks.speculation.acceptance_floor)" in res.message
 
 
+@pytest.mark.slow
 def test_the_floor_is_derived_from_the_suites_own_mix_of_chat_and_tool_call_tokens() -> None:
     prof = spec_profile(floor=0.9)  # the fixed floor would fail; the derived one governs
     prof.checks.speculation.chat_acceptance = 0.73
@@ -83,6 +86,7 @@ def test_the_floor_is_derived_from_the_suites_own_mix_of_chat_and_tool_call_toke
     assert low.status == "fail" and "below the floor" in low.message and "suite's mix" in low.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kw", "fault", "check_id", "fragment"),
     [
@@ -146,6 +150,7 @@ def test_counters_parse_summed_over_label_sets_and_absent_means_none() -> None:
     }
 
 
+@pytest.mark.slow
 def test_the_gateway_exports_the_suites_acceptance_rate_as_a_metric() -> None:
     from prometheus_client import generate_latest
     from sparkpair_health.gateway import GatewayMetrics

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
-from sparkpair_cli.deploy.launch import wait_tcp
 from sparkpair_serving.waiting import PollTimeout, poll_until
 
 
@@ -71,13 +69,3 @@ def test_an_error_inside_the_probe_ends_the_wait_at_once() -> None:
 def test_poll_until_refuses_settings_that_cannot_wait(kw: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="wanted timeout_s >= 0"):
         poll_until(lambda: None, **kw)
-
-
-def test_wait_tcp_returns_once_the_port_listens_and_times_out_naming_it_otherwise() -> None:
-    with socket.socket() as srv:
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(1)
-        port = srv.getsockname()[1]
-        assert wait_tcp("127.0.0.1", port, timeout_s=5.0) < 5.0
-    with pytest.raises(TimeoutError, match=rf"127\.0\.0\.1:{port} did not accept a connection within 1 s"):
-        wait_tcp("127.0.0.1", port, timeout_s=1.0)
