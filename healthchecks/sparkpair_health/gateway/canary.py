@@ -69,8 +69,9 @@ CANARY_HISTORY = 50
 50 cover 12.5 minutes at the default 15 s."""
 
 POLL_SLACK_S = 5.0
-"""Seconds a poller of ``/readyz`` may add to the canary's own bound (its poll interval and
-scheduling; docs/health-verdict.md, "The canary")."""
+"""Seconds a poller of ``/readyz`` may add to ``canary_interval_s + canary_timeout_s`` (its poll
+interval and scheduling, and the tick's own bookkeeping, ``gateway.settings.TICK_SLACK_S``;
+docs/health-verdict.md, "The canary")."""
 
 CREATED_SKEW_S = 2
 """How far (seconds) an answer's ``created`` may lie behind the newest one seen before it
@@ -193,9 +194,9 @@ def nonce() -> str:
 
 def verdict_bound_s(settings: GatewaySettings) -> float:
     """The longest ``/readyz`` may stay 200 after the backend went bad, seconds, as a poller
-    sees it: ``canary_interval_s + canary_timeout_s`` (the staleness bound) plus
-    :data:`POLL_SLACK_S`."""
-    return settings.stale_after_s + POLL_SLACK_S
+    sees it: ``canary_interval_s + canary_timeout_s`` plus :data:`POLL_SLACK_S` (which holds the
+    staleness bound's ``TICK_SLACK_S``)."""
+    return settings.canary_interval_s + settings.canary_timeout_s + POLL_SLACK_S
 
 
 def mode_label(mode: str) -> str:

@@ -67,6 +67,7 @@ from .settings import (
     JOIN_TIMEOUT_DEFAULT_S,
     JSON_FIELDS,
     SECRET_FIELDS,
+    TICK_SLACK_S,
     GatewaySettings,
     GatewaySettingsError,
     default_ready_timeout_s,
@@ -200,7 +201,7 @@ class Gateway(CanaryMixin):
                             f"canary stale: {seen}; wanted one within "
                             f"stale_after_s={self.s.stale_after_s:g} s "
                             f"(canary_interval_s {self.s.canary_interval_s:g} + canary_timeout_s "
-                            f"{self.s.canary_timeout_s:g})"
+                            f"{self.s.canary_timeout_s:g} + {TICK_SLACK_S:g} s for the tick's bookkeeping)"
                         ),
                     }
             phase = self.phase

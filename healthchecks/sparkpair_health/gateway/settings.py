@@ -84,6 +84,14 @@ def default_ready_timeout_s(env: Mapping[str, str] | None = None) -> float:
     return join + HEAD_START_PERIOD_S
 
 
+TICK_SLACK_S = 1.0
+"""Seconds the staleness bound allows past ``canary_interval_s + canary_timeout_s``: a tick's own
+bookkeeping after its deadline (judging, the peers' look, recording) and its thread's wake-up on a
+loaded host. Measured: on 2 shared cores a tick held to 10 s ended up to 0.8 s late and one poll
+read a healthy pair stale (tests/vllm_real/test_canary_soak.py). It lies within the poller's
+slack (``gateway.canary.POLL_SLACK_S``), so the verdict's bound is unchanged."""
+
+
 class GatewaySettingsError(ValueError):
     """A gateway setting (env or option) has a value the schema refuses."""
 
@@ -178,9 +186,9 @@ class GatewaySettings(BaseSettings):
     @property
     def stale_after_s(self) -> float:
         """``/readyz`` answers 503 once the last successful canary is older than this, seconds:
-        one canary interval plus one canary deadline (the longest a healthy pair goes
-        between two successes)."""
-        return self.canary_interval_s + self.canary_timeout_s
+        one canary interval plus one canary deadline (the longest a healthy pair goes between
+        two successes) plus :data:`TICK_SLACK_S` for the tick's own bookkeeping."""
+        return self.canary_interval_s + self.canary_timeout_s + TICK_SLACK_S
 
     def peer_settings(self) -> PeerSettings:
         """The :class:`~sparkpair_health.peers.PeerSettings` of these settings."""
