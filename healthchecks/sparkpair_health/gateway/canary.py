@@ -30,16 +30,18 @@ The contract (docs/health-verdict.md, "The canary"), in one place:
 - **Busy is not wedged**: a tick reads the engine's own counters
   (:mod:`sparkpair_health.engine_load`) beside its requests (:class:`CounterWatch`): once as it
   starts, then over and over once an answer is slow, so a ``/metrics`` that answers late under
-  load still lands within the tick. A late answer on an engine with a request running whose step
-  or token counters moved between the tick's first and latest reading (the last tick's when this
-  one got only one) is ``busy`` (reported, not a 503); one whose counters stood still, or a
+  load still lands within the tick. A late answer on an engine with requests running (at some
+  reading of the tick, or an answer the tick already got) whose step or token counters moved
+  between the tick's first and latest reading (the last tick's when this one got only one) is
+  ``busy`` (reported, not a 503); one whose counters stood still, or a
   server that gave no reading, is a ``timeout``. The gateway asks the peers first: a paused or
   frozen peer is never busy.
-- **The bound**: ``/readyz`` follows the last successful tick, which is at most
-  ``canary_interval_s + canary_timeout_s`` old on a healthy pair
+- **The bound**: each request is held to the tick's deadline whole (streams included), and
+  ``/readyz`` follows the last successful tick, which is at most ``canary_interval_s +
+  canary_timeout_s`` old on a healthy pair, plus a second for the tick's bookkeeping
   (:attr:`~sparkpair_health.gateway.settings.GatewaySettings.stale_after_s`); a backend gone
-  bad in any way turns ``/readyz`` 503 within that plus :data:`POLL_SLACK_S`
-  (:func:`verdict_bound_s`).
+  bad in any way turns ``/readyz`` 503 within ``canary_interval_s + canary_timeout_s`` plus
+  :data:`POLL_SLACK_S` (:func:`verdict_bound_s`).
 
 :class:`CanaryMixin` is a part of :class:`sparkpair_health.gateway.Gateway` (which holds the
 settings, the key and the state these methods read), kept apart so each file reads as one
@@ -100,8 +102,8 @@ bound of ``/readyz`` is unchanged)."""
 TICK_MARGIN_S = 1.0
 """Seconds of ``canary_timeout_s`` (at most a tenth of it) a tick leaves unused: the last counter
 read must land that long before the deadline, so the tick's own bookkeeping after it (judging,
-the peers' look, recording) still fits the staleness bound ``canary_interval_s +
-canary_timeout_s`` on a loaded host (the soak saw a busy tick end 9.9 s into a 10 s deadline and
+the peers' look, recording) still fits the staleness bound (``GatewaySettings.stale_after_s``)
+on a loaded host (the soak saw a busy tick end 9.9 s into a 10 s deadline and
 one poll read the verdict stale)."""
 
 WATCH_EVERY_S = 1.0
