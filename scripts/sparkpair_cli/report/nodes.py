@@ -21,6 +21,16 @@ from typing import Any, Protocol
 
 from sparkpair_health.node_access import CommandResult
 
+EXEC_END = "__sparkpair_exec_end__"
+"""Printed (after a newline) once a command run in a container has ended: ``docker exec`` through
+docker-py can return exit 0 with the output lost, when the command ends before the output stream
+is attached (https://github.com/docker/docker-py/issues/2042; seen here: a report read the pair's
+4 KiB plan file as empty). Output without it was lost, and the command is run again."""
+
+EXEC_TRIES = 3
+"""Runs of one command whose output came back without :data:`EXEC_END` before its result is taken
+as it is (the commands the report runs only read)."""
+
 READ_MAX_BYTES = 8 * 1024 * 1024
 """Largest file read from a node (bytes): probe JSON and plans are tens of KiB; a bigger file is
 cut, never read whole into the report."""
@@ -106,17 +116,26 @@ class DockerNode:
         }
 
     def run(self, argv: list[str], timeout_s: float) -> CommandResult:
-        try:
-            c = self._container()
-            res = c.exec_run(["timeout", f"{max(1, int(timeout_s))}", *argv], demux=True)
-        except Exception as e:  # noqa: BLE001 - reported as the command's failure
-            return CommandResult(127, "", f"{type(e).__name__}: {e}")
-        out, err = res.output if isinstance(res.output, tuple) else (res.output, b"")
-        return CommandResult(
-            int(res.exit_code if res.exit_code is not None else 127),
-            (out or b"").decode(errors="replace"),
-            (err or b"").decode(errors="replace"),
-        )
+        # `timeout` bounds the command; the shell then prints EXEC_END (its output's last line),
+        # so output that docker-py lost is told from a command that printed nothing.
+        script = f'timeout "$0" "$@"; rc=$?; printf "\\n%s" {EXEC_END}; exit $rc'
+        wrapped = ["sh", "-c", script, f"{max(1, int(timeout_s))}", *argv]
+        result = CommandResult(127, "", "not run")
+        for _ in range(EXEC_TRIES):
+            try:
+                res = self._container().exec_run(wrapped, demux=True)
+            except Exception as e:  # noqa: BLE001 - reported as the command's failure
+                return CommandResult(127, "", f"{type(e).__name__}: {e}")
+            out, err = res.output if isinstance(res.output, tuple) else (res.output, b"")
+            text = (out or b"").decode(errors="replace")
+            result = CommandResult(
+                int(res.exit_code if res.exit_code is not None else 127),
+                text.removesuffix("\n" + EXEC_END),
+                (err or b"").decode(errors="replace"),
+            )
+            if text.endswith("\n" + EXEC_END):
+                return result
+        return result
 
     def read(self, path: str) -> str | None:
         r = self.run(["head", "-c", str(READ_MAX_BYTES), path], 20)
