@@ -259,7 +259,8 @@ def test_counter_reads_that_answer_late_still_land_within_the_tick() -> None:
     answer on an engine whose counters move is busy, one whose counters stand still a timeout
     naming them, and with no read landing at all the cause says how many were tried."""
     with FaultServer(engine_metrics=True, hang_s=30.0, metrics_delay_s=2.5) as srv:
-        gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=6.0))  # reads after the answer: 2 s
+        # requests get 10 s, reads after the answer 2 s; the reads' own slack is seconds wide (loaded CI)
+        gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=12.0))
         srv.chat_mode = "slow"
         res = gw.canary_once()
         assert res.kind == "busy" and "vllm:iteration_tokens_total_count +" in res.cause, res.cause
@@ -285,8 +286,8 @@ def test_a_tick_whose_first_answer_came_counts_it_as_a_request_that_ran() -> Non
     import itertools
 
     steps = itertools.count(10)
-    with FaultServer(engine_metrics=True, chat_delay_s=3.9) as srv:
-        gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=6.0))  # requests get 4 s
+    with FaultServer(engine_metrics=True, chat_delay_s=6.0) as srv:
+        gw = Gateway(gw_settings(srv.base_url, canary_timeout_s=12.0))  # requests get 10 s
         gw.engine_load = lambda timeout_s: load(next(steps), running=0)  # type: ignore[method-assign]
         res = gw.canary_once(baseline=True)  # the late answer is the reference, then judged right
         assert len(res.answers) == 1 and res.answers[0].ok, res
