@@ -20,36 +20,5 @@ Runs in the slim client: imports neither vLLM nor torch.
 
 from __future__ import annotations
 
-from .core import (
-    ENV_PREFIX,
-    HEAD_START_PERIOD_S,
-    JOIN_TIMEOUT_DEFAULT_S,
-    JSON_FIELDS,
-    SECRET_FIELDS,
-    THREAD_ENDED,
-    Gateway,
-    GatewayGaveUp,
-    GatewayMetrics,
-    GatewaySettings,
-    GatewaySettingsError,
-    default_ready_timeout_s,
-    listen_socket,
-    serve,
-)
-
-__all__ = [
-    "ENV_PREFIX",
-    "HEAD_START_PERIOD_S",
-    "JOIN_TIMEOUT_DEFAULT_S",
-    "JSON_FIELDS",
-    "SECRET_FIELDS",
-    "THREAD_ENDED",
-    "Gateway",
-    "GatewayGaveUp",
-    "GatewayMetrics",
-    "GatewaySettings",
-    "GatewaySettingsError",
-    "default_ready_timeout_s",
-    "listen_socket",
-    "serve",
-]
+from .core import *  # noqa: F403 - the package's names are core's public ones
+from .core import __all__ as __all__
