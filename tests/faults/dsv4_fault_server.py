@@ -310,12 +310,12 @@ def make_app(st: FaultState) -> FastAPI:
         a = _answer(body, st, n_req)
         r_tok, c_tok = _pieces(a.reasoning) if a.reasoning else [], _pieces(a.content) if a.content else []
         original = r_tok + c_tok
-        st.noise.enter()
+        ticket = st.noise.enter()
         if st.noise.noise is not None:
             await asyncio.sleep(st.noise.hold_s)
         # a near-tie lies in free text; a tool call's arguments and a copied needle have none
         free_text = a.tool is None and "secret code" not in _last_user(body)
-        served = st.noise.leave(original if free_text else [], body) or original
+        served = st.noise.leave(ticket, original if free_text else [], body) or original
         if served != original:
             a.reasoning = "".join(served[: len(r_tok)]) or a.reasoning
             a.content = "".join(served[len(r_tok) :]) or a.content

@@ -96,21 +96,31 @@ class BatchNoise:
         self.noise = noise
         self.hold_s = hold_s
         self.in_flight = 0
+        self.arrivals = 0
         self.crowded_answers: dict[str, int] = {}
         self.changed = 0
         """Answers the noise changed (a test wants > 0: the noise was really injected)."""
         self.lock = threading.Lock()
 
-    def enter(self) -> None:
-        """A request arrives."""
+    def enter(self) -> tuple[bool, int]:
+        """A request arrives; the ticket it returns goes to :meth:`leave`."""
         with self.lock:
+            company = self.in_flight > 0
             self.in_flight += 1
+            self.arrivals += 1
+            return company, self.arrivals
 
-    def leave(self, tokens: list[str], body: dict[str, Any] | None = None) -> list[str]:
-        """The request (``body``) is answered: ``tokens`` as the batch leaves them. Crowded
-        answers to the same request (:func:`request_key`) alternate: unchanged, changed, ..."""
+    def leave(
+        self, ticket: tuple[bool, int], tokens: list[str], body: dict[str, Any] | None = None
+    ) -> list[str]:
+        """The request (``body``, its :meth:`enter` ``ticket``) is answered: ``tokens`` as the
+        batch leaves them. An answer is crowded when another request was in flight at any time
+        during its own (at its arrival, arriving during it, or at its answer) -- not only at the
+        instant it is answered, which a starved load generator can miss. Crowded answers to the
+        same request (:func:`request_key`) alternate: unchanged, changed, ..."""
+        company, arrival = ticket
         with self.lock:
-            crowded = self.in_flight > 1
+            crowded = company or self.arrivals > arrival or self.in_flight > 1
             self.in_flight -= 1
             if not crowded or self.noise is None or not tokens:
                 return tokens

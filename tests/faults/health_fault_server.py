@@ -354,11 +354,11 @@ class _Handler(BaseHTTPRequestHandler):
             text, ctoks = msg["content"] or "", 20
         else:
             text, ctoks, fr = self._text(body)
-            o.noise.enter()
+            ticket = o.noise.enter()
             if o.noise.noise is not None:
                 time.sleep(o.noise.hold_s)
             said = pieces(text)
-            text = "".join(o.noise.leave(said, body))
+            text = "".join(o.noise.leave(ticket, said, body))
             original_text = said
             if "batch_differs" in self.faults:
                 with o.lock:
