@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dockerlib import REPO, STANDIN_TAG, context_hash, sh
@@ -95,3 +97,36 @@ def containers(client) -> Iterator[list]:  # type: ignore[no-untyped-def]
             c.remove(force=True)
         except Exception:  # noqa: BLE001
             pass
+
+
+OOM_ALLOCATE = "x=$(printf '%*s' 300000000 '')"
+"""A shell line that builds a 300 MB string: far past :data:`OOM_LIMIT`, so the kernel's OOM
+killer ends the (sub)shell doing it."""
+
+OOM_LIMIT = "16m"
+"""The memory (and memory + swap) limit of an :func:`oom_container`."""
+
+
+@pytest.fixture
+def oom_container(client, sh_image, containers) -> Callable[..., Any]:  # type: ignore[no-untyped-def]
+    """Start a container from :func:`sh_image` under :data:`OOM_LIMIT` that runs ``script`` (a
+    shell line; ``{allocate}`` in it becomes :data:`OOM_ALLOCATE`); named ``<prefix>-<8 hex>``,
+    removed at teardown. ``wait=True`` returns once it has exited (within 60 s); extra keyword
+    arguments go to ``containers.run`` (a restart policy, ``stdin_open``)."""
+
+    def start(prefix: str, script: str = "{allocate}; echo done", *, wait: bool = True, **kw: Any) -> Any:
+        c = client.containers.run(
+            sh_image,
+            ["/bin/sh", "-c", script.format(allocate=OOM_ALLOCATE)],
+            detach=True,
+            name=f"{prefix}-{uuid.uuid4().hex[:8]}",
+            mem_limit=OOM_LIMIT,
+            memswap_limit=OOM_LIMIT,
+            **kw,
+        )
+        containers.append(c)
+        if wait:
+            c.wait(timeout=60)
+        return c
+
+    return start

@@ -73,6 +73,7 @@ def test_a_paused_frozen_or_oom_killed_peer_container_is_named_as_such_and_clear
     client,
     sh_image,
     containers,
+    oom_container,
 ) -> None:  # type: ignore[no-untyped-def]
     name = f"sp-peer-{uuid.uuid4().hex[:8]}"
     c = client.containers.run(sh_image, ["/bin/sh", "-c", "read x"], detach=True, stdin_open=True, name=name)
@@ -100,16 +101,7 @@ def test_a_paused_frozen_or_oom_killed_peer_container_is_named_as_such_and_clear
         stop_all(c, signal.SIGCONT)
     assert w.look() is None, "running again, unrestarted"
 
-    oom = client.containers.run(
-        sh_image,
-        ["/bin/sh", "-c", "x=$(printf '%*s' 300000000 ''); echo done"],
-        detach=True,
-        name=f"sp-peer-oom-{uuid.uuid4().hex[:8]}",
-        mem_limit="16m",
-        memswap_limit="16m",
-    )
-    containers.append(oom)
-    oom.wait(timeout=60)
+    oom = oom_container("sp-peer-oom")
     w = PeerWatch(
         PeerSettings(peers=[{"name": "spark-b", "address": "10.0.0.2", "container": oom.name}], head_log=None)
     )
@@ -121,20 +113,17 @@ def test_a_peer_container_that_is_restarting_or_was_oom_killed_and_restarted_is_
     client,
     sh_image,
     containers,
+    oom_container,
 ) -> None:  # type: ignore[no-untyped-def]
     # OOM-killed, then brought back by its restart policy: the engine's oom event names it.
     # (The kernel kills the allocating subshell; the shell then fails, so the policy restarts it.)
-    oom = client.containers.run(
-        sh_image,
-        ["/bin/sh", "-c", "read x; x=$(printf '%*s' 300000000 '') || exit 137; echo done"],
-        detach=True,
+    oom = oom_container(
+        "sp-peer-oomr",
+        "read x; {allocate} || exit 137; echo done",
+        wait=False,
         stdin_open=True,
-        name=f"sp-peer-oomr-{uuid.uuid4().hex[:8]}",
-        mem_limit="16m",
-        memswap_limit="16m",
         restart_policy={"Name": "on-failure", "MaximumRetryCount": 1},
     )
-    containers.append(oom)
     w = PeerWatch(
         PeerSettings(peers=[{"name": "spark-b", "address": "10.0.0.2", "container": oom.name}], head_log=None)
     )

@@ -24,7 +24,7 @@ def wait(pred, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-
 
 
 def test_restart_loop_oom_kill_and_log_lines_seen_through_the_docker_sdk(  # type: ignore[no-untyped-def]
-    client, sh_image, containers
+    client, sh_image, containers, oom_container
 ) -> None:
     tag = uuid.uuid4().hex[:8]
     healthy = client.containers.run(
@@ -88,16 +88,7 @@ def test_restart_loop_oom_kill_and_log_lines_seen_through_the_docker_sdk(  # typ
     dead = next(f for f in rep.findings if f.id == "engine_dead")
     assert dead.count == 3, "the three runs of one container share one log"
 
-    oom = client.containers.run(
-        sh_image,
-        ["/bin/sh", "-c", "x=$(printf '%*s' 300000000 ''); echo done"],
-        detach=True,
-        name=f"sp-oom-{tag}",
-        mem_limit="16m",
-        memswap_limit="16m",
-    )
-    containers.append(oom)
-    oom.wait(timeout=60)
+    oom = oom_container("sp-oom")
     rep = StabilityMonitor(
         StabilitySettings(nodes=[StabilityNode(name="head", containers=[oom.name])])
     ).check()
