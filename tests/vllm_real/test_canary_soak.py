@@ -1,15 +1,15 @@
 """The soak: the gateway in front of the real vLLM CPU server under a concurrent load generator
 keeps ``/readyz`` at 200 throughout, and reports ``busy`` where its canary was slow on a working
-engine (the ``soak`` tier: ``SPARKPAIR_SOAK=1 bash scripts/test.sh`` runs it last and alone; about
-:data:`SOAK_S` of load plus a server start, 4-6 minutes in all).
+engine (the ``soak`` tier: ``bash scripts/test.sh`` runs it last and alone; about :data:`SOAK_S`
+of load plus a server start, about 4 minutes in all).
 
-The server serves the ``tiny-ngram`` profile (``--max-num-seqs 4``, n-gram speculation); the load
-is the bench client (``sparkpair bench``: vLLM's own ``bench serve``) at that concurrency with
-long prompts (1,024 tokens: with 900 output tokens and the chat template, as much of
-``max_model_len`` 2,048 as a request can take) and short ones (64), 900 output tokens each,
-so the canary queues behind full batches. The gateway runs with the settings the docker tier's
-peer faults (paused, frozen, killed: ``tests/docker/test_peer_death.py``) pass with (canary every
-5 s, 10 s deadline), so a canary queued longer than ~8 s is slow. It also proves the engine-signal
+The server serves ``tiny-ngram`` (``--max-num-seqs 4``, n-gram speculation) with the tiny model's
+whole context and one engine thread (:func:`soak_profile`); the load is the bench client
+(``sparkpair bench``: vLLM's own ``bench serve``) at that concurrency with long prompts
+(:data:`LONG_PROMPT` tokens, then short ones), :data:`OUTPUT_TOKENS` output tokens each, so the
+canary queues behind full batches. The gateway runs with the settings the docker tier's peer
+faults (paused, frozen, killed: ``tests/docker/test_peer_death.py``) pass with (canary every 5 s,
+10 s deadline), so a canary queued longer than ~8 s is slow. It also proves the engine-signal
 names on the real server: ``sparkpair_health.engine_load`` reads vLLM 0.32's ``/metrics`` whole.
 """
 
@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from dsv4_fault_server import Served  # noqa: E402
@@ -32,7 +33,38 @@ from dsv4_fault_server import Served  # noqa: E402
 pytestmark = [pytest.mark.vllm_real, pytest.mark.slow, pytest.mark.soak]
 
 SOAK_S = 180.0
-"""Seconds of load (the issue: "several minutes", bounded; CI's whole run stays under 75 min)."""
+"""Seconds of load (a few minutes, bounded: CI's whole run stays under 75 minutes)."""
+
+SERVER_THREADS = 1
+"""OpenMP threads of the CPU engine: one of the machine's two cores. On a pair the engine
+computes on the GPU and the host's cores serve the gateway; here an engine spinning both shared
+cores starved the judge itself (a tick's bookkeeping seconds late: "canary stale" with every
+canary answered, alone on an idle machine), which is not the load this tier exists to judge."""
+
+MAX_MODEL_LEN = 4096
+"""The soak server's context (the tiny model's ``max_position_embeddings``): room for a
+:data:`LONG_PROMPT` prompt and :data:`OUTPUT_TOKENS` out, so a request runs for tens of seconds
+and a canary queued behind a full batch waits past its slow mark on most ticks. At
+``tiny-ngram``'s 2,048 a request took ~11 s and one tick in ~18 was slow: a soak could see none."""
+
+LONG_PROMPT, SHORT_PROMPT, OUTPUT_TOKENS = 2048, 64, 1900
+"""The load's prompts and answers, tokens (``LONG_PROMPT + OUTPUT_TOKENS`` plus the chat
+template fit :data:`MAX_MODEL_LEN`)."""
+
+
+def soak_profile(tmp_path: Path) -> Path:
+    """``tiny-ngram`` with :data:`MAX_MODEL_LEN` and :data:`SERVER_THREADS`, written under
+    ``tmp_path`` (the server and the gateway's suite read the same file)."""
+    from sparkpair_serving.profile import PROFILES_DIR
+
+    data = yaml.safe_load((PROFILES_DIR / "tiny-ngram.yaml").read_text())
+    data["name"] = "tiny-ngram-soak"
+    data["server"]["max_model_len"] = MAX_MODEL_LEN
+    data["server"].setdefault("env", {})["OMP_NUM_THREADS"] = str(SERVER_THREADS)
+    out = tmp_path / "tiny-ngram-soak.yaml"
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
 
 CANARY_INTERVAL_S = 5.0
 CANARY_TIMEOUT_S = 10.0
@@ -47,9 +79,10 @@ def test_a_real_server_under_load_keeps_readyz_200_and_reports_busy(  # type: ig
     from sparkpair_health.gateway import Gateway, GatewaySettings
     from sparkpair_serving.profile import load_profile
 
-    profile = load_profile("tiny-ngram")
+    profile_path = soak_profile(tmp_path)
+    profile = load_profile(profile_path)
     seqs = profile.server.max_num_seqs()
-    assert seqs == 4
+    assert seqs == 4 and profile.server.max_model_len == MAX_MODEL_LEN
     server = VllmServer.from_profile(profile, tiny_model, log_path=tmp_path / "server.log")
     server.start()
     gw = None
@@ -57,7 +90,7 @@ def test_a_real_server_under_load_keeps_readyz_200_and_reports_busy(  # type: ig
     try:
         settings = GatewaySettings(
             base_url=server.base_url,
-            profile="tiny-ngram",
+            profile=str(profile_path),
             only=["models", "chat"],
             dsv4_checks=False,
             canary_interval_s=CANARY_INTERVAL_S,
@@ -93,9 +126,9 @@ def test_a_real_server_under_load_keeps_readyz_200_and_reports_busy(  # type: ig
                     "--concurrency",
                     str(seqs),
                     "--context",
-                    "1024,64",
+                    f"{LONG_PROMPT},{SHORT_PROMPT}",
                     "--output-tokens",
-                    "900",
+                    str(OUTPUT_TOKENS),
                     "--requests-per-user",
                     "200",
                 ],
@@ -120,7 +153,7 @@ def test_a_real_server_under_load_keeps_readyz_200_and_reports_busy(  # type: ig
             busy = [h for h in history if h["kind"] == "busy"]
             print(
                 f"soak {SOAK_S:.0f} s: {len(codes)} polls, {len(bad)} not 200; canaries "
-                f"{[h['kind'] for h in history]}; peak running {peak['running']:g}, "
+                f"{[(h['kind'], h['latency_s']) for h in history]}; peak running {peak['running']:g}, "
                 f"waiting {peak['waiting']:g}"
             )
             if busy:
