@@ -27,6 +27,11 @@ if TYPE_CHECKING:
     from .probe.choice import ServeChoice
 
 Capability = tuple[int, int]
+
+MAX_CAPABILITY_PART = 99
+"""The largest major or minor a probe file may name: CUDA compute capabilities are small
+numbers (9.0 for Hopper, 12.1 for GB10: https://developer.nvidia.com/cuda-gpus); a larger or a
+negative one is a damaged file, not a device."""
 Recipe = tuple[int, int, int]
 
 #: Schema tag of the probe results JSON read from ``SPARKPAIR_PROBE_RESULTS``.
@@ -293,6 +298,12 @@ class ProbeResults:
         cap = f.ints("capability", 2)
         if cap is None:
             raise f.fail("capability", None, "[MAJOR, MINOR]")
+        if not (1 <= cap[0] <= MAX_CAPABILITY_PART and 0 <= cap[1] <= MAX_CAPABILITY_PART):
+            raise f.fail("capability", list(cap), f"[MAJOR, MINOR] with 1 <= MAJOR <= {MAX_CAPABILITY_PART} "
+                         f"and 0 <= MINOR <= {MAX_CAPABILITY_PART} (GB10: [12, 1])")
+        margin = f.optional("margin", float)
+        if margin is not None and not 0.0 <= margin < 1.0:  # NaN fails both comparisons
+            raise f.fail("margin", margin, "a fraction in [0, 1) (the probe writes DECISION_MARGIN, 0.08)")
         router = tuple(RouterProbe.from_json(r) for r in f.objects("router"))
         o_proj = tuple(OProjProbe.from_json(o) for o in f.objects("o_proj"))
         kernel_paths = tuple(KernelPathRow.from_json(k) for k in f.objects("kernel_paths"))
@@ -330,7 +341,7 @@ class ProbeResults:
             switches=switches,
             deepgemm_identity=f.optional("deepgemm_identity", str), o_proj_decision=decision,
             kernel_paths=kernel_paths, checkpoint=checkpoint, vllm_version=f.optional("vllm", str),
-            margin=f.optional("margin", float), kernel_path_decision=kp_decision,
+            margin=margin, kernel_path_decision=kp_decision,
         )
 
     @classmethod

@@ -233,3 +233,24 @@ def test_probe_results_with_two_rows_for_one_measurement_are_refused() -> None:
     data["router"] = [{**row, "m": -5, "ok": True}]
     with pytest.raises(PlanError, match="token counts >= 1"):
         ProbeResults.from_json(data, "probe.json")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "wanted"),
+    [
+        ("capability", [-1, 1], "1 <= MAJOR <= 99"),
+        ("capability", [12, -1], "0 <= MINOR <= 99"),
+        ("capability", [1200, 1], "1 <= MAJOR <= 99"),
+        ("margin", float("nan"), "a fraction in [0, 1)"),
+        ("margin", -0.5, "a fraction in [0, 1)"),
+        ("margin", 1.0, "a fraction in [0, 1)"),
+    ],
+)
+def test_a_probe_file_with_an_impossible_capability_or_margin_is_refused(field, value, wanted) -> None:
+    data = {"schema": "sparkpair-probe/2", "capability": [12, 1], "router": [], "o_proj": [], "margin": 0.08}
+    assert ProbeResults.from_json(data, "probe.json").margin == 0.08
+    data[field] = value
+    with pytest.raises(PlanError) as e:
+        ProbeResults.from_json(data, "probe.json")
+    msg = str(e.value)
+    assert "probe.json" in msg and field in msg and wanted in msg, msg
