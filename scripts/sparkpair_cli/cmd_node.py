@@ -217,6 +217,7 @@ def register(app: typer.Typer) -> None:
         values = ne.parse_env_file(env_file)
         problems = keys.unknown_key_problems(values, str(env_file))
         problems += keys.not_passed_problems(values, str(env_file))
+        problems += keys.compose_fixed_problems(values, str(env_file))
         problems += keys.overlay_value_problems(values, str(env_file))
         problems += keys.shell_override_problems(values, str(env_file), os.environ)
         try:

@@ -137,6 +137,29 @@ def not_passed_problems(values: Mapping[str, str], source: str) -> list[str]:
     ]
 
 
+COMPOSE_FIXED_KEYS = {
+    "SPARKPAIR_PLAN_PATH": "/var/lib/sparkpair/state/kernel-plan.json",
+    "SPARKPAIR_HEAD_LOG": "/var/lib/sparkpair/state/head.log",
+}
+"""Settings compose.yaml gives every container a fixed value of, over the env file's: the kernel
+plan and the head's log live on the state volume the head writes and ``health`` reads
+(tests/unit/cli/test_node_env.py keeps this in step with compose.yaml)."""
+
+
+def compose_fixed_problems(values: Mapping[str, str], source: str) -> list[str]:
+    """One line per key of an env file that compose.yaml sets to a fixed value in the containers
+    (:data:`COMPOSE_FIXED_KEYS`): the file's value would be ignored silently."""
+    name = values.get("SPARKPAIR_NODE_NAME")
+    who = f"node {name}: " if name else ""
+    return [
+        f"{who}{k}={shown(k, values[k])} in {source} is ignored: compose.yaml gives the containers "
+        f"{k}={COMPOSE_FIXED_KEYS[k]} (the state volume the head writes and health reads); wanted "
+        "the line removed"
+        for k in sorted(values)
+        if k in COMPOSE_FIXED_KEYS
+    ]
+
+
 def shell_override_problems(values: Mapping[str, str], source: str, environ: Mapping[str, str]) -> list[str]:
     """One line per variable exported in this shell that ``docker compose`` would give the
     containers instead of (or besides) the env file's value: Compose takes the shell's value

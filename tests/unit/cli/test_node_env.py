@@ -377,6 +377,33 @@ def test_node_validate_names_a_key_no_container_receives(tmp_path: Path) -> None
     assert code == 2 and "HF_TOKEN in " in text and "is not passed to the containers" in text, text
 
 
+def test_the_keys_compose_fixes_are_the_ones_compose_yaml_sets_over_the_env_file() -> None:
+    """Every setting of compose.yaml's x-settings that a service's environment sets to a value of
+    its own (not the env file's ``${KEY...}``) is in COMPOSE_FIXED_KEYS, with that value."""
+    import yaml
+    from sparkpair_cli.deploy.nodeenv_keys import COMPOSE_FIXED_KEYS
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[3] / "compose.yaml").read_text())
+    settings = set(doc["x-settings"])
+    fixed: dict[str, str] = {}
+    services = doc["services"].values()
+    for env in [doc["x-node"]["environment"], *(s.get("environment") or {} for s in services)]:
+        for k, v in env.items():
+            if k in settings and v is not None and not str(v).startswith("${" + k):
+                fixed[k] = str(v)
+    assert fixed == COMPOSE_FIXED_KEYS
+
+
+def test_node_validate_names_a_setting_compose_fixes_over_the_file(tmp_path: Path) -> None:
+    code, text = _validate(_good(tmp_path, "SPARKPAIR_PLAN_PATH=/tmp/my-plan.json\n"), {})
+    assert code == 2, text
+    assert (
+        "node spark-a: SPARKPAIR_PLAN_PATH='/tmp/my-plan.json' in " in text
+        and "is ignored: compose.yaml gives the containers "
+        "SPARKPAIR_PLAN_PATH=/var/lib/sparkpair/state/kernel-plan.json" in text
+    ), text
+
+
 def test_node_validate_names_a_shell_variable_compose_would_take_over_the_file(tmp_path: Path) -> None:
     code, text = _validate(_good(tmp_path), {"SPARKPAIR_NODE_NAME": "spark-b", "SPARKPAIR_ROUTER": "triton"})
     assert code == 2, text
