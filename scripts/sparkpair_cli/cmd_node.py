@@ -219,6 +219,7 @@ def register(app: typer.Typer) -> None:
         problems += keys.not_passed_problems(values, str(env_file))
         problems += keys.compose_fixed_problems(values, str(env_file))
         problems += keys.overlay_value_problems(values, str(env_file))
+        problems += keys.gateway_value_problems(values, str(env_file))
         problems += keys.shell_override_problems(values, str(env_file), os.environ)
         try:
             launch.check_shape(env, profile)

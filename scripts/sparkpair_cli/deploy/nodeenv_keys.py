@@ -117,6 +117,29 @@ def overlay_value_problems(values: Mapping[str, str], source: str) -> list[str]:
     return out
 
 
+def gateway_value_problems(values: Mapping[str, str], source: str) -> list[str]:
+    """The gateway's settings of a head's env file that its ``health`` service would refuse at
+    start (``SPARKPAIR_CANARY_TIMEOUT_S=abc``, ``SPARKPAIR_ONLY=bogus``): named now, in one line
+    naming each variable, the value seen and what was wanted, read as the container reads them
+    (compose's fixed values, :data:`COMPOSE_FIXED_KEYS`, over the file's; the API key file at its
+    mount). Empty for a worker: no gateway runs there."""
+    from sparkpair_health.gateway.settings import GatewaySettings, GatewaySettingsError
+
+    name = values.get("SPARKPAIR_NODE_NAME")
+    if values.get("SPARKPAIR_NODE_RANK", "0").strip() not in ("", "0"):
+        return []
+    env = {k: v for k, v in values.items() if k.upper().startswith("SPARKPAIR_")}
+    env.update(COMPOSE_FIXED_KEYS)
+    if env.get("SPARKPAIR_API_KEY_FILE"):
+        env["SPARKPAIR_API_KEY_FILE"] = "/run/secrets/sparkpair_api_key"
+    try:
+        GatewaySettings.from_env(env)
+    except GatewaySettingsError as e:
+        who = f"node {name}: " if name else ""
+        return [f"{who}the health gateway would refuse {e} (in {source})"]
+    return []
+
+
 COMPOSE_INTERPOLATED_KEYS = frozenset({"SPARKPAIR_IMAGE", "SPARKPAIR_MODEL_CACHE", "SPARKPAIR_API_KEY_FILE"})
 """Keys compose.yaml interpolates into the services themselves (image, mounts, secret)."""
 

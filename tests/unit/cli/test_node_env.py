@@ -432,3 +432,23 @@ def test_node_validate_names_an_overlay_value_the_overlay_would_refuse(tmp_path:
     assert "node spark-a: SPARKPAIR_ROUTER='bogus' is not valid; wanted one of auto, triton, upstream" in text
     assert "SPARKPAIR_O_PROJ_RECIPE='1,2,3' is not valid; wanted auto, 1,1,128 or 1,128,128" in text
     assert _validate(_good(tmp_path, "SPARKPAIR_ROUTER=triton\n"), {})[0] == 0
+
+
+def test_node_validate_names_a_gateway_value_the_health_service_would_refuse(tmp_path: Path) -> None:
+    # Said "valid" before: the head's health service exited at start on it instead.
+    bad = "SPARKPAIR_CANARY_TIMEOUT_S=abc\nSPARKPAIR_ONLY=chat,bogus\n"
+    code, text = _validate(_good(tmp_path, bad), {})
+    assert code == 2, text
+    assert "node spark-a: the health gateway would refuse " in text, text
+    assert "SPARKPAIR_CANARY_TIMEOUT_S='abc': Input should be a valid number" in text, text
+    assert "SPARKPAIR_ONLY='chat,bogus': no such check ['bogus']" in text, text
+    good = "SPARKPAIR_CANARY_TIMEOUT_S=20\nSPARKPAIR_ONLY=models,chat\n"
+    assert _validate(_good(tmp_path, good), {})[0] == 0
+    worker = (_good(tmp_path).read_text() + bad).replace("SPARKPAIR_NODE_RANK=0", "SPARKPAIR_NODE_RANK=1")
+    assert "health gateway" not in _validate(_write(tmp_path, worker), {})[1]
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "node-other.env"
+    p.write_text(text)
+    return p
