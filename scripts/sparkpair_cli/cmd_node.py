@@ -217,9 +217,9 @@ def register(app: typer.Typer) -> None:
         values = ne.parse_env_file(env_file)
         problems = keys.unknown_key_problems(values, str(env_file))
         problems += keys.not_passed_problems(values, str(env_file))
-        problems += keys.compose_fixed_problems(values, str(env_file))
+        problems += keys.ignored_problems(values, str(env_file))
         problems += keys.overlay_value_problems(values, str(env_file))
-        problems += keys.gateway_value_problems(values, str(env_file))
+        problems += keys.gateway_value_problems(values, str(env_file), head=env.role == "head")
         problems += keys.shell_override_problems(values, str(env_file), os.environ)
         try:
             launch.check_shape(env, profile)
@@ -412,15 +412,18 @@ def register(app: typer.Typer) -> None:
         env = _load_env(None)
         base = f"http://{_url_host(env.probe_host())}:{env.SPARKPAIR_API_PORT}"
         reports = Path(os.environ.get("SPARKPAIR_REPORTS_DIR", "/var/lib/sparkpair/reports"))
-        argv = [
-            sys.executable, "-m", "sparkpair_cli.main", "gateway",
-            "--base-url", base,
-            "--profile", env.SPARKPAIR_PROFILE,
-            "--port", str(env.SPARKPAIR_GATEWAY_PORT),
-            "--report-json", str(reports / "report.json"),
-            "--junit-xml", str(reports / "junit.xml"),
-            # No --dsv4-checks: the gateway reads whether the model is DeepSeek-V4 from the profile.
-        ]  # fmt: skip
+        from .deploy.nodeenv_keys import HEALTH_OPTIONS
+
+        given = {
+            "base_url": base,
+            "profile": env.SPARKPAIR_PROFILE,
+            "port": str(env.SPARKPAIR_GATEWAY_PORT),
+            "report_json": str(reports / "report.json"),
+            "junit_xml": str(reports / "junit.xml"),
+        }  # no --dsv4-checks: the gateway reads whether the model is DeepSeek-V4 from the profile
+        argv = [sys.executable, "-m", "sparkpair_cli.main", "gateway"]
+        for opt in HEALTH_OPTIONS:  # the one list node validate names these settings from
+            argv += ["--" + opt.replace("_", "-"), given[opt]]
         reports.mkdir(parents=True, exist_ok=True)
         _say(env, "exec " + " ".join(argv))
         launch.exec_argv(argv, os.environ)

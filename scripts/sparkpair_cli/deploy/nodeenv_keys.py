@@ -117,27 +117,50 @@ def overlay_value_problems(values: Mapping[str, str], source: str) -> list[str]:
     return out
 
 
-def gateway_value_problems(values: Mapping[str, str], source: str) -> list[str]:
+HEALTH_OPTIONS = ("base_url", "profile", "port", "report_json", "junit_xml")
+"""The gateway settings ``sparkpair node health`` (the ``health`` service's entrypoint) passes as
+command-line options, over any ``SPARKPAIR_<NAME>`` of the environment: the node's API address,
+its profile, ``SPARKPAIR_GATEWAY_PORT`` and the reports' paths in the container."""
+
+
+def gateway_value_problems(values: Mapping[str, str], source: str, head: bool) -> list[str]:
     """The gateway's settings of a head's env file that its ``health`` service would refuse at
-    start (``SPARKPAIR_CANARY_TIMEOUT_S=abc``, ``SPARKPAIR_ONLY=bogus``): named now, in one line
-    naming each variable, the value seen and what was wanted, read as the container reads them
-    (compose's fixed values, :data:`COMPOSE_FIXED_KEYS`, over the file's; the API key file at its
-    mount). Empty for a worker: no gateway runs there."""
+    start (``SPARKPAIR_CANARY_TIMEOUT_S=abc``, ``SPARKPAIR_ONLY=bogus``): one line per setting,
+    naming it, the value seen and what was wanted (then one for a combination refused that no
+    setting alone is), read as the container reads them: the exact keys compose.yaml passes,
+    compose's fixed values (:data:`COMPOSE_FIXED_KEYS`), the API key file at its mount. The
+    settings ``node health`` passes as options (:data:`HEALTH_OPTIONS`, but the profile) are
+    :func:`ignored_problems`' to name. ``head=False`` (a worker: no gateway runs there): none."""
     from sparkpair_health.gateway.settings import GatewaySettings, GatewaySettingsError
 
-    name = values.get("SPARKPAIR_NODE_NAME")
-    if values.get("SPARKPAIR_NODE_RANK", "0").strip() not in ("", "0"):
+    if not head:
         return []
-    env = {k: v for k, v in values.items() if k.upper().startswith("SPARKPAIR_")}
-    env.update(COMPOSE_FIXED_KEYS)
-    if env.get("SPARKPAIR_API_KEY_FILE"):
-        env["SPARKPAIR_API_KEY_FILE"] = "/run/secrets/sparkpair_api_key"
-    try:
-        GatewaySettings.from_env(env)
-    except GatewaySettingsError as e:
-        who = f"node {name}: " if name else ""
-        return [f"{who}the health gateway would refuse {e} (in {source})"]
-    return []
+    name = values.get("SPARKPAIR_NODE_NAME")
+    who = f"node {name}: " if name else ""
+    fields = {"SPARKPAIR_" + f.upper() for f in GatewaySettings.model_fields}
+    argv = {"SPARKPAIR_" + o.upper() for o in HEALTH_OPTIONS if o != "profile"}
+    mine = {k: v for k, v in values.items() if k in fields and k not in argv and k not in COMPOSE_FIXED_KEYS}
+    base = dict(COMPOSE_FIXED_KEYS)
+    if "SPARKPAIR_PROFILE" in values:
+        base["SPARKPAIR_PROFILE"] = values["SPARKPAIR_PROFILE"]
+    if mine.get("SPARKPAIR_API_KEY_FILE"):
+        mine["SPARKPAIR_API_KEY_FILE"] = "/run/secrets/sparkpair_api_key"
+
+    def refused(env: Mapping[str, str]) -> str | None:
+        try:
+            GatewaySettings.from_env(env)
+        except GatewaySettingsError as e:
+            return str(e)
+        return None
+
+    out = [
+        f"{who}the health gateway would refuse {why} (in {source})"
+        for k in sorted(mine)
+        if (why := refused({**base, k: mine[k]})) is not None
+    ]
+    if not out and (why := refused({**base, **mine})) is not None:
+        out.append(f"{who}the health gateway would refuse {why} (in {source})")
+    return out
 
 
 COMPOSE_INTERPOLATED_KEYS = frozenset({"SPARKPAIR_IMAGE", "SPARKPAIR_MODEL_CACHE", "SPARKPAIR_API_KEY_FILE"})
@@ -169,18 +192,28 @@ plan and the head's log live on the state volume the head writes and ``health`` 
 (tests/unit/cli/test_node_env.py keeps this in step with compose.yaml)."""
 
 
-def compose_fixed_problems(values: Mapping[str, str], source: str) -> list[str]:
-    """One line per key of an env file that compose.yaml sets to a fixed value in the containers
-    (:data:`COMPOSE_FIXED_KEYS`): the file's value would be ignored silently."""
+def ignored_problems(values: Mapping[str, str], source: str) -> list[str]:
+    """One line per key of an env file whose value no container would use: compose.yaml sets it
+    to a fixed value (:data:`COMPOSE_FIXED_KEYS`), or ``node health`` passes the gateway an option
+    over it (:data:`HEALTH_OPTIONS`, but the profile, which is the node's own)."""
     name = values.get("SPARKPAIR_NODE_NAME")
     who = f"node {name}: " if name else ""
-    return [
-        f"{who}{k}={shown(k, values[k])} in {source} is ignored: compose.yaml gives the containers "
-        f"{k}={COMPOSE_FIXED_KEYS[k]} (the state volume the head writes and health reads); wanted "
-        "the line removed"
-        for k in sorted(values)
-        if k in COMPOSE_FIXED_KEYS
-    ]
+    argv = {"SPARKPAIR_" + o.upper(): "--" + o.replace("_", "-") for o in HEALTH_OPTIONS if o != "profile"}
+    out = []
+    for k in sorted(values):
+        if k in COMPOSE_FIXED_KEYS:
+            out.append(
+                f"{who}{k}={shown(k, values[k])} in {source} is ignored: compose.yaml gives the containers "
+                f"{k}={COMPOSE_FIXED_KEYS[k]} (the state volume the head writes and health reads); wanted "
+                "the line removed"
+            )
+        elif k in argv:
+            out.append(
+                f"{who}{k}={shown(k, values[k])} in {source} is ignored: the health service's entrypoint "
+                f"(sparkpair node health) gives the gateway {argv[k]} over it (the node's API address, "
+                "SPARKPAIR_GATEWAY_PORT, the reports' volume); wanted the line removed"
+            )
+    return out
 
 
 def shell_override_problems(values: Mapping[str, str], source: str, environ: Mapping[str, str]) -> list[str]:

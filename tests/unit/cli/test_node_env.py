@@ -439,13 +439,31 @@ def test_node_validate_names_a_gateway_value_the_health_service_would_refuse(tmp
     bad = "SPARKPAIR_CANARY_TIMEOUT_S=abc\nSPARKPAIR_ONLY=chat,bogus\n"
     code, text = _validate(_good(tmp_path, bad), {})
     assert code == 2, text
-    assert "node spark-a: the health gateway would refuse " in text, text
-    assert "SPARKPAIR_CANARY_TIMEOUT_S='abc': Input should be a valid number" in text, text
-    assert "SPARKPAIR_ONLY='chat,bogus': no such check ['bogus']" in text, text
+    said = "node spark-a: the health gateway would refuse "
+    assert f"{said}SPARKPAIR_CANARY_TIMEOUT_S='abc': Input should be a valid number" in text, text
+    assert f"{said}SPARKPAIR_ONLY='chat,bogus': no such check ['bogus']" in text, text
+    assert text.count(said) == 2, "one line per setting"
     good = "SPARKPAIR_CANARY_TIMEOUT_S=20\nSPARKPAIR_ONLY=models,chat\n"
     assert _validate(_good(tmp_path, good), {})[0] == 0
-    worker = (_good(tmp_path).read_text() + bad).replace("SPARKPAIR_NODE_RANK=0", "SPARKPAIR_NODE_RANK=1")
+    head = _good(tmp_path).read_text()
+    # rank 0 written as 00 is the head, as the node reads it
+    as_00 = head.replace("SPARKPAIR_NODE_RANK=0", "SPARKPAIR_NODE_RANK=00") + bad
+    assert said in _validate(_write(tmp_path, as_00), {})[1]
+    worker = head.replace("SPARKPAIR_NODE_RANK=0", "SPARKPAIR_NODE_RANK=1") + bad
     assert "health gateway" not in _validate(_write(tmp_path, worker), {})[1]
+    # another problem of the file (an old name, a key in the wrong case) hides none of these
+    for extra in ("SPARKPAIR_PLAN_FILE=/x\n", "Sparkpair_Canary_Timeout_S=5\n"):
+        code, text = _validate(_good(tmp_path, bad + extra), {})
+        assert code == 2 and f"{said}SPARKPAIR_CANARY_TIMEOUT_S='abc'" in text, (extra, text)
+        assert "refuse SPARKPAIR_PLAN_FILE" not in text, text
+
+
+def test_node_validate_names_gateway_settings_the_health_entrypoint_overrides(tmp_path: Path) -> None:
+    code, text = _validate(_good(tmp_path, "SPARKPAIR_PORT=abc\nSPARKPAIR_REPORT_JSON=/etc\n"), {})
+    assert code == 2, text
+    assert "SPARKPAIR_PORT='abc' in " in text and "gives the gateway --port over it" in text, text
+    assert "SPARKPAIR_REPORT_JSON='/etc' in " in text and "gives the gateway --report-json" in text, text
+    assert "health gateway would refuse" not in text, text
 
 
 def _write(tmp_path: Path, text: str) -> Path:
