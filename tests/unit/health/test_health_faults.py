@@ -164,9 +164,10 @@ def test_the_overlay_plan_is_in_the_report_when_given_and_an_unreadable_plan_fai
 
 @pytest.mark.slow
 def test_a_wedged_engine_that_still_answers_health_stops_the_run_instead_of_crawling() -> None:
+    # 3 s per request (the answers before the wedge must land on a loaded machine); a wedged one hangs 8
     with FaultServer({"wedge"}, die_after=3, hang_s=8) as srv:
         t0 = time.monotonic()
-        report = run_suite(settings(srv.base_url, timeouts=Timeouts(ready_s=5, request_s=1)))
+        report = run_suite(settings(srv.base_url, timeouts=Timeouts(ready_s=10, request_s=3)))
         took = time.monotonic() - t0
     assert report.aborted is not None and report.aborted.startswith("server not answering"), report.aborted
     assert "wedged" in report.aborted and suite_exit_code(report) == 2
