@@ -374,9 +374,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s(
         "SPARKPAIR_SOAK",
         "bool",
-        "1",
+        "",
         "tooling",
-        "scripts/test.sh: 0 skips the soak tier (run last and alone) outside CI; CI always runs it",
+        "scripts/test.sh: 1 also runs the soak tier, last and alone",
     ),
     _s("SPARKPAIR_STACK_VENV", "path", "", "tooling", "scripts/setup-stack.sh: the stack venv to build"),
     _s("SPARKPAIR_TRITON_REQ", "str", "", "tooling", "scripts/setup-stack.sh: the Triton requirement"),

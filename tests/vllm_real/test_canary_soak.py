@@ -1,7 +1,7 @@
 """The soak: the gateway in front of the real vLLM CPU server under a concurrent load generator
 keeps ``/readyz`` at 200 throughout, and reports ``busy`` where its canary was slow on a working
-engine (the ``soak`` tier: ``bash scripts/test.sh`` runs it last and alone; about :data:`SOAK_S`
-of load plus a server start, about 4 minutes in all).
+engine (the ``soak`` tier: ``SPARKPAIR_SOAK=1 bash scripts/test.sh`` runs it last and alone;
+about :data:`SOAK_S` of load plus a server start, about 4 minutes in all).
 
 The server serves ``tiny-ngram`` (``--max-num-seqs 4``, n-gram speculation) with the tiny model's
 whole context and one engine thread (:func:`soak_profile`); the load is the bench client
@@ -36,10 +36,9 @@ SOAK_S = 180.0
 """Seconds of load (a few minutes, bounded: CI's whole run stays under 75 minutes)."""
 
 SERVER_THREADS = 1
-"""OpenMP threads of the CPU engine: one of the machine's two cores. On a pair the engine
-computes on the GPU and the host's cores serve the gateway; here an engine spinning both shared
-cores starved the judge itself (a tick's bookkeeping seconds late: "canary stale" with every
-canary answered, alone on an idle machine), which is not the load this tier exists to judge."""
+"""OpenMP threads of the CPU engine: one of the machine's two cores (on a pair the engine
+computes on the GPU and the host's cores serve the gateway). With both, the first run alone read
+3 polls "canary stale" with every canary answered."""
 
 MAX_MODEL_LEN = 4096
 """The soak server's context (the tiny model's ``max_position_embeddings``): room for a
