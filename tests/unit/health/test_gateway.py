@@ -112,7 +112,7 @@ def test_ready_after_passing_suite_then_503_naming_the_dead_engine_within_one_ca
                 assert body["cause"].startswith("engine died")
                 assert "sparkpair_ready 0.0" in httpx.get(g.base_url + "/metrics").text
                 st.faults.discard("engine_dead")
-                wait_readyz(g.base_url, 200, 5)
+                wait_readyz(g.base_url, 200, 30)
             finally:
                 gw.stop()
 

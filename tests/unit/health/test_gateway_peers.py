@@ -144,7 +144,7 @@ def test_readyz_and_report_name_the_dead_peer_within_one_canary_interval(tmp_pat
                     and "Connection closed by peer" in (rep["peer_down"]["evidence"])
                 )
                 srv.faults.discard("engine_dies")  # the pair came back under the restart policy
-                wait_readyz(g.base_url, 200, 5, "peer back")
+                wait_readyz(g.base_url, 200, 30, "peer back")
                 assert "peer_down" not in httpx.get(g.base_url + "/readyz").json()
             finally:
                 gw.stop()

@@ -42,6 +42,11 @@ from readyz_poll import wait_readyz  # noqa: E402
 REPO = Path(__file__).resolve().parents[3]
 INTERVAL, DEADLINE = 0.5, 2.5
 SLACK = 0.6
+
+RECOVER_S = 30.0
+"""How long /readyz may take to come back to 200 once a fault is gone: a liveness bound, not the
+verdict's (on a loaded machine a recovery tick with its 2.5 s deadline can itself run out, as one
+did in a CI-like run; the next one passes). The bars are on the way to 503."""
 """Polling and scheduling slack of the walk, seconds (the loop polls /readyz every 50 ms)."""
 
 
@@ -142,7 +147,7 @@ def test_malformed_answers_drips_and_a_vanishing_backend_never_leave_readyz_200_
                     assert gw.thread_alive(), f"{mode} ended the canary thread"
                     assert httpx.get(g.base_url + "/livez").status_code == 200
                     srv.chat_mode = "ok"
-                    wait_readyz(g.base_url, 200, bound + SLACK + DEADLINE, f"back from {mode}")
+                    wait_readyz(g.base_url, 200, RECOVER_S, f"back from {mode}")
                 srv.close()
                 took, r = wait_readyz(g.base_url, 503, bound + SLACK + 1.0)
                 assert took <= bound + SLACK and "server went away" in honest(r).json()["cause"]
@@ -182,7 +187,7 @@ def test_a_backend_breaking_only_streamed_answers_or_replaying_from_a_cache_is_5
                 assert body["failing_check"] == "canary" and fragment in body["cause"], body
                 assert body["last_canary"]["kind"] == kind, body
                 srv.stream_mode, srv.replay = "ok", False
-                honest(wait_readyz(g.base_url, 200, INTERVAL + DEADLINE + SLACK + DEADLINE, "back")[1])
+                honest(wait_readyz(g.base_url, 200, RECOVER_S, "back")[1])
             finally:
                 gw.stop()
 
