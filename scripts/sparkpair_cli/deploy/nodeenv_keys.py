@@ -47,15 +47,27 @@ environment by ``nccl-allreduce`` and ``node run``, and NCCL's own debug switche
 guide, ``NCCL_DEBUG``, ``NCCL_DEBUG_SUBSYS``)."""
 
 
+def _who(values: Mapping[str, str]) -> str:
+    """``"node NAME: "`` for an env file that names its node, else ``""`` (every problem line's head)."""
+    name = values.get("SPARKPAIR_NODE_NAME")
+    return f"node {name}: " if name else ""
+
+
+def _gateway_keys() -> set[str]:
+    """The ``SPARKPAIR_<FIELD>`` variables the gateway's settings read."""
+    from sparkpair_health.gateway.settings import ENV_PREFIX, GatewaySettings
+
+    return {ENV_PREFIX + f.upper() for f in GatewaySettings.model_fields}
+
+
 def container_keys() -> frozenset[str]:
     """Every key compose.yaml's ``x-settings`` passes from the node's env file into head, worker
     and health: the node's (:class:`NodeEnv`), the overlay's (``sparkpair_overlay.envs.REGISTRY``),
     the gateway's (its settings' fields) and :data:`CONTAINER_ONLY_KEYS`. A key of an env file
     outside this set never reaches a container."""
-    from sparkpair_health.gateway.settings import GatewaySettings
     from sparkpair_overlay.envs import REGISTRY
 
-    gateway = {"SPARKPAIR_" + f.upper() for f in GatewaySettings.model_fields}
+    gateway = _gateway_keys()
     return frozenset(set(NodeEnv.model_fields) | set(REGISTRY) | gateway | set(CONTAINER_ONLY_KEYS))
 
 
@@ -63,10 +75,9 @@ def known_keys() -> frozenset[str]:
     """Every ``SPARKPAIR_*`` key a node env file may hold: the node's (:class:`NodeEnv`), the
     overlay's (``sparkpair_overlay.envs.REGISTRY``), the gateway's (its settings' fields) and
     compose's (:data:`COMPOSE_ONLY_KEYS`)."""
-    from sparkpair_health.gateway.settings import GatewaySettings
     from sparkpair_overlay.envs import REGISTRY
 
-    gateway = {"SPARKPAIR_" + f.upper() for f in GatewaySettings.model_fields}
+    gateway = _gateway_keys()
     node = {k for k in NodeEnv.model_fields if k.startswith("SPARKPAIR_")}
     return frozenset(node | set(REGISTRY) | gateway | COMPOSE_ONLY_KEYS)
 
@@ -81,8 +92,7 @@ def unknown_key_problems(values: Mapping[str, str], source: str, case_sensitive:
     from sparkpair_overlay.envs import RENAMED
 
     known = known_keys()
-    name = values.get("SPARKPAIR_NODE_NAME")
-    who = f"node {name}: " if name else ""
+    who = _who(values)
     out = []
     for k in sorted(values):
         if k.upper() in RENAMED:
@@ -105,8 +115,7 @@ def overlay_value_problems(values: Mapping[str, str], source: str) -> list[str]:
     node stops on it. Old names are :func:`unknown_key_problems`' to name."""
     from sparkpair_overlay.envs import REGISTRY, EnvError, read
 
-    name = values.get("SPARKPAIR_NODE_NAME")
-    who = f"node {name}: " if name else ""
+    who = _who(values)
     mine = {k: v for k, v in values.items() if k in REGISTRY}
     out = []
     for k in sorted(mine):
@@ -122,6 +131,12 @@ HEALTH_OPTIONS = ("base_url", "profile", "port", "report_json", "junit_xml")
 command-line options, over any ``SPARKPAIR_<NAME>`` of the environment: the node's API address,
 its profile, ``SPARKPAIR_GATEWAY_PORT`` and the reports' paths in the container."""
 
+HEALTH_ARGV_KEYS = {
+    "SPARKPAIR_" + o.upper(): "--" + o.replace("_", "-") for o in HEALTH_OPTIONS if o != "profile"
+}
+"""``SPARKPAIR_<NAME>`` -> the option ``node health`` passes over it (all but the profile, which is
+the node's own setting and the same value)."""
+
 
 def gateway_value_problems(values: Mapping[str, str], source: str, head: bool) -> list[str]:
     """The gateway's settings of a head's env file that its ``health`` service would refuse at
@@ -135,11 +150,9 @@ def gateway_value_problems(values: Mapping[str, str], source: str, head: bool) -
 
     if not head:
         return []
-    name = values.get("SPARKPAIR_NODE_NAME")
-    who = f"node {name}: " if name else ""
-    fields = {"SPARKPAIR_" + f.upper() for f in GatewaySettings.model_fields}
-    argv = {"SPARKPAIR_" + o.upper() for o in HEALTH_OPTIONS if o != "profile"}
-    mine = {k: v for k, v in values.items() if k in fields and k not in argv and k not in COMPOSE_FIXED_KEYS}
+    who = _who(values)
+    judged = _gateway_keys() - set(HEALTH_ARGV_KEYS) - set(COMPOSE_FIXED_KEYS)
+    mine = {k: v for k, v in values.items() if k in judged}
     base = dict(COMPOSE_FIXED_KEYS)
     if "SPARKPAIR_PROFILE" in values:
         base["SPARKPAIR_PROFILE"] = values["SPARKPAIR_PROFILE"]
@@ -153,14 +166,10 @@ def gateway_value_problems(values: Mapping[str, str], source: str, head: bool) -
             return str(e)
         return None
 
-    out = [
-        f"{who}the health gateway would refuse {why} (in {source})"
-        for k in sorted(mine)
-        if (why := refused({**base, k: mine[k]})) is not None
-    ]
-    if not out and (why := refused({**base, **mine})) is not None:
-        out.append(f"{who}the health gateway would refuse {why} (in {source})")
-    return out
+    whys = [why for k in sorted(mine) if (why := refused({**base, k: mine[k]})) is not None]
+    if not whys and (why := refused({**base, **mine})) is not None:
+        whys.append(why)
+    return [f"{who}the health gateway would refuse {why} (in {source})" for why in whys]
 
 
 COMPOSE_INTERPOLATED_KEYS = frozenset({"SPARKPAIR_IMAGE", "SPARKPAIR_MODEL_CACHE", "SPARKPAIR_API_KEY_FILE"})
@@ -173,8 +182,7 @@ def not_passed_problems(values: Mapping[str, str], source: str) -> list[str]:
     keys are :func:`unknown_key_problems`' to name; the keys ``sparkpair node`` derives itself
     (:data:`.nodeenv_values.DERIVED_KEYS`) are checked by :func:`load_node_env`."""
     passed = container_keys() | COMPOSE_INTERPOLATED_KEYS | set(DERIVED_KEYS)
-    name = values.get("SPARKPAIR_NODE_NAME")
-    who = f"node {name}: " if name else ""
+    who = _who(values)
     return [
         f"{who}{k} in {source} is not passed to the containers (compose.yaml's x-settings lists what "
         "is); wanted it removed, or a setting of configs/node.env.example"
@@ -196,9 +204,7 @@ def ignored_problems(values: Mapping[str, str], source: str) -> list[str]:
     """One line per key of an env file whose value no container would use: compose.yaml sets it
     to a fixed value (:data:`COMPOSE_FIXED_KEYS`), or ``node health`` passes the gateway an option
     over it (:data:`HEALTH_OPTIONS`, but the profile, which is the node's own)."""
-    name = values.get("SPARKPAIR_NODE_NAME")
-    who = f"node {name}: " if name else ""
-    argv = {"SPARKPAIR_" + o.upper(): "--" + o.replace("_", "-") for o in HEALTH_OPTIONS if o != "profile"}
+    who = _who(values)
     out = []
     for k in sorted(values):
         if k in COMPOSE_FIXED_KEYS:
@@ -207,11 +213,11 @@ def ignored_problems(values: Mapping[str, str], source: str) -> list[str]:
                 f"{k}={COMPOSE_FIXED_KEYS[k]} (the state volume the head writes and health reads); wanted "
                 "the line removed"
             )
-        elif k in argv:
+        elif k in HEALTH_ARGV_KEYS:
             out.append(
                 f"{who}{k}={shown(k, values[k])} in {source} is ignored: the health service's entrypoint "
-                f"(sparkpair node health) gives the gateway {argv[k]} over it (the node's API address, "
-                "SPARKPAIR_GATEWAY_PORT, the reports' volume); wanted the line removed"
+                f"(sparkpair node health) gives the gateway {HEALTH_ARGV_KEYS[k]} over it (the node's API "
+                "address, SPARKPAIR_GATEWAY_PORT, the reports' volume); wanted the line removed"
             )
     return out
 
@@ -220,8 +226,7 @@ def shell_override_problems(values: Mapping[str, str], source: str, environ: Map
     """One line per variable exported in this shell that ``docker compose`` would give the
     containers instead of (or besides) the env file's value: Compose takes the shell's value
     over the ``--env-file``'s when it interpolates (`sparkpair up` passes none)."""
-    name = values.get("SPARKPAIR_NODE_NAME")
-    who = f"node {name}: " if name else ""
+    who = _who(values)
     out = []
     for k in sorted((container_keys() | COMPOSE_INTERPOLATED_KEYS) & set(environ)):
         if k in values and values[k] == environ[k]:
