@@ -35,6 +35,23 @@ def sh(*argv: str, timeout: float = 1800, check: bool = True, **kw) -> subproces
 
 STANDIN_TAG = _standin_tag()
 
+FABRIC_PREFIX = {
+    "test_sim_pair": "172.16.77.",
+    "test_cluster_up": "172.16.78.",
+    "test_cluster_sync": "172.16.79.",
+    "test_peer_death": "172.16.80.",
+    "test_up_failures": "172.16.81.",
+}
+"""Each docker-tier test's fixed fabric: a /24 (``<prefix>0/24``), one per test, so a network
+left by one test never blocks another. All lie in 172.16.0.0/16 (private, RFC 1918) and in none
+of Docker's default address pools (172.17.0.0/16 to 172.31.0.0/16, then /20s of 192.168.0.0/16:
+dockerd's ``default-address-pools``, https://docs.docker.com/reference/cli/dockerd/). A network
+Docker numbers itself (a compose project's default one) takes the pool after the last one it gave
+(Docker 20.10 gave 172.18/16, ..., 172.31/16, then 192.168.0/20, ... in turn), so a fixed subnet
+inside those pools fails with "Pool overlaps" once enough such networks were made: in a CI run the
+sim pair's old 172.31.77.0/24 did. tests/docker/test_fabric_subnets.py proves these are free with
+every default pool taken."""
+
 
 def context_hash() -> str:
     """12 hex digits of the image's build context (what the Dockerfile copies): the sparkpair image

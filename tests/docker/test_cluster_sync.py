@@ -14,12 +14,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from dockerlib import REPO, sh
+from dockerlib import FABRIC_PREFIX, REPO, sh
 from test_cluster_up import _env, ssh_engine  # noqa: F401  (ssh_engine: the module fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
 
-SUBNET, HEAD_IP, WORKER_IP = "172.31.79.0/24", "172.31.79.11", "172.31.79.12"
+NET = FABRIC_PREFIX["test_cluster_sync"]
+SUBNET, HEAD_IP, WORKER_IP = NET + "0/24", NET + "11", NET + "12"
 REV = "0" * 40
 
 

@@ -23,13 +23,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dockerlib import REPO, sh
+from dockerlib import FABRIC_PREFIX, REPO, sh
 from test_sim_pair import engine_limit, write_env
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]
 
-SUBNET, HEAD_IP, WORKER_IP, HEALTH_IP = "172.31.78.0/24", "172.31.78.11", "172.31.78.12", "172.31.78.13"
-"""A subnet of its own: the sim pair test (172.31.77.0/24) may run on the same engine."""
+NET, SIM_NET = FABRIC_PREFIX["test_cluster_up"], FABRIC_PREFIX["test_sim_pair"]
+SUBNET, HEAD_IP, WORKER_IP, HEALTH_IP = NET + "0/24", NET + "11", NET + "12", NET + "13"
+"""A subnet of its own (dockerlib.FABRIC_PREFIX)."""
 
 
 def _sshd_image(standin: str) -> str:
@@ -92,13 +93,13 @@ def ssh_engine(
 
 
 def _env(path: Path, *, name: str, rank: int, ip: str, image: str, cache: Path, subnet: str = SUBNET) -> Path:
-    """A node env: test_sim_pair's (its subnet 172.31.77.0/24, validated there), moved to
-    ``subnet`` (a /24 whose first three octets replace 172.31.77), validated again."""
+    """A node env: test_sim_pair's (on its subnet, validated there), moved to
+    ``subnet`` (a /24 whose first three octets replace the sim pair's), validated again."""
     from sparkpair_cli.deploy.nodeenv import load_node_env_file
 
     prefix = subnet.rsplit(".", 1)[0] + "."
-    write_env(path, name=name, rank=rank, ip="172.31.77." + ip.rsplit(".", 1)[1], image=image, cache=cache)
-    path.write_text(path.read_text().replace("172.31.77.", prefix))
+    write_env(path, name=name, rank=rank, ip=SIM_NET + ip.rsplit(".", 1)[1], image=image, cache=cache)
+    path.write_text(path.read_text().replace(SIM_NET, prefix))
     load_node_env_file(path)
     return path
 

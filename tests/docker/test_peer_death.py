@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 import pytest
-from dockerlib import sh
+from dockerlib import FABRIC_PREFIX, sh
 from sparkpair_health.gateway.canary import POLL_SLACK_S  # one docker exec poll of /readyz and scheduling
 from test_sim_pair import WORKER_IP, Sim, sim_factory, wait_for  # noqa: F401  (fixture)
 
@@ -44,7 +44,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]
 CANARY_INTERVAL_S = 5.0
 CANARY_TIMEOUT_S = 10.0
 
-SIM_NET, OWN_NET = "172.31.77.", "172.31.79."
+SIM_NET, OWN_NET = FABRIC_PREFIX["test_sim_pair"], FABRIC_PREFIX["test_peer_death"]
 """test_sim_pair.py's fabric prefix, and this test's."""
 
 READYZ = (

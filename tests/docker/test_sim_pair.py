@@ -37,11 +37,12 @@ from pathlib import Path
 import httpx
 import obslib
 import pytest
-from dockerlib import REPO, sh
+from dockerlib import FABRIC_PREFIX, REPO, sh
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]
 
-SUBNET, HEAD_IP, WORKER_IP, HEALTH_IP = "172.31.77.0/24", "172.31.77.11", "172.31.77.12", "172.31.77.13"
+NET = FABRIC_PREFIX["test_sim_pair"]
+SUBNET, HEAD_IP, WORKER_IP, HEALTH_IP = NET + "0/24", NET + "11", NET + "12", NET + "13"
 WAIVE = "rdma-devices,gid-index,driver,memory,probe"
 """Preflight checks a CPU container cannot pass (no RDMA device, no NVIDIA driver, and a
 unified-memory budget that means nothing on CPU), and the kernel probe (needs a CUDA

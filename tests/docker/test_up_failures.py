@@ -22,25 +22,27 @@ import uuid
 from pathlib import Path
 
 import pytest
-from dockerlib import REPO, sh
+from dockerlib import FABRIC_PREFIX, REPO, sh
 from test_sim_pair import engine_limit, write_env
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
 
 SOCK = "unix:///var/run/docker.sock"
+SIM_NET, NET = FABRIC_PREFIX["test_sim_pair"], FABRIC_PREFIX["test_up_failures"]
+"""test_sim_pair.py's fabric prefix (in the env files it writes), and this test's."""
 
 
 def _cluster(tmp_path: Path, image: str, *, sim: bool, waive: bool) -> tuple[Path, str]:
     cache = tmp_path / "models"  # empty: no checkpoint
     cache.mkdir()
     head = write_env(
-        tmp_path / "head.env", name="i36-head", rank=0, ip="172.31.77.11", image=image, cache=cache
+        tmp_path / "head.env", name="i36-head", rank=0, ip=SIM_NET + "11", image=image, cache=cache
     )
     worker = write_env(
-        tmp_path / "worker.env", name="i36-worker", rank=1, ip="172.31.77.12", image=image, cache=cache
+        tmp_path / "worker.env", name="i36-worker", rank=1, ip=SIM_NET + "12", image=image, cache=cache
     )
     for p in (head, worker):
-        text = p.read_text().replace("172.31.77.", "172.31.81.")
+        text = p.read_text().replace(SIM_NET, NET)
         if not waive:
             text = re.sub(r"(?m)^SPARKPAIR_PREFLIGHT_WAIVE=.*$", "SPARKPAIR_PREFLIGHT_WAIVE=", text)
         p.write_text(text)
@@ -59,8 +61,8 @@ def _cli(*args: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess[
     import os
 
     env = dict(os.environ) | {
-        "SIM_SUBNET": "172.31.81.0/24", "SIM_HEAD_IP": "172.31.81.11", "SIM_WORKER_IP": "172.31.81.12",
-        "SIM_HEALTH_IP": "172.31.81.13", "SIM_MEMLOCK": str(engine_limit("Max locked memory")),
+        "SIM_SUBNET": NET + "0/24", "SIM_HEAD_IP": NET + "11", "SIM_WORKER_IP": NET + "12",
+        "SIM_HEALTH_IP": NET + "13", "SIM_MEMLOCK": str(engine_limit("Max locked memory")),
         "SIM_NOFILE": str(engine_limit("Max open files")), "COLUMNS": "200",
     }  # fmt: skip
     t0 = time.monotonic()
