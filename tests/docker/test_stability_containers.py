@@ -35,6 +35,9 @@ def test_restart_loop_oom_kill_and_log_lines_seen_through_the_docker_sdk(  # typ
         name=f"sp-head-{tag}",  # 'read' blocks on the open stdin: no CPU
     )
     containers.append(healthy)
+    # The line is in the container's log before the monitor reads it (on a loaded machine the
+    # shell may not have run its echo yet when ``run`` returns).
+    wait(lambda: b"No available shared memory" in healthy.logs(), 60, "the warning in the head's log")
     mon = StabilityMonitor(
         StabilitySettings(
             nodes=[
