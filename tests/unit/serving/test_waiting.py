@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from sparkpair_serving import waiting
 from sparkpair_serving.waiting import PollTimeout, poll_until
 
 
@@ -34,25 +35,49 @@ def test_poll_until_with_no_time_probes_once() -> None:
     assert calls == [1] and e.value.probes == 1
 
 
+class VirtualClock:
+    """``time.monotonic``/``time.sleep`` on a clock that moves only when slept: the pauses the loop
+    asks for, with none of the machine's own (a CI run on a loaded machine overslept a 0.08 s pause
+    enough to leave one pause fewer before a 0.3 s deadline). Its seconds start at 0, and the
+    tests use binary fractions, so every sum is exact."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.pauses: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.pauses.append(s)
+        self.now += s
+
+
 def test_poll_until_backs_off_up_to_the_cap_and_never_sleeps_past_the_deadline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Record the pauses poll_until asks for (then really sleep them): wall-clock gaps on a
-    # loaded machine say more about the machine than about the loop.
-    pauses: list[float] = []
-    real_sleep = time.sleep
-
-    def sleep(s: float) -> None:
-        pauses.append(s)
-        real_sleep(s)
-
-    monkeypatch.setattr(time, "sleep", sleep)
+    clock = VirtualClock()
+    monkeypatch.setattr(waiting, "time", clock)
+    probes: list[float] = []
     with pytest.raises(PollTimeout) as e:
-        poll_until(lambda: None, timeout_s=0.3, interval_s=0.02, backoff=2.0, max_interval_s=0.08)
-    assert pauses[:4] == pytest.approx([0.02, 0.04, 0.08, 0.08])
-    assert all(p <= 0.08 for p in pauses)
-    assert sum(pauses) <= 0.3 + 1e-9  # the last pause is cut to the time left
-    assert e.value.waited_s >= 0.3
+        poll_until(
+            lambda: probes.append(clock.now),
+            timeout_s=1.75,
+            interval_s=0.125,
+            backoff=2.0,
+            max_interval_s=0.5,
+        )
+    assert clock.pauses == [0.125, 0.25, 0.5, 0.5, 0.375]  # capped at 0.5, the last cut to the time left
+    assert probes == [0.0, 0.125, 0.375, 0.875, 1.375, 1.75]
+    assert e.value.probes == 6 and e.value.waited_s == 1.75
+
+
+def test_the_last_pause_is_cut_to_the_time_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = VirtualClock()
+    monkeypatch.setattr(waiting, "time", clock)
+    with pytest.raises(PollTimeout):
+        poll_until(lambda: None, timeout_s=0.625, interval_s=0.25)
+    assert clock.pauses == [0.25, 0.25, 0.125]
 
 
 def test_an_error_inside_the_probe_ends_the_wait_at_once() -> None:
