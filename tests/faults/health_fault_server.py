@@ -54,7 +54,13 @@ from typing import Any
 from fake_logprobs import BatchNoise, entries
 from fault_answers import pieces, send_malformed, stream_chunks
 from key_echo import escape_key, key_echo_pieces, masked
+from sparkpair_health.suite import Timeouts
 from vllm_thinking import vllm_thinks
+
+LIVENESS = Timeouts(ready_s=30, request_s=30, long_prompt_s=30)
+"""The suite's time limits for a run against this server: bounds its prompt answers always meet,
+even on a loaded 2-core CI machine (3 s per request ran out there once). A test that needs a
+timeout to fire sets its own, shorter one, on a request the server holds far longer."""
 
 CHAT_MODES = (
     "ok",

@@ -192,7 +192,7 @@ def test_without_a_gateway_the_report_runs_the_health_suite_and_keeps_each_check
     with FaultServer(faults) as srv:
         args = ["report", "--recorded", f"head={pair[0].folder}", "--recorded", f"worker={pair[1].folder}",
                 "--base-url", srv.base_url, "--profile", "tiny-demo", "--window", "0", "--time-limit", "120",
-                "--request-timeout", "5", "--out", str(out)]  # fmt: skip
+                "--request-timeout", "30", "--out", str(out)]  # fmt: skip
         res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     secs = {s["id"]: s for s in read_report_data(out)["sections"]}

@@ -48,11 +48,11 @@ def gw_settings(base_url: str, **kw: Any) -> GatewaySettings:
         base_url=base_url,
         profile=DSV4_PROFILE,
         only=["models", "chat", "thinking_modes"],
-        long_prompt_timeout_s=10,
+        long_prompt_timeout_s=30,  # the suite's requests: liveness bounds on a loaded machine
         canary_interval_s=0.5,
         canary_timeout_s=2.0,
         ready_timeout_s=20,
-        request_timeout_s=10,
+        request_timeout_s=30,
     )
     base.update(kw)
     return GatewaySettings(**base)

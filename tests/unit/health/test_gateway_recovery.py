@@ -186,7 +186,7 @@ def test_the_gateway_restarts_a_frozen_pair_returns_to_ready_then_stays_down_aft
                 canary_interval_s=0.3,
                 canary_timeout_s=1.0,
                 ready_timeout_s=20,
-                request_timeout_s=5,
+                request_timeout_s=30,
                 stability=NODES,
                 recovery=True,
                 recovery_max_restarts=1,

@@ -59,7 +59,7 @@ def gw_settings(base_url: str, **kw: Any) -> GatewaySettings:
         canary_interval_s=INTERVAL,
         canary_timeout_s=DEADLINE,
         ready_timeout_s=20,
-        request_timeout_s=5,
+        request_timeout_s=30,  # the suite's requests: a liveness bound on a loaded machine
     )
     base.update(kw)
     return GatewaySettings(**base)

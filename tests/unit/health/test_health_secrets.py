@@ -169,9 +169,10 @@ def test_no_endpoint_file_or_stream_of_the_gateway_holds_the_key(tmp_path: Path)
             url = f"http://127.0.0.1:{port}"
             wait_readyz(url, 200, READY_WAIT_S, "the gateway on the echoing server")
             srv.faults.add("chat_500")  # the canary now fails with an echoing 500
-            time.sleep(1.5)
-            for path in ("/readyz", "/report", "/metrics", "/livez"):
-                texts[path] = httpx.get(url + path, timeout=5).text
+            _, judged = wait_readyz(url, 503, 120.0, "the gateway on the echoed 500", containing="HTTP 500")
+            texts["/readyz"] = judged.text
+            for path in ("/report", "/metrics", "/livez"):
+                texts[path] = httpx.get(url + path, timeout=10).text
         finally:
             proc.terminate()
             out, err = proc.communicate(timeout=20)
@@ -352,8 +353,9 @@ def test_no_output_of_the_gateway_holds_a_piece_of_a_key_echoed_in_every_way(tmp
             srv.faults.add("chat_500")  # the canary now fails with an echoing 500
             # until a tick judged it (a fixed 2 s missed it on a loaded machine: a canary answered
             # in 8 s); the verdict's bound itself is test_gateway_verdict's to prove
-            wait_readyz(url, 503, 120.0, "the gateway after the echoing 500")
-            for path in ("/readyz", "/report", "/metrics", "/livez", "/status"):
+            _, judged = wait_readyz(url, 503, 120.0, "the gateway on the echoed 500", containing="HTTP 500")
+            texts["/readyz"] = judged.text
+            for path in ("/report", "/metrics", "/livez", "/status"):
                 texts[path] = httpx.get(url + path, timeout=10).text
         finally:
             proc.terminate()

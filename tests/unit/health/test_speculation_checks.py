@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from sparkpair_health.checks import check_list
 from sparkpair_health.checks.speculation import SPEC_COUNTERS, parse_spec_counters
-from sparkpair_health.suite import SuiteSettings, Timeouts, run_suite
+from sparkpair_health.suite import SuiteSettings, run_suite
 from sparkpair_serving.profile import Profile, SpeculationSpec, load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults"))
-from health_fault_server import FaultServer  # noqa: E402
+from health_fault_server import LIVENESS, FaultServer  # noqa: E402
 
 SPEC_IDS = ["spec_active", "spec_batch_greedy", "spec_acceptance"]
 
@@ -32,7 +32,7 @@ def run(url: str, profile: Profile):  # type: ignore[no-untyped-def]
         base_url=url,
         profile=profile,
         skip_ready=True,
-        timeouts=Timeouts(ready_s=5, request_s=5, long_prompt_s=3),
+        timeouts=LIVENESS,
     )
     return run_suite(s, checks=check_list(profile))
 
