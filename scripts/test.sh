@@ -17,7 +17,8 @@
 # load generator, ~4 minutes) runs with SPARKPAIR_SOAK=1, last and alone, when every other run has
 # ended. It is not run by default: under its minutes of full load this 2-core VM stalls whole for
 # seconds (a separate process's 0.1 s sleep overshot by up to 15.6 s), past the canary's bounds,
-# so it failed 3 of 5 runs alone on 2026-12-06 for a cause outside what it judges.
+# so it failed 3 of 5 runs alone on 2026-12-06 for a cause outside what it judges (the VM is a
+# Firecracker guest: the host stops it whole; docs/health-verdict.md has the runs).
 #
 # Exit status: non-zero when any run fails (or the stack run collects no test). The last line
 # sums every run's pytest summary.
